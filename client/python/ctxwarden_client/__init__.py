@@ -1,0 +1,68 @@
+"""Typed Python client for ctxwarden, the gRPC sidecar that owns LLM agent context.
+
+    from ctxwarden_client import Client, user
+
+    with Client("127.0.0.1:50051") as client:
+        session = client.create_session(system_prompt="You are terse.")
+        client.append_messages(session.session_id, [user("hello")])
+        model_input = client.build_model_input(session.session_id)
+
+Every method returns the generated protobuf messages of ``ctxwarden.v1``;
+failed calls raise :class:`CtxwardenError` subclasses.
+"""
+
+from ctxwarden.v1 import context_service_pb2, message_pb2, session_pb2
+
+from ._async import AsyncClient, AsyncMessageStream
+from ._common import RetryPolicy, SessionFields
+from ._errors import (
+    AbortedError,
+    AlreadyExistsError,
+    CtxwardenError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnavailableError,
+    error_from_rpc_error,
+)
+from ._sync import Client, MessageStream
+from .builders import (
+    assistant,
+    image,
+    tool_call,
+    tool_definition,
+    tool_result,
+    usage,
+    user,
+)
+
+__all__ = [
+    "AbortedError",
+    "AlreadyExistsError",
+    "AsyncClient",
+    "AsyncMessageStream",
+    "Client",
+    "CtxwardenError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "InvalidArgumentError",
+    "MessageStream",
+    "NotFoundError",
+    "ResourceExhaustedError",
+    "RetryPolicy",
+    "SessionFields",
+    "UnavailableError",
+    "assistant",
+    "context_service_pb2",
+    "error_from_rpc_error",
+    "image",
+    "message_pb2",
+    "session_pb2",
+    "tool_call",
+    "tool_definition",
+    "tool_result",
+    "usage",
+    "user",
+]

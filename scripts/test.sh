@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs everything the tests need into .venv and runs the whole suite:
+# generated-code freshness, lint, types, then pytest (SQLite always; MySQL too
+# when CTXWARDEN_TEST_MYSQL_URL is set). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON_BIN:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install --quiet -e '.[test,gen]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import ctxwarden, ctxwarden_client" >/dev/null
+PYTHON=.venv/bin/python scripts/gen_protos.sh --check
+.venv/bin/ruff check server client/python tests bench
+.venv/bin/ruff format --check server client/python tests bench
+.venv/bin/mypy
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,3 @@
+"""ctxwarden: a gRPC sidecar that owns the context of LLM agents."""
+
+__version__ = "0.1.0"

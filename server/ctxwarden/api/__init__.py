@@ -1,0 +1,1 @@
+"""gRPC boundary: servicers, proto <-> domain conversion, error mapping."""

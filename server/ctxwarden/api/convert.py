@@ -1,0 +1,275 @@
+"""Protobuf <-> domain conversion. Enum values are checked here."""
+
+from __future__ import annotations
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ctxwarden.core.context import ModelInputView
+from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.messages import (
+    ContentBlock,
+    ContentKind,
+    Message,
+    MessageState,
+    Role,
+    StopReason,
+    Usage,
+)
+from ctxwarden.core.session import ContextPolicy, Session, ToolDefinition
+from ctxwarden.v1 import context_service_pb2 as svc_pb
+from ctxwarden.v1 import message_pb2 as msg_pb
+from ctxwarden.v1 import session_pb2 as ses_pb
+
+
+def _ts(us: int) -> Timestamp:
+    return Timestamp(seconds=us // 1_000_000, nanos=(us % 1_000_000) * 1000)
+
+
+# -- sessions -----------------------------------------------------------------
+
+
+def tool_from_pb(t: ses_pb.ToolDefinition, field: str) -> ToolDefinition:
+    from ctxwarden.core.validation import check_json_object
+
+    if not t.name:
+        raise InvalidArgument(f"{field}.name is required", reason="MISSING_FIELD", field=field)
+    check_json_object(t.parameters_json, f"{field}.parameters_json")
+    return ToolDefinition(t.name, t.description, t.parameters_json)
+
+
+def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
+    for name in (
+        "context_window",
+        "reserve_tokens",
+        "keep_recent_tokens",
+        "tool_output_max_bytes",
+        "tool_output_max_lines",
+    ):
+        if getattr(p, name) < 0:
+            raise InvalidArgument(
+                f"policy.{name} must be >= 0 (0 means the default)",
+                reason="INVALID_POLICY",
+                field=f"policy.{name}",
+            )
+    return ContextPolicy(
+        context_window=p.context_window,
+        reserve_tokens=p.reserve_tokens,
+        keep_recent_tokens=p.keep_recent_tokens,
+        tool_output_max_bytes=p.tool_output_max_bytes,
+        tool_output_max_lines=p.tool_output_max_lines,
+        tokenizer=p.tokenizer,
+    )
+
+
+def session_from_pb(s: ses_pb.Session) -> Session:
+    """Client-settable fields only; output-only fields are ignored."""
+    tools = tuple(tool_from_pb(t, f"session.tools[{i}]") for i, t in enumerate(s.tools))
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(
+            "session.tools has two tools with the same name",
+            reason="DUPLICATE_TOOL",
+            field="session.tools",
+        )
+    for name, value in (("user_id", s.user_id), ("project_id", s.project_id), ("model", s.model)):
+        if len(value) > 128:
+            raise InvalidArgument(
+                f"session.{name} is longer than 128 characters",
+                reason="FIELD_TOO_LONG",
+                field=f"session.{name}",
+            )
+    return Session(
+        session_id=s.session_id,
+        user_id=s.user_id,
+        project_id=s.project_id,
+        title=s.title,
+        system_prompt=s.system_prompt,
+        tools=tools,
+        model=s.model,
+        policy=policy_from_pb(s.policy),
+        pinned_state=s.pinned_state,
+        labels=dict(s.labels),
+    )
+
+
+def session_to_pb(s: Session) -> ses_pb.Session:
+    p = s.policy
+    return ses_pb.Session(
+        session_id=s.session_id,
+        user_id=s.user_id,
+        project_id=s.project_id,
+        title=s.title,
+        system_prompt=s.system_prompt,
+        tools=[tool_to_pb(t) for t in s.tools],
+        model=s.model,
+        policy=ses_pb.ContextPolicy(
+            context_window=p.context_window,
+            reserve_tokens=p.reserve_tokens,
+            keep_recent_tokens=p.keep_recent_tokens,
+            tool_output_max_bytes=p.tool_output_max_bytes,
+            tool_output_max_lines=p.tool_output_max_lines,
+            tokenizer=p.tokenizer,
+        ),
+        pinned_state=s.pinned_state,
+        labels=dict(s.labels),
+        last_seq=s.last_seq,
+        context_tokens=s.context_tokens,
+        etag=s.etag,
+        create_time=_ts(s.create_time_us),
+        update_time=_ts(s.update_time_us),
+    )
+
+
+def tool_to_pb(t: ToolDefinition) -> ses_pb.ToolDefinition:
+    return ses_pb.ToolDefinition(
+        name=t.name, description=t.description, parameters_json=t.parameters_json
+    )
+
+
+# -- messages -------------------------------------------------------------------
+
+
+def _block_from_pb(b: msg_pb.ContentBlock, field: str) -> ContentBlock:
+    kind = b.WhichOneof("block")
+    if kind == "text":
+        return ContentBlock(ContentKind.TEXT, text=b.text.text)
+    if kind == "image":
+        return ContentBlock(ContentKind.IMAGE, mime_type=b.image.mime_type, data=b.image.data)
+    if kind == "thinking":
+        t = b.thinking
+        return ContentBlock(
+            ContentKind.THINKING, text=t.thinking, signature=t.signature, redacted=t.redacted
+        )
+    if kind == "tool_call":
+        c = b.tool_call
+        return ContentBlock(
+            ContentKind.TOOL_CALL,
+            tool_call_id=c.id,
+            tool_name=c.name,
+            arguments_json=c.arguments_json,
+        )
+    raise InvalidArgument(
+        f"{field} is an empty content block: set text, image, thinking or tool_call",
+        reason="INVALID_CONTENT",
+        field=field,
+    )
+
+
+def message_from_pb(m: msg_pb.Message, field: str) -> Message:
+    if m.role not in (msg_pb.ROLE_USER, msg_pb.ROLE_ASSISTANT, msg_pb.ROLE_TOOL_RESULT):
+        raise InvalidArgument(
+            f"{field}.role is {m.role}: use ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL_RESULT",
+            reason="INVALID_ROLE",
+            field=f"{field}.role",
+        )
+    if m.stop_reason not in StopReason._value2member_map_:
+        raise InvalidArgument(
+            f"{field}.stop_reason {m.stop_reason} is unknown",
+            reason="INVALID_STOP_REASON",
+            field=f"{field}.stop_reason",
+        )
+    u = m.usage
+    return Message(
+        role=Role(m.role),
+        content=tuple(_block_from_pb(b, f"{field}.content[{i}]") for i, b in enumerate(m.content)),
+        message_id=m.message_id,
+        stop_reason=StopReason(m.stop_reason),
+        usage=Usage(
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_write_tokens,
+            u.total_tokens,
+        )
+        if m.HasField("usage")
+        else None,
+        model=m.model,
+        provider=m.provider,
+        error_message=m.error_message,
+        tool_call_id=m.tool_call_id,
+        tool_name=m.tool_name,
+        is_error=m.is_error,
+        metadata=dict(m.metadata),
+    )
+
+
+def _block_to_pb(b: ContentBlock) -> msg_pb.ContentBlock:
+    k = b.kind
+    if k is ContentKind.TEXT:
+        return msg_pb.ContentBlock(text=msg_pb.TextContent(text=b.text))
+    if k is ContentKind.IMAGE:
+        return msg_pb.ContentBlock(image=msg_pb.ImageContent(mime_type=b.mime_type, data=b.data))
+    if k is ContentKind.THINKING:
+        return msg_pb.ContentBlock(
+            thinking=msg_pb.ThinkingContent(
+                thinking=b.text, signature=b.signature, redacted=b.redacted
+            )
+        )
+    return msg_pb.ContentBlock(
+        tool_call=msg_pb.ToolCall(
+            id=b.tool_call_id, name=b.tool_name, arguments_json=b.arguments_json
+        )
+    )
+
+
+def message_to_pb(m: Message) -> msg_pb.Message:
+    out = msg_pb.Message(
+        seq=m.seq,
+        message_id=m.message_id,
+        role=int(m.role),  # type: ignore[arg-type]
+        content=[_block_to_pb(b) for b in m.content],
+        stop_reason=int(m.stop_reason),  # type: ignore[arg-type]
+        model=m.model,
+        provider=m.provider,
+        error_message=m.error_message,
+        tool_call_id=m.tool_call_id,
+        tool_name=m.tool_name,
+        is_error=m.is_error,
+        state=int(m.state if m.seq else MessageState.ACTIVE),  # type: ignore[arg-type]
+        token_count=m.token_count,
+        metadata=dict(m.metadata),
+    )
+    if m.create_time_us:
+        out.create_time.CopyFrom(_ts(m.create_time_us))
+    if m.usage is not None:
+        u = m.usage
+        out.usage.CopyFrom(
+            msg_pb.Usage(
+                input_tokens=u.input_tokens,
+                output_tokens=u.output_tokens,
+                cache_read_tokens=u.cache_read_tokens,
+                cache_write_tokens=u.cache_write_tokens,
+                total_tokens=u.total_tokens,
+            )
+        )
+    return out
+
+
+# -- model input ----------------------------------------------------------------
+
+
+def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
+    t = v.tokens
+    return svc_pb.ModelInput(
+        session_id=v.session.session_id,
+        system_prompt=v.session.system_prompt,
+        tools=[tool_to_pb(x) for x in v.session.tools],
+        messages=[message_to_pb(m) for m in v.messages],
+        tokens=svc_pb.TokenBreakdown(
+            system_tokens=t.system_tokens,
+            tools_tokens=t.tools_tokens,
+            summary_tokens=t.summary_tokens,
+            message_tokens=t.message_tokens,
+            total_tokens=t.total_tokens,
+            context_window=t.context_window,
+            compaction_threshold=t.compaction_threshold,
+            estimated=t.estimated,
+        ),
+        compaction_recommended=v.compaction_recommended,
+        first_kept_seq=v.first_kept_seq,
+        last_seq=v.last_seq,
+        compaction_id=v.compaction_id,
+        prefix_hash=v.prefix_hash,
+        notices=[svc_pb.Notice(code=n.code, seq=n.seq, detail=n.detail) for n in v.notices],
+        summary=v.summary,
+    )

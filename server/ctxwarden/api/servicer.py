@@ -1,0 +1,255 @@
+"""The ContextService servicer: decode, call the SessionManager, encode."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import empty_pb2
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message as PbMessage
+
+from ctxwarden.api.convert import (
+    message_from_pb,
+    message_to_pb,
+    model_input_to_pb,
+    session_from_pb,
+    session_to_pb,
+)
+from ctxwarden.api.errors import internal_status, to_status
+from ctxwarden.api.handlers import Malformed, generic_handler
+from ctxwarden.config import Limits
+from ctxwarden.core.errors import CtxwardenError, InvalidArgument
+from ctxwarden.core.messages import Message
+from ctxwarden.service.manager import IdempotencyKey, SessionManager
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import session_pb2 as ses_pb
+
+log = logging.getLogger("ctxwarden.rpc")
+
+UPDATABLE = ("title", "system_prompt", "tools", "model", "policy", "pinned_state", "labels")
+
+Req = TypeVar("Req", bound=PbMessage)
+Resp = TypeVar("Resp", bound=PbMessage)
+Handler = Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+def _check_decoded(request: object) -> None:
+    if isinstance(request, Malformed):
+        raise InvalidArgument(
+            f"the request is not valid protobuf ({request.error}); string fields must be "
+            "valid UTF-8",
+            reason="MALFORMED_REQUEST",
+        )
+
+
+def unary(fn: Handler) -> Handler:
+    """Map domain errors to rich gRPC statuses; hide unexpected errors as INTERNAL."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            _check_decoded(request)
+            return await fn(self, request, context)
+        except CtxwardenError as exc:
+            code, message, trailer = to_status(exc)
+        except Exception:
+            log.exception("unhandled error in %s", fn.__name__)
+            code, message, trailer = internal_status()
+        await context.abort(code, message, trailing_metadata=trailer)
+
+    return wrapper
+
+
+def _key(request: Any) -> IdempotencyKey | None:
+    request_id: str = request.request_id
+    if not request_id:
+        return None
+    digest = hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()
+    return IdempotencyKey(request_id, digest)
+
+
+class ContextServicer:
+    def __init__(self, manager: SessionManager, limits: Limits) -> None:
+        self.manager = manager
+        self.limits = limits
+
+    # -- sessions -------------------------------------------------------------
+
+    @unary
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> ses_pb.Session:
+        session = session_from_pb(request.session)
+        created = await self.manager.create_session(session, request.session_id, _key(request))
+        return session_to_pb(created)
+
+    @unary
+    async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> ses_pb.Session:
+        return session_to_pb(await self.manager.get_session(request.session_id))
+
+    @unary
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: Any
+    ) -> pb.ListSessionsResponse:
+        sessions, token = await self.manager.list_sessions(
+            request.user_id, request.project_id, request.page_size, request.page_token
+        )
+        return pb.ListSessionsResponse(
+            sessions=[session_to_pb(s) for s in sessions], next_page_token=token
+        )
+
+    @unary
+    async def UpdateSession(self, request: pb.UpdateSessionRequest, context: Any) -> ses_pb.Session:
+        paths = list(request.update_mask.paths)
+        if not paths:
+            raise InvalidArgument(
+                "update_mask is required: list the fields to change, e.g. "
+                f"[{', '.join(UPDATABLE)}] (or '*' for all of them)",
+                reason="MISSING_FIELD",
+                field="update_mask",
+            )
+        if paths == ["*"]:
+            paths = list(UPDATABLE)
+        for path in paths:
+            if path not in UPDATABLE:
+                raise InvalidArgument(
+                    f"update_mask path {path!r} cannot be updated; allowed: {', '.join(UPDATABLE)}",
+                    reason="INVALID_UPDATE_MASK",
+                    field="update_mask",
+                )
+        session = session_from_pb(request.session)
+        updated = await self.manager.update_session(session, paths, request.etag)
+        return session_to_pb(updated)
+
+    @unary
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: Any
+    ) -> empty_pb2.Empty:
+        await self.manager.delete_session(request.session_id)
+        return empty_pb2.Empty()
+
+    # -- messages -------------------------------------------------------------
+
+    def _messages(self, request: pb.AppendMessagesRequest) -> list[Message]:
+        limit = self.limits.max_message_bytes
+        out = []
+        for i, m in enumerate(request.messages):
+            size = m.ByteSize()
+            if size > limit:
+                raise InvalidArgument(
+                    f"messages[{i}] is {size} bytes; the limit is {limit} bytes per message",
+                    reason="MESSAGE_TOO_LARGE",
+                    field=f"messages[{i}]",
+                )
+            out.append(message_from_pb(m, f"messages[{i}]"))
+        return out
+
+    async def _append(self, request: pb.AppendMessagesRequest) -> pb.AppendMessagesResponse:
+        _check_decoded(request)
+        if len(request.messages) > self.limits.max_messages_per_request:
+            raise InvalidArgument(
+                f"{len(request.messages)} messages in one request; the limit is "
+                f"{self.limits.max_messages_per_request}",
+                reason="TOO_MANY_MESSAGES",
+                field="messages",
+            )
+        expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
+        result = await self.manager.append(
+            request.session_id, self._messages(request), expected, _key(request)
+        )
+        return pb.AppendMessagesResponse(
+            messages=[message_to_pb(m) for m in result.messages],
+            last_seq=result.last_seq,
+            context_tokens=result.context_tokens,
+        )
+
+    @unary
+    async def AppendMessages(
+        self, request: pb.AppendMessagesRequest, context: Any
+    ) -> pb.AppendMessagesResponse:
+        return await self._append(request)
+
+    async def StreamMessages(
+        self,
+        request_iterator: AsyncIterator[pb.AppendMessagesRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.AppendMessagesResponse]:
+        """One response per request, in order; the first error ends the stream."""
+        try:
+            async for request in request_iterator:
+                yield await self._append(request)
+            return
+        except CtxwardenError as exc:
+            code, message, trailer = to_status(exc)
+        except Exception:
+            log.exception("unhandled error in StreamMessages")
+            code, message, trailer = internal_status()
+        await context.abort(code, message, trailing_metadata=trailer)
+
+    @unary
+    async def ListMessages(
+        self, request: pb.ListMessagesRequest, context: Any
+    ) -> pb.ListMessagesResponse:
+        messages, token = await self.manager.list_messages(
+            request.session_id,
+            request.page_size,
+            request.page_token,
+            request.include_rolled_back,
+        )
+        return pb.ListMessagesResponse(
+            messages=[message_to_pb(m) for m in messages], next_page_token=token
+        )
+
+    # -- model input and rollback ---------------------------------------------
+
+    @unary
+    async def BuildModelInput(
+        self, request: pb.BuildModelInputRequest, context: Any
+    ) -> pb.ModelInput:
+        view = await self.manager.build_model_input(request.session_id, request.max_output_tokens)
+        return model_input_to_pb(view)
+
+    @unary
+    async def RollbackTurn(
+        self, request: pb.RollbackTurnRequest, context: Any
+    ) -> pb.RollbackTurnResponse:
+        to_seq = request.to_seq if request.HasField("to_seq") else None
+        result = await self.manager.rollback(
+            request.session_id, to_seq, request.error_message, _key(request)
+        )
+        retry = Duration()
+        retry.FromNanoseconds(int(result.retry_after_seconds * 1e9))
+        return pb.RollbackTurnResponse(
+            rolled_back_seqs=list(result.rolled_back_seqs),
+            action=int(result.action),  # type: ignore[arg-type]
+            retry_after=retry,
+            reason=result.reason,
+        )
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        unary_methods: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
+            "CreateSession": (self.CreateSession, pb.CreateSessionRequest, ses_pb.Session),
+            "GetSession": (self.GetSession, pb.GetSessionRequest, ses_pb.Session),
+            "ListSessions": (self.ListSessions, pb.ListSessionsRequest, pb.ListSessionsResponse),
+            "UpdateSession": (self.UpdateSession, pb.UpdateSessionRequest, ses_pb.Session),
+            "DeleteSession": (self.DeleteSession, pb.DeleteSessionRequest, empty_pb2.Empty),
+            "AppendMessages": (
+                self.AppendMessages,
+                pb.AppendMessagesRequest,
+                pb.AppendMessagesResponse,
+            ),
+            "ListMessages": (self.ListMessages, pb.ListMessagesRequest, pb.ListMessagesResponse),
+            "BuildModelInput": (self.BuildModelInput, pb.BuildModelInputRequest, pb.ModelInput),
+            "RollbackTurn": (self.RollbackTurn, pb.RollbackTurnRequest, pb.RollbackTurnResponse),
+        }
+        streams: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
+            "StreamMessages": (
+                self.StreamMessages,
+                pb.AppendMessagesRequest,
+                pb.AppendMessagesResponse,
+            ),
+        }
+        return generic_handler(unary_methods, streams)

@@ -1,0 +1,28 @@
+"""Server settings: defaults, environment variables and command-line flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ctxwarden.store.urls import DEFAULT_DATABASE_URL
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_message_bytes: int = 8 * 1024 * 1024
+    max_messages_per_request: int = 1000
+    max_request_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    listen: str = DEFAULT_LISTEN
+    database_url: str = DEFAULT_DATABASE_URL
+    max_hot_sessions: int = 1000
+    max_retries: int = 3
+    db_pool_size: int = 10
+    shutdown_grace_seconds: float = 10.0
+    limits: Limits = Limits()
+    log_level: str = "INFO"

@@ -1,0 +1,1 @@
+"""Pure domain logic: no gRPC, no SQL, no I/O."""

@@ -1,0 +1,357 @@
+"""The in-memory state of one hot session and the operations on it.
+
+Every mutation is split in two: ``plan_*`` computes the change without
+touching the state (so a failed database write leaves nothing behind), and
+``apply_*`` installs it once the write has committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from ctxwarden.core.errors import FailedPrecondition, InvalidArgument
+from ctxwarden.core.messages import ContentBlock, Message, MessageState, Role
+from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
+from ctxwarden.core.session import Checkpoint, Session, effective_policy
+from ctxwarden.core.tokens import Tokenizer, count_message, count_text
+from ctxwarden.core.view import (
+    SYNTHETIC_RESULT_TEXT,
+    Notice,
+    ViewEntry,
+    build_view,
+    make_entry,
+)
+
+SUMMARY_PREAMBLE = (
+    "The conversation history before this point was compacted into the following summary:"
+)
+SUMMARY_METADATA_KEY = "ctxwarden.summary"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBreakdown:
+    system_tokens: int
+    tools_tokens: int
+    summary_tokens: int
+    message_tokens: int
+    total_tokens: int
+    context_window: int
+    compaction_threshold: int
+    estimated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInputView:
+    session: Session
+    messages: tuple[Message, ...]
+    notices: tuple[Notice, ...]
+    tokens: TokenBreakdown
+    compaction_recommended: bool
+    first_kept_seq: int
+    last_seq: int
+    compaction_id: str
+    prefix_hash: str
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """Result of planning an append: stored duplicates and new messages."""
+
+    messages: tuple[Message, ...]
+    """Every requested message, in request order, as it is (or will be) stored."""
+    new: tuple[Message, ...]
+    """Only the messages to insert."""
+    last_seq: int
+    context_tokens: int
+
+
+@dataclass(slots=True)
+class _CallState:
+    seq: int
+    answered: bool
+
+
+def tools_text(session: Session) -> str:
+    return "".join(t.name + t.description + t.parameters_json for t in session.tools)
+
+
+def prefix_hash(session: Session, summary: str) -> str:
+    """Hash of the stable prompt prefix (system prompt, tools, summary)."""
+    payload = json.dumps(
+        {
+            "system": session.system_prompt,
+            "tools": [[t.name, t.description, t.parameters_json] for t in session.tools],
+            "summary": summary,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def summary_message(checkpoint: Checkpoint) -> Message:
+    text = f"{SUMMARY_PREAMBLE}\n\n<summary>\n{checkpoint.summary}\n</summary>"
+    return Message(
+        role=Role.USER,
+        content=(ContentBlock.of_text(text),),
+        metadata={SUMMARY_METADATA_KEY: checkpoint.compaction_id},
+    )
+
+
+class SessionContext:
+    """One hot session: settings, latest checkpoint and the kept active messages."""
+
+    def __init__(
+        self,
+        session: Session,
+        checkpoint: Checkpoint | None,
+        kept: Iterable[Message],
+        tokenizer: Tokenizer,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.tokenizer = tokenizer
+        self._entries: list[ViewEntry] = []
+        self._by_message_id: dict[str, Message] = {}
+        self._calls: dict[str, _CallState] = {}
+        self.session = session
+        self.policy = effective_policy(session.policy, session.model)
+        self._refresh_fixed_costs()
+        for message in kept:
+            self._add(message)
+        self._message_tokens = sum(e.token_count for e in self._entries)
+
+    # -- settings ---------------------------------------------------------
+
+    def _refresh_fixed_costs(self) -> None:
+        tok = self.tokenizer
+        self.system_tokens = count_text(self.session.system_prompt, tok)
+        self.tools_tokens = count_text(tools_text(self.session), tok)
+        self._summary: Message | None = None
+        self.summary_tokens = 0
+        if self.checkpoint is not None:
+            self._summary = summary_message(self.checkpoint)
+            self.summary_tokens = count_message(self._summary, tok)
+        self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok)
+        self._prefix_hash = prefix_hash(
+            self.session, self.checkpoint.summary if self.checkpoint else ""
+        )
+
+    def replace_session(self, session: Session, tokenizer: Tokenizer | None = None) -> None:
+        """Install new settings; a new tokenizer or policy re-derives the view entries."""
+        old_policy = self.policy
+        self.session = session
+        self.policy = effective_policy(session.policy, session.model)
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
+        self._refresh_fixed_costs()
+        if tokenizer is not None or self.policy != old_policy:
+            self._entries = [
+                make_entry(e.message, self.policy, self.tokenizer) for e in self._entries
+            ]
+            self._message_tokens = sum(e.token_count for e in self._entries)
+
+    @property
+    def entries(self) -> Sequence[ViewEntry]:
+        return self._entries
+
+    @property
+    def fixed_tokens(self) -> int:
+        """System prompt, tools and summary: the part every input starts with."""
+        return self.system_tokens + self.tools_tokens + self.summary_tokens
+
+    @property
+    def first_kept_seq(self) -> int:
+        if self.checkpoint is not None:
+            return self.checkpoint.first_kept_seq
+        return self._entries[0].message.seq if self._entries else 0
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens of the effective context as stored (before view repairs)."""
+        return self.system_tokens + self.tools_tokens + self.summary_tokens + self._message_tokens
+
+    @property
+    def active_messages(self) -> list[Message]:
+        """Kept active messages as stored (untruncated), in seq order."""
+        return [self._stored(e) for e in self._entries]
+
+    def _stored(self, entry: ViewEntry) -> Message:
+        return self._by_message_id[entry.message.message_id]
+
+    def count(self, message: Message) -> int:
+        return count_message(message, self.tokenizer)
+
+    # -- append -----------------------------------------------------------
+
+    def find_duplicate(self, message_id: str) -> Message | None:
+        return self._by_message_id.get(message_id) if message_id else None
+
+    def plan_append(
+        self,
+        messages: Sequence[Message],
+        *,
+        now_us: int,
+        new_message_id: Iterable[str],
+        stored_duplicates: dict[str, Message] | None = None,
+    ) -> AppendPlan:
+        """Assign seqs and token counts; check tool results against their calls.
+
+        ``stored_duplicates`` are messages found in storage by message_id
+        (older than the kept history); they are returned as they are.
+        """
+        ids = iter(new_message_id)
+        seq = self.session.last_seq
+        calls = {k: _CallState(v.seq, v.answered) for k, v in self._calls.items()}
+        out: list[Message] = []
+        new: list[Message] = []
+        tokens = self._message_tokens
+        for i, incoming in enumerate(messages):
+            dup = self.find_duplicate(incoming.message_id) or (stored_duplicates or {}).get(
+                incoming.message_id
+            )
+            if dup is not None:
+                out.append(dup)
+                continue
+            if incoming.role is Role.TOOL_RESULT:
+                call = calls.get(incoming.tool_call_id)
+                if call is None:
+                    raise FailedPrecondition(
+                        f"messages[{i}].tool_call_id {incoming.tool_call_id!r} matches no "
+                        "active tool call in this session; append the assistant message "
+                        "with that call first",
+                        reason="UNKNOWN_TOOL_CALL",
+                        field=f"messages[{i}].tool_call_id",
+                    )
+                if call.answered:
+                    raise FailedPrecondition(
+                        f"messages[{i}]: tool call {incoming.tool_call_id!r} already has a result",
+                        reason="TOOL_CALL_ALREADY_ANSWERED",
+                        field=f"messages[{i}].tool_call_id",
+                    )
+                call.answered = True
+            seq += 1
+            message = replace(
+                incoming,
+                seq=seq,
+                message_id=incoming.message_id or next(ids),
+                state=MessageState.ACTIVE,
+                create_time_us=now_us,
+            )
+            message = replace(message, token_count=self.count(message))
+            if message.role is Role.ASSISTANT:
+                for block in message.tool_calls:
+                    calls[block.tool_call_id] = _CallState(seq, False)
+            tokens += make_entry(message, self.policy, self.tokenizer).token_count
+            out.append(message)
+            new.append(message)
+        fixed = self.system_tokens + self.tools_tokens + self.summary_tokens
+        return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens)
+
+    def apply_append(self, plan: AppendPlan, now_us: int) -> None:
+        for message in plan.new:
+            self._add(message)
+            self._message_tokens += self._entries[-1].token_count
+        self.session = replace(
+            self.session,
+            last_seq=plan.last_seq,
+            context_tokens=self.context_tokens,
+            update_time_us=now_us,
+            consecutive_failures=self.failures_after(plan.new),
+        )
+
+    def failures_after(self, new: Sequence[Message]) -> int:
+        """A successful assistant answer resets the consecutive-failure count."""
+        count = self.session.consecutive_failures
+        for m in new:
+            if m.role is Role.ASSISTANT and not m.failed:
+                count = 0
+        return count
+
+    def _add(self, message: Message) -> None:
+        self._entries.append(make_entry(message, self.policy, self.tokenizer))
+        self._by_message_id[message.message_id] = message
+        if message.role is Role.ASSISTANT:
+            for block in message.tool_calls:
+                self._calls[block.tool_call_id] = _CallState(message.seq, False)
+        elif message.role is Role.TOOL_RESULT:
+            call = self._calls.get(message.tool_call_id)
+            if call is not None:
+                call.answered = True
+
+    # -- rollback ---------------------------------------------------------
+
+    def plan_rollback(self, to_seq: int | None) -> list[int]:
+        if to_seq is None:
+            return trailing_failed_turn(self.active_messages)
+        if to_seq < 0:
+            raise InvalidArgument("to_seq must be >= 0", reason="INVALID_SEQ", field="to_seq")
+        if to_seq > self.session.last_seq:
+            raise InvalidArgument(
+                f"to_seq {to_seq} is beyond the session's last_seq {self.session.last_seq}",
+                reason="INVALID_SEQ",
+                field="to_seq",
+            )
+        if self.checkpoint is not None and to_seq < self.checkpoint.first_kept_seq - 1:
+            raise FailedPrecondition(
+                f"to_seq {to_seq} is before the compaction checkpoint (first kept seq "
+                f"{self.checkpoint.first_kept_seq})",
+                reason="ROLLBACK_BEFORE_CHECKPOINT",
+                field="to_seq",
+            )
+        return rewind_to(self.active_messages, to_seq)
+
+    def apply_rollback(self, seqs: Sequence[int], consecutive_failures: int, now_us: int) -> None:
+        gone = set(seqs)
+        kept = [self._stored(e) for e in self._entries if e.message.seq not in gone]
+        for e in self._entries:
+            if e.message.seq in gone:
+                self._by_message_id.pop(e.message.message_id, None)
+        self._entries = []
+        self._calls = {}
+        for message in kept:
+            self._add(message)
+        self._message_tokens = sum(e.token_count for e in self._entries)
+        self.session = replace(
+            self.session,
+            context_tokens=self.context_tokens,
+            consecutive_failures=consecutive_failures,
+            update_time_us=now_us,
+        )
+
+    # -- the model input ----------------------------------------------------
+
+    def model_input(self, max_output_tokens: int = 0) -> ModelInputView:
+        view = build_view(self._entries, self.synthetic_tokens)
+        messages = view.messages
+        if self._summary is not None:
+            messages = (self._summary, *messages)
+        total = self.system_tokens + self.tools_tokens + self.summary_tokens + view.message_tokens
+        window = self.policy.context_window
+        threshold = window - max(self.policy.reserve_tokens, max_output_tokens)
+        tokens = TokenBreakdown(
+            system_tokens=self.system_tokens,
+            tools_tokens=self.tools_tokens,
+            summary_tokens=self.summary_tokens,
+            message_tokens=view.message_tokens,
+            total_tokens=total,
+            context_window=window,
+            compaction_threshold=threshold,
+            estimated=not self.tokenizer.exact,
+        )
+        return ModelInputView(
+            session=self.session,
+            messages=messages,
+            notices=view.notices,
+            tokens=tokens,
+            compaction_recommended=total > threshold,
+            first_kept_seq=self.first_kept_seq,
+            last_seq=self.session.last_seq,
+            compaction_id=self.checkpoint.compaction_id if self.checkpoint else "",
+            prefix_hash=self._prefix_hash,
+            summary=self.checkpoint.summary if self.checkpoint else "",
+        )

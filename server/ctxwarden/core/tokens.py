@@ -1,0 +1,66 @@
+"""Token counting interface.
+
+Counts are computed once, when a message is appended, and stored with it;
+building the model input only sums stored counts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from ctxwarden.core.messages import ContentKind, Message
+
+IMAGE_TOKENS = 1200
+"""Flat per-image estimate until provider-specific image rules land."""
+
+
+class Tokenizer(Protocol):
+    @property
+    def spec(self) -> str:
+        """The spec string that selects this tokenizer, e.g. ``tiktoken:o200k_base``."""
+        ...
+
+    @property
+    def exact(self) -> bool:
+        """True when counts are a real BPE tokenization, False for estimates."""
+        ...
+
+    def count(self, text: str) -> int: ...
+
+
+class HeuristicTokenizer:
+    """About four characters per token: cheap, deterministic, model-agnostic."""
+
+    @property
+    def spec(self) -> str:
+        return "heuristic"
+
+    @property
+    def exact(self) -> bool:
+        return False
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text) / 4)
+
+
+def message_text(message: Message) -> str:
+    """The text of a message that a tokenizer is charged for (images excluded)."""
+    parts: list[str] = []
+    for block in message.content:
+        if block.kind is ContentKind.TEXT or block.kind is ContentKind.THINKING:
+            parts.append(block.text)
+        elif block.kind is ContentKind.TOOL_CALL:
+            parts.append(block.tool_name)
+            parts.append(block.arguments_json)
+    return "".join(parts)
+
+
+def count_message(message: Message, tokenizer: Tokenizer) -> int:
+    """Tokens one message costs: its text plus a flat charge per image."""
+    images = sum(1 for b in message.content if b.kind is ContentKind.IMAGE)
+    return tokenizer.count(message_text(message)) + IMAGE_TOKENS * images
+
+
+def count_text(text: str, tokenizer: Tokenizer) -> int:
+    return tokenizer.count(text) if text else 0

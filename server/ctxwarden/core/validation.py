@@ -1,0 +1,150 @@
+"""Validation of client input. Errors name the offending field."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.messages import ContentKind, Message, Role
+
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+KEY_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
+"""message_id and request_id: 1-128 printable ASCII characters."""
+
+_ALLOWED_BLOCKS: dict[Role, frozenset[ContentKind]] = {
+    Role.USER: frozenset({ContentKind.TEXT, ContentKind.IMAGE}),
+    Role.ASSISTANT: frozenset({ContentKind.TEXT, ContentKind.THINKING, ContentKind.TOOL_CALL}),
+    Role.TOOL_RESULT: frozenset({ContentKind.TEXT, ContentKind.IMAGE}),
+}
+
+
+def check_session_id(session_id: str, field: str = "session_id") -> None:
+    if not session_id:
+        raise InvalidArgument(f"{field} is required", reason="MISSING_FIELD", field=field)
+    if not SESSION_ID_RE.match(session_id):
+        raise InvalidArgument(
+            f"{field} {session_id[:140]!r} is malformed: use 1-128 characters of "
+            "[A-Za-z0-9._:-], starting with a letter or digit",
+            reason="INVALID_SESSION_ID",
+            field=field,
+        )
+
+
+def check_key(value: str, field: str) -> None:
+    """An optional idempotency key (request_id, message_id)."""
+    if value and not KEY_RE.match(value):
+        raise InvalidArgument(
+            f"{field} must be 1-128 printable ASCII characters without spaces",
+            reason="INVALID_KEY",
+            field=field,
+        )
+
+
+def check_json_object(text: str, field: str) -> None:
+    if not text:
+        return
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(
+            f"{field} is not valid JSON: {exc}", reason="INVALID_JSON", field=field
+        ) from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(
+            f"{field} must be a JSON object, got {type(value).__name__}",
+            reason="INVALID_JSON",
+            field=field,
+        )
+
+
+def check_message(message: Message, field: str) -> None:
+    check_key(message.message_id, f"{field}.message_id")
+    if not message.content and not message.failed:
+        raise InvalidArgument(
+            f"{field}.content is empty; only an assistant message that ended in "
+            "STOP_REASON_ERROR or STOP_REASON_ABORTED may have no content",
+            reason="EMPTY_CONTENT",
+            field=f"{field}.content",
+        )
+    allowed = _ALLOWED_BLOCKS[message.role]
+    call_ids: set[str] = set()
+    for i, block in enumerate(message.content):
+        bfield = f"{field}.content[{i}]"
+        if block.kind not in allowed:
+            raise InvalidArgument(
+                f"{bfield}: a {message.role.name.lower()} message cannot carry "
+                f"{block.kind.name.lower()} content",
+                reason="INVALID_CONTENT",
+                field=bfield,
+            )
+        if block.kind is ContentKind.TOOL_CALL:
+            if not block.tool_call_id:
+                raise InvalidArgument(
+                    f"{bfield}.tool_call.id is required",
+                    reason="MISSING_FIELD",
+                    field=f"{bfield}.tool_call.id",
+                )
+            if block.tool_call_id in call_ids:
+                raise InvalidArgument(
+                    f"{bfield}.tool_call.id {block.tool_call_id!r} is repeated in one message",
+                    reason="DUPLICATE_TOOL_CALL_ID",
+                    field=f"{bfield}.tool_call.id",
+                )
+            call_ids.add(block.tool_call_id)
+            if not block.tool_name:
+                raise InvalidArgument(
+                    f"{bfield}.tool_call.name is required",
+                    reason="MISSING_FIELD",
+                    field=f"{bfield}.tool_call.name",
+                )
+            check_json_object(block.arguments_json, f"{bfield}.tool_call.arguments_json")
+        elif block.kind is ContentKind.IMAGE and not block.data:
+            raise InvalidArgument(
+                f"{bfield}.image.data is empty", reason="INVALID_CONTENT", field=bfield
+            )
+    if message.role is Role.TOOL_RESULT and not message.tool_call_id:
+        raise InvalidArgument(
+            f"{field}.tool_call_id is required for a tool result",
+            reason="MISSING_FIELD",
+            field=f"{field}.tool_call_id",
+        )
+    if message.usage is not None:
+        u = message.usage
+        values = (
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_write_tokens,
+            u.total_tokens,
+        )
+        if any(v < 0 for v in values):
+            raise InvalidArgument(
+                f"{field}.usage has a negative count",
+                reason="INVALID_USAGE",
+                field=f"{field}.usage",
+            )
+
+
+def check_messages(messages: Sequence[Message], max_messages: int) -> None:
+    if not messages:
+        raise InvalidArgument("messages is empty", reason="MISSING_FIELD", field="messages")
+    if len(messages) > max_messages:
+        raise InvalidArgument(
+            f"{len(messages)} messages in one request; the limit is {max_messages}. "
+            "Split the append into several requests.",
+            reason="TOO_MANY_MESSAGES",
+            field="messages",
+        )
+    ids: set[str] = set()
+    for i, message in enumerate(messages):
+        check_message(message, f"messages[{i}]")
+        if message.message_id:
+            if message.message_id in ids:
+                raise InvalidArgument(
+                    f"messages[{i}].message_id {message.message_id!r} is repeated in the request",
+                    reason="DUPLICATE_MESSAGE_ID",
+                    field=f"messages[{i}].message_id",
+                )
+            ids.add(message.message_id)

@@ -1,0 +1,161 @@
+"""The model-input view: what the model sees, derived from stored messages.
+
+Nothing here changes storage. The view leaves out failed assistant messages,
+gives every tool call exactly one result right after its assistant message
+(a synthetic error result when none arrived in time), drops tool results that
+have no call to answer, and cuts oversized tool output to a preview.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+from ctxwarden.core.session import EffectivePolicy
+from ctxwarden.core.tokens import Tokenizer, count_message
+
+SYNTHETIC_RESULT_TEXT = "No result provided"
+SYNTHETIC_METADATA_KEY = "ctxwarden.synthetic"
+
+FAILED_MESSAGE_OMITTED = "FAILED_MESSAGE_OMITTED"
+ORPHANED_TOOL_RESULT_OMITTED = "ORPHANED_TOOL_RESULT_OMITTED"
+SYNTHETIC_TOOL_RESULT = "SYNTHETIC_TOOL_RESULT"
+TOOL_OUTPUT_TRUNCATED = "TOOL_OUTPUT_TRUNCATED"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    code: str
+    seq: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEntry:
+    """A stored message as the view shows it, with its token count.
+
+    Computed once per message (at append or restore) so building the input
+    never re-tokenizes history.
+    """
+
+    message: Message
+    token_count: int
+    notice: Notice | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    messages: tuple[Message, ...]
+    notices: tuple[Notice, ...]
+    message_tokens: int
+
+
+def _line_count(text: str) -> int:
+    return len(text.splitlines())
+
+
+def _preview(text: str, max_bytes: int, max_lines: int) -> str:
+    lines = text.splitlines(keepends=True)[:max_lines]
+    head = "".join(lines).encode("utf-8")[:max_bytes]
+    return head.decode("utf-8", errors="ignore")
+
+
+def make_entry(message: Message, policy: EffectivePolicy, tokenizer: Tokenizer) -> ViewEntry:
+    """The view entry of a stored message; tool output over budget is truncated."""
+    if message.role is not Role.TOOL_RESULT:
+        return ViewEntry(message, message.token_count)
+    text = message.text
+    total_bytes = len(text.encode("utf-8"))
+    total_lines = _line_count(text)
+    if total_bytes <= policy.tool_output_max_bytes and total_lines <= policy.tool_output_max_lines:
+        return ViewEntry(message, message.token_count)
+    preview = _preview(text, policy.tool_output_max_bytes, policy.tool_output_max_lines)
+    shown_bytes = len(preview.encode("utf-8"))
+    shown_lines = _line_count(preview)
+    marker = (
+        f"\n\n[ctxwarden: output truncated: showing {shown_bytes} of {total_bytes} bytes, "
+        f"{shown_lines} of {total_lines} lines. The full output is stored as message "
+        f"seq {message.seq}.]"
+    )
+    others = tuple(b for b in message.content if b.kind is not ContentKind.TEXT)
+    cut = replace(message, content=(ContentBlock.of_text(preview + marker), *others))
+    notice = Notice(
+        TOOL_OUTPUT_TRUNCATED,
+        message.seq,
+        f"tool output of {total_bytes} bytes / {total_lines} lines cut to "
+        f"{shown_bytes} bytes / {shown_lines} lines",
+    )
+    return ViewEntry(cut, count_message(cut, tokenizer), notice)
+
+
+def synthetic_result(call: ContentBlock, token_count: int) -> Message:
+    return Message(
+        role=Role.TOOL_RESULT,
+        content=(ContentBlock.of_text(SYNTHETIC_RESULT_TEXT),),
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        is_error=True,
+        token_count=token_count,
+        metadata={SYNTHETIC_METADATA_KEY: "true"},
+    )
+
+
+def build_view(entries: Iterable[ViewEntry], synthetic_tokens: int) -> View:
+    """Assemble the messages to send, in order, from the kept active entries.
+
+    ``synthetic_tokens`` is the token count of one synthetic result.
+    """
+    out: list[Message] = []
+    notices: list[Notice] = []
+    tokens = 0
+    open_calls: dict[str, tuple[int, ContentBlock]] = {}
+
+    def close_open_calls() -> None:
+        nonlocal tokens
+        for call_id, (seq, call) in open_calls.items():
+            out.append(synthetic_result(call, synthetic_tokens))
+            tokens += synthetic_tokens
+            notices.append(
+                Notice(
+                    SYNTHETIC_TOOL_RESULT,
+                    seq,
+                    f"tool call {call_id!r} ({call.tool_name}) had no result; "
+                    f"added {SYNTHETIC_RESULT_TEXT!r}",
+                )
+            )
+        open_calls.clear()
+
+    for entry in entries:
+        message = entry.message
+        if message.role is Role.TOOL_RESULT:
+            if open_calls.pop(message.tool_call_id, None) is None:
+                notices.append(
+                    Notice(
+                        ORPHANED_TOOL_RESULT_OMITTED,
+                        message.seq,
+                        f"tool result for call {message.tool_call_id!r} has no matching "
+                        "call in the view",
+                    )
+                )
+                continue
+        elif message.failed:
+            reason = message.error_message or message.stop_reason.name.lower()
+            notices.append(
+                Notice(FAILED_MESSAGE_OMITTED, message.seq, f"failed assistant message: {reason}")
+            )
+            continue
+        else:
+            close_open_calls()
+            for call in message.tool_calls:
+                open_calls[call.tool_call_id] = (message.seq, call)
+        out.append(message)
+        tokens += entry.token_count
+        if entry.notice is not None:
+            notices.append(entry.notice)
+    close_open_calls()
+    return View(tuple(out), tuple(notices), tokens)
+
+
+def sum_tokens(entries: Sequence[ViewEntry]) -> int:
+    return sum(e.token_count for e in entries)

@@ -1,0 +1,575 @@
+"""SessionManager: every RPC's use case, over hot sessions and the repository."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from ctxwarden import ids
+from ctxwarden.config import Settings
+from ctxwarden.core.context import AppendPlan, ModelInputView, SessionContext
+from ctxwarden.core.errors import (
+    Aborted,
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+from ctxwarden.core.messages import Message
+from ctxwarden.core.recovery import RecoveryAction, decide_recovery
+from ctxwarden.core.rollback import last_failure_message
+from ctxwarden.core.session import Session, effective_policy
+from ctxwarden.core.tokens import Tokenizer, count_message, count_text
+from ctxwarden.core.validation import check_key, check_messages, check_session_id
+from ctxwarden.service.hot import HotSessions
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.repository import Repository, RequestRecord, StoredRequest
+from ctxwarden.tokenizers import load_tokenizer
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BIG_WORK_CHARS = 64 * 1024
+"""Tokenizing more text than this runs in a worker thread, off the event loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    messages: tuple[Message, ...]
+    last_seq: int
+    context_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackResult:
+    rolled_back_seqs: tuple[int, ...]
+    action: RecoveryAction
+    retry_after_seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyKey:
+    """AIP-155 request_id plus a hash of the request, to detect reuse."""
+
+    request_id: str
+    request_hash: str
+
+
+def _encode_token(value: dict[str, Any]) -> str:
+    raw = json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str) -> dict[str, Any]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise ValueError
+        return value
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidArgument(
+            "page_token is not a token this server issued",
+            reason="INVALID_PAGE_TOKEN",
+            field="page_token",
+        ) from None
+
+
+def _page_size(requested: int, default: int, maximum: int = 1000) -> int:
+    if requested < 0:
+        raise InvalidArgument(
+            "page_size must be >= 0", reason="INVALID_PAGE_SIZE", field="page_size"
+        )
+    return min(requested or default, maximum)
+
+
+def _chars(messages: Sequence[Message]) -> int:
+    return sum(len(b.text) + len(b.arguments_json) for m in messages for b in m.content)
+
+
+async def _tokenizer(spec: str) -> Tokenizer:
+    try:
+        return await asyncio.to_thread(load_tokenizer, spec)
+    except ValueError as exc:
+        raise InvalidArgument(
+            str(exc), reason="UNKNOWN_TOKENIZER", field="policy.tokenizer"
+        ) from None
+
+
+class SessionManager:
+    def __init__(self, repo: Repository, settings: Settings) -> None:
+        self.repo = repo
+        self.settings = settings
+        self.hot = HotSessions(settings.max_hot_sessions)
+        self.restores = 0
+
+    # -- plumbing -------------------------------------------------------------
+
+    async def _db(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a store call; a lost database is UNAVAILABLE (safe to retry)."""
+        try:
+            return await op()
+        except (OperationalError, DBAPIError, OSError) as exc:
+            if (
+                isinstance(exc, DBAPIError)
+                and not exc.connection_invalidated
+                and not isinstance(exc, OperationalError)
+            ):
+                raise
+            log.warning("database unavailable: %s", exc)
+            raise Unavailable(
+                "the database is unavailable; retry shortly",
+                reason="DATABASE_UNAVAILABLE",
+            ) from exc
+
+    async def _context(self, session_id: str) -> SessionContext:
+        """The hot session, restored from the database when it is not in memory."""
+        check_session_id(session_id)
+        ctx = self.hot.get(session_id)
+        if ctx is not None:
+            return ctx
+        async with self.hot.lock(session_id):
+            return await self._context_locked(session_id)
+
+    async def _context_locked(self, session_id: str) -> SessionContext:
+        """Like _context, for a caller that already holds the session's lock."""
+        check_session_id(session_id)
+        ctx = self.hot.get(session_id)
+        if ctx is not None:
+            return ctx
+        snapshot = await self._db(lambda: self.repo.load_snapshot(session_id))
+        if snapshot is None or snapshot.session.deleted:
+            raise self._not_found(session_id)
+        s = snapshot.session
+        tokenizer = await _tokenizer(effective_policy(s.policy, s.model).tokenizer)
+
+        def build() -> SessionContext:
+            return SessionContext(s, snapshot.checkpoint, snapshot.kept, tokenizer)
+
+        if len(snapshot.kept) > 2000:
+            ctx = await asyncio.to_thread(build)
+        else:
+            ctx = build()
+        self.restores += 1
+        self.hot.put(session_id, ctx)
+        return ctx
+
+    @staticmethod
+    def _not_found(session_id: str) -> NotFound:
+        return NotFound(
+            f"session {session_id!r} does not exist (or was deleted)",
+            reason="SESSION_NOT_FOUND",
+            metadata={"session_id": session_id},
+        )
+
+    def _concurrent(self, session_id: str) -> Aborted:
+        self.hot.evict(session_id)
+        return Aborted(
+            f"session {session_id!r} was changed by another writer; reload it and retry",
+            reason="CONCURRENT_MODIFICATION",
+            metadata={"session_id": session_id},
+        )
+
+    async def _replay(self, scope: str, key: IdempotencyKey | None) -> StoredRequest | None:
+        if key is None:
+            return None
+        stored = await self._db(lambda: self.repo.get_request(scope, key.request_id))
+        if stored is not None and stored.request_hash != key.request_hash:
+            raise InvalidArgument(
+                f"request_id {key.request_id!r} was already used for a different request",
+                reason="REQUEST_ID_REUSED",
+                field="request_id",
+            )
+        return stored
+
+    @staticmethod
+    def _record(
+        scope: str, key: IdempotencyKey | None, outcome: dict[str, Any]
+    ) -> RequestRecord | None:
+        if key is None:
+            return None
+        return RequestRecord(scope, key.request_id, key.request_hash, outcome, ids.now_us())
+
+    # -- sessions -------------------------------------------------------------
+
+    async def create_session(
+        self, session: Session, session_id: str, key: IdempotencyKey | None
+    ) -> Session:
+        if key is not None:
+            check_key(key.request_id, "request_id")
+        if session_id:
+            check_session_id(session_id)
+        sid = session_id or ids.new_id()
+        policy = effective_policy(session.policy, session.model)
+        tokenizer = await _tokenizer(policy.tokenizer)
+        now = ids.now_us()
+        fresh = replace(
+            session,
+            session_id=sid,
+            last_seq=0,
+            revision=1,
+            consecutive_failures=0,
+            create_time_us=now,
+            update_time_us=now,
+            delete_time_us=0,
+        )
+        ctx = SessionContext(fresh, None, (), tokenizer)
+        fresh = replace(fresh, context_tokens=ctx.context_tokens)
+        ctx.session = fresh
+        scope = "CreateSession"
+        try:
+            await self._db(
+                lambda: self.repo.create_session(
+                    fresh, self._record(scope, key, {"session_id": sid})
+                )
+            )
+        except DuplicateKey:
+            stored = await self._replay(scope, key)
+            if stored is not None:
+                return await self.get_session(str(stored.outcome["session_id"]))
+            raise AlreadyExists(
+                f"session {sid!r} already exists",
+                reason="SESSION_ALREADY_EXISTS",
+                metadata={"session_id": sid},
+            ) from None
+        self.hot.put(sid, ctx)
+        return fresh
+
+    async def get_session(self, session_id: str) -> Session:
+        check_session_id(session_id)
+        ctx = self.hot.get(session_id)
+        if ctx is not None:
+            return ctx.session
+        session = await self._db(lambda: self.repo.get_session(session_id))
+        if session is None or session.deleted:
+            raise self._not_found(session_id)
+        return session
+
+    async def list_sessions(
+        self, user_id: str, project_id: str, page_size: int, page_token: str
+    ) -> tuple[list[Session], str]:
+        size = _page_size(page_size, 50)
+        before: tuple[int, str] | None = None
+        if page_token:
+            tok = _decode_token(page_token)
+            if tok.get("u") != user_id or tok.get("p") != project_id:
+                raise InvalidArgument(
+                    "page_token was issued for different filters",
+                    reason="INVALID_PAGE_TOKEN",
+                    field="page_token",
+                )
+            before = (int(tok["t"]), str(tok["i"]))
+        rows = await self._db(
+            lambda: self.repo.list_sessions(
+                user_id=user_id, project_id=project_id, limit=size + 1, before=before
+            )
+        )
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            last = rows[-1]
+            token = _encode_token(
+                {"u": user_id, "p": project_id, "t": last.create_time_us, "i": last.session_id}
+            )
+        # A hot session's row may lag its in-memory counters by nothing: rows are
+        # written before memory changes, so the row is authoritative here.
+        return rows, token
+
+    async def update_session(self, updated: Session, paths: Sequence[str], etag: str) -> Session:
+        sid = updated.session_id
+        check_session_id(sid, "session.session_id")
+        async with self.hot.lock(sid):
+            ctx = await self._context_locked(sid)
+            current = ctx.session
+            if etag and etag != current.etag:
+                raise Aborted(
+                    f"etag {etag} is stale (current {current.etag}); re-read the session",
+                    reason="ETAG_MISMATCH",
+                    metadata={"etag": current.etag},
+                )
+            changes: dict[str, Any] = {p: getattr(updated, p) for p in paths}
+            now = ids.now_us()
+            new = replace(current, **changes, revision=current.revision + 1, update_time_us=now)
+            old_spec = ctx.policy.tokenizer
+            new_spec = effective_policy(new.policy, new.model).tokenizer
+            tokenizer: Tokenizer | None = None
+            recount: list[tuple[int, int]] = []
+            if new_spec != old_spec:
+                tokenizer = await _tokenizer(new_spec)
+                tok = tokenizer
+                active = ctx.active_messages
+                recount = await asyncio.to_thread(
+                    lambda: [(m.seq, count_message(m, tok)) for m in active]
+                )
+            probe = SessionContext(new, ctx.checkpoint, (), tokenizer or ctx.tokenizer)
+            fixed = probe.context_tokens
+            stored_tokens = (
+                sum(c for _, c in recount)
+                if recount
+                else sum(m.token_count for m in ctx.active_messages)
+            )
+            new = replace(new, context_tokens=fixed + stored_tokens)
+            try:
+                await self._db(
+                    lambda: self.repo.update_session(
+                        new, expected_revision=current.revision, token_counts=recount
+                    )
+                )
+            except ConcurrentWrite:
+                raise self._concurrent(sid) from None
+            if recount:
+                counts = dict(recount)
+                self.hot.evict(sid)
+                rebuilt = SessionContext(
+                    new,
+                    ctx.checkpoint,
+                    [replace(m, token_count=counts[m.seq]) for m in ctx.active_messages],
+                    tokenizer or ctx.tokenizer,
+                )
+                self.hot.put(sid, rebuilt)
+                new = replace(new, context_tokens=rebuilt.context_tokens)
+                rebuilt.session = new
+            else:
+                ctx.replace_session(new)
+                ctx.session = replace(ctx.session, context_tokens=ctx.context_tokens)
+                new = ctx.session
+            return new
+
+    async def delete_session(self, session_id: str) -> None:
+        check_session_id(session_id)
+        async with self.hot.lock(session_id):
+            deleted = await self._db(lambda: self.repo.delete_session(session_id, ids.now_us()))
+            self.hot.evict(session_id)
+        if not deleted:
+            raise self._not_found(session_id)
+
+    # -- messages -------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        expected_last_seq: int | None,
+        key: IdempotencyKey | None,
+    ) -> AppendResult:
+        check_messages(messages, self.settings.limits.max_messages_per_request)
+        if key is not None:
+            check_key(key.request_id, "request_id")
+        check_session_id(session_id)
+        scope = f"AppendMessages/{session_id}"
+        async with self.hot.lock(session_id):
+            ctx = await self._context_locked(session_id)
+            stored_dups: dict[str, Message] = {}
+            for _attempt in range(3):
+                plan = await self._plan(ctx, messages, stored_dups)
+                if not plan.new:
+                    return AppendResult(plan.messages, ctx.session.last_seq, ctx.context_tokens)
+                if expected_last_seq is not None and expected_last_seq != ctx.session.last_seq:
+                    if expected_last_seq > ctx.session.last_seq:
+                        self.hot.evict(session_id)  # our copy may be stale
+                    raise Aborted(
+                        f"expected_last_seq {expected_last_seq} does not match the session's "
+                        f"last_seq {ctx.session.last_seq}; nothing was written",
+                        reason="LAST_SEQ_MISMATCH",
+                        metadata={"last_seq": str(ctx.session.last_seq)},
+                    )
+                now = ids.now_us()
+                new_session = replace(
+                    ctx.session,
+                    last_seq=plan.last_seq,
+                    context_tokens=plan.context_tokens,
+                    update_time_us=now,
+                    consecutive_failures=ctx.failures_after(plan.new),
+                )
+                outcome = {
+                    "seqs": [m.seq for m in plan.messages],
+                    "last_seq": plan.last_seq,
+                    "context_tokens": plan.context_tokens,
+                }
+                record = self._record(scope, key, outcome)
+                try:
+                    await self._db(
+                        lambda s=new_session, p=plan, r=record: self.repo.append(  # type: ignore[misc]
+                            s, expected_last_seq=ctx.session.last_seq, messages=p.new, record=r
+                        )
+                    )
+                except ConcurrentWrite:
+                    raise self._concurrent(session_id) from None
+                except Unavailable:
+                    # The commit may or may not have happened: forget our copy.
+                    self.hot.evict(session_id)
+                    raise
+                except DuplicateKey:
+                    stored = await self._replay(scope, key)
+                    if stored is not None:
+                        return await self._stored_append(ctx, session_id, stored.outcome)
+                    wanted = [m.message_id for m in messages if m.message_id]
+                    found = await self.repo.find_by_message_ids(session_id, wanted)
+                    if not found or found.keys() <= stored_dups.keys():
+                        raise self._concurrent(session_id) from None
+                    stored_dups = found
+                    continue
+                ctx.apply_append(plan, now)
+                return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
+            raise self._concurrent(session_id)
+
+    async def _plan(
+        self, ctx: SessionContext, messages: Sequence[Message], dups: dict[str, Message]
+    ) -> AppendPlan:
+        def plan() -> AppendPlan:
+            return ctx.plan_append(
+                messages,
+                now_us=ids.now_us(),
+                new_message_id=iter(ids.new_id, None),
+                stored_duplicates=dups,
+            )
+
+        if _chars(messages) > BIG_WORK_CHARS:
+            return await asyncio.to_thread(plan)
+        return plan()
+
+    async def _stored_append(
+        self, ctx: SessionContext, session_id: str, outcome: dict[str, Any]
+    ) -> AppendResult:
+        seqs = [int(s) for s in outcome["seqs"]]
+        by_seq = {m.seq: m for m in ctx.active_messages}
+        missing = [s for s in seqs if s not in by_seq]
+        if missing:
+            for m in await self._db(lambda: self.repo.get_messages(session_id, missing)):
+                by_seq[m.seq] = m
+        return AppendResult(
+            tuple(by_seq[s] for s in seqs if s in by_seq),
+            int(outcome["last_seq"]),
+            int(outcome["context_tokens"]),
+        )
+
+    async def list_messages(
+        self, session_id: str, page_size: int, page_token: str, include_rolled_back: bool
+    ) -> tuple[list[Message], str]:
+        await self.get_session(session_id)
+        size = _page_size(page_size, 100)
+        after = 0
+        if page_token:
+            tok = _decode_token(page_token)
+            if tok.get("s") != session_id or tok.get("r") != include_rolled_back:
+                raise InvalidArgument(
+                    "page_token was issued for a different session or filter",
+                    reason="INVALID_PAGE_TOKEN",
+                    field="page_token",
+                )
+            after = int(tok["a"])
+        rows = await self._db(
+            lambda: self.repo.list_messages(
+                session_id, after_seq=after, limit=size + 1, include_rolled_back=include_rolled_back
+            )
+        )
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = _encode_token({"s": session_id, "r": include_rolled_back, "a": rows[-1].seq})
+        return rows, token
+
+    # -- model input ------------------------------------------------------------
+
+    async def build_model_input(self, session_id: str, max_output_tokens: int) -> ModelInputView:
+        if max_output_tokens < 0:
+            raise InvalidArgument(
+                "max_output_tokens must be >= 0",
+                reason="INVALID_MAX_OUTPUT_TOKENS",
+                field="max_output_tokens",
+            )
+        ctx = await self._context(session_id)
+        return ctx.model_input(max_output_tokens)
+
+    # -- rollback ---------------------------------------------------------------
+
+    async def rollback(
+        self,
+        session_id: str,
+        to_seq: int | None,
+        error_message: str,
+        key: IdempotencyKey | None,
+    ) -> RollbackResult:
+        if key is not None:
+            check_key(key.request_id, "request_id")
+        check_session_id(session_id)
+        scope = f"RollbackTurn/{session_id}"
+        async with self.hot.lock(session_id):
+            ctx = await self._context_locked(session_id)
+            stored = await self._replay(scope, key)
+            if stored is not None:
+                return _rollback_from_outcome(stored.outcome)
+            seqs = ctx.plan_rollback(to_seq)
+            error = error_message or last_failure_message(ctx.active_messages, seqs)
+            failures = ctx.session.consecutive_failures
+            if seqs and to_seq is None:
+                failures += 1
+            recovery = decide_recovery(error, failures, self.settings.max_retries)
+            reason = "nothing to roll back" if not seqs and not error else recovery.reason
+            result = RollbackResult(
+                tuple(seqs), recovery.action, recovery.retry_after_seconds, reason
+            )
+            now = ids.now_us()
+            gone = set(seqs)
+            remaining = sum(e.token_count for e in ctx.entries if e.message.seq not in gone)
+            new_session = replace(
+                ctx.session,
+                consecutive_failures=failures,
+                context_tokens=ctx.fixed_tokens + remaining,
+                update_time_us=now,
+            )
+            if seqs or key is not None:
+                try:
+                    await self._db(
+                        lambda: self.repo.rollback(
+                            new_session,
+                            seqs=seqs,
+                            record=self._record(scope, key, _rollback_outcome(result)),
+                        )
+                    )
+                except ConcurrentWrite:
+                    raise self._concurrent(session_id) from None
+                except Unavailable:
+                    self.hot.evict(session_id)
+                    raise
+                except DuplicateKey:
+                    stored = await self._replay(scope, key)
+                    if stored is None:
+                        raise self._concurrent(session_id) from None
+                    return _rollback_from_outcome(stored.outcome)
+                ctx.apply_rollback(seqs, failures, now)
+            return result
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def close(self) -> None:
+        await self.repo.close()
+
+
+def _rollback_outcome(r: RollbackResult) -> dict[str, Any]:
+    return {
+        "seqs": list(r.rolled_back_seqs),
+        "action": int(r.action),
+        "retry_after": r.retry_after_seconds,
+        "reason": r.reason,
+    }
+
+
+def _rollback_from_outcome(o: dict[str, Any]) -> RollbackResult:
+    return RollbackResult(
+        tuple(int(s) for s in o["seqs"]),
+        RecoveryAction(int(o["action"])),
+        float(o["retry_after"]),
+        str(o["reason"]),
+    )
+
+
+__all__ = ["AppendResult", "IdempotencyKey", "RollbackResult", "SessionManager", "count_text"]

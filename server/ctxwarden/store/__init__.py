@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, the repository and Alembic migrations."""

@@ -1,0 +1,199 @@
+"""Domain objects <-> row values (JSON bodies)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from ctxwarden.core.messages import (
+    ContentBlock,
+    ContentKind,
+    Message,
+    MessageState,
+    Role,
+    StopReason,
+    Usage,
+)
+from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
+from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _block_to_json(block: ContentBlock) -> dict[str, Any]:
+    k = block.kind
+    if k is ContentKind.TEXT:
+        return {"t": "text", "text": block.text}
+    if k is ContentKind.IMAGE:
+        return {
+            "t": "image",
+            "mime_type": block.mime_type,
+            "data": base64.b64encode(block.data).decode("ascii"),
+        }
+    if k is ContentKind.THINKING:
+        return {
+            "t": "thinking",
+            "thinking": block.text,
+            "signature": block.signature,
+            "redacted": block.redacted,
+        }
+    return {
+        "t": "tool_call",
+        "id": block.tool_call_id,
+        "name": block.tool_name,
+        "arguments_json": block.arguments_json,
+    }
+
+
+def _block_from_json(d: dict[str, Any]) -> ContentBlock:
+    t = d["t"]
+    if t == "text":
+        return ContentBlock(ContentKind.TEXT, text=d["text"])
+    if t == "image":
+        return ContentBlock(
+            ContentKind.IMAGE, mime_type=d["mime_type"], data=base64.b64decode(d["data"])
+        )
+    if t == "thinking":
+        return ContentBlock(
+            ContentKind.THINKING,
+            text=d["thinking"],
+            signature=d["signature"],
+            redacted=d["redacted"],
+        )
+    return ContentBlock(
+        ContentKind.TOOL_CALL,
+        tool_call_id=d["id"],
+        tool_name=d["name"],
+        arguments_json=d["arguments_json"],
+    )
+
+
+def message_body(m: Message) -> str:
+    body: dict[str, Any] = {"content": [_block_to_json(b) for b in m.content]}
+    for name in ("model", "provider", "error_message", "tool_call_id", "tool_name"):
+        value = getattr(m, name)
+        if value:
+            body[name] = value
+    if m.is_error:
+        body["is_error"] = True
+    if m.usage is not None:
+        u = m.usage
+        body["usage"] = [
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_write_tokens,
+            u.total_tokens,
+        ]
+    if m.metadata:
+        body["metadata"] = dict(m.metadata)
+    return _dumps(body)
+
+
+def message_row_values(session_id: str, m: Message) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "seq": m.seq,
+        "message_id": m.message_id,
+        "role": int(m.role),
+        "state": int(m.state),
+        "stop_reason": int(m.stop_reason),
+        "token_count": m.token_count,
+        "create_time_us": m.create_time_us,
+        "rolled_back_at_seq": 0,
+        "body": message_body(m),
+    }
+
+
+def message_from_row(row: MessageRow | Any) -> Message:
+    body = json.loads(row.body)
+    usage = body.get("usage")
+    return Message(
+        role=Role(row.role),
+        content=tuple(_block_from_json(b) for b in body["content"]),
+        seq=row.seq,
+        message_id=row.message_id,
+        stop_reason=StopReason(row.stop_reason),
+        usage=Usage(*usage) if usage is not None else None,
+        model=body.get("model", ""),
+        provider=body.get("provider", ""),
+        error_message=body.get("error_message", ""),
+        tool_call_id=body.get("tool_call_id", ""),
+        tool_name=body.get("tool_name", ""),
+        is_error=body.get("is_error", False),
+        state=MessageState(row.state),
+        token_count=row.token_count,
+        create_time_us=row.create_time_us,
+        metadata=body.get("metadata", {}),
+    )
+
+
+def _policy_json(p: ContextPolicy) -> str:
+    return _dumps(
+        {
+            "context_window": p.context_window,
+            "reserve_tokens": p.reserve_tokens,
+            "keep_recent_tokens": p.keep_recent_tokens,
+            "tool_output_max_bytes": p.tool_output_max_bytes,
+            "tool_output_max_lines": p.tool_output_max_lines,
+            "tokenizer": p.tokenizer,
+        }
+    )
+
+
+def session_row_values(s: Session) -> dict[str, Any]:
+    return {
+        "session_id": s.session_id,
+        "user_id": s.user_id,
+        "project_id": s.project_id,
+        "title": s.title,
+        "system_prompt": s.system_prompt,
+        "tools_json": _dumps([[t.name, t.description, t.parameters_json] for t in s.tools]),
+        "model": s.model,
+        "policy_json": _policy_json(s.policy),
+        "pinned_state": s.pinned_state,
+        "labels_json": _dumps(dict(s.labels)),
+        "last_seq": s.last_seq,
+        "context_tokens": s.context_tokens,
+        "revision": s.revision,
+        "consecutive_failures": s.consecutive_failures,
+        "create_time_us": s.create_time_us,
+        "update_time_us": s.update_time_us,
+        "delete_time_us": s.delete_time_us,
+    }
+
+
+def session_from_row(row: SessionRow | Any) -> Session:
+    return Session(
+        session_id=row.session_id,
+        user_id=row.user_id,
+        project_id=row.project_id,
+        title=row.title,
+        system_prompt=row.system_prompt,
+        tools=tuple(ToolDefinition(*t) for t in json.loads(row.tools_json)),
+        model=row.model,
+        policy=ContextPolicy(**json.loads(row.policy_json)),
+        pinned_state=row.pinned_state,
+        labels=json.loads(row.labels_json),
+        last_seq=row.last_seq,
+        context_tokens=row.context_tokens,
+        revision=row.revision,
+        consecutive_failures=row.consecutive_failures,
+        create_time_us=row.create_time_us,
+        update_time_us=row.update_time_us,
+        delete_time_us=row.delete_time_us,
+    )
+
+
+def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
+    return Checkpoint(
+        compaction_id=row.compaction_id,
+        session_id=row.session_id,
+        summary=row.summary,
+        first_kept_seq=row.first_kept_seq,
+        tokens_before=row.tokens_before,
+        create_time_us=row.created_at,
+    )

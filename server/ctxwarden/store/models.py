@@ -1,0 +1,133 @@
+"""SQLAlchemy table models.
+
+Times are integer microseconds since the epoch (identical on SQLite and
+MySQL, no time zone or precision surprises). IDs are ASCII with binary
+collation on MySQL, so keys stay small and case-sensitive.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+
+def ascii_id(length: int) -> TypeEngine[str]:
+    return String(length).with_variant(
+        mysql.VARCHAR(length, charset="ascii", collation="ascii_bin"), "mysql", "mariadb"
+    )
+
+
+def long_text() -> TypeEngine[str]:
+    return Text().with_variant(mysql.LONGTEXT(charset="utf8mb4"), "mysql", "mariadb")
+
+
+def long_blob() -> TypeEngine[bytes]:
+    return LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+
+def text_col(length: int) -> TypeEngine[str]:
+    return String(length).with_variant(
+        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+    )
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+
+    session_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
+    user_id: Mapped[str] = mapped_column(text_col(128), default="")
+    project_id: Mapped[str] = mapped_column(text_col(128), default="")
+    title: Mapped[str] = mapped_column(long_text(), default="")
+    system_prompt: Mapped[str] = mapped_column(long_text(), default="")
+    tools_json: Mapped[str] = mapped_column(long_text(), default="[]")
+    model: Mapped[str] = mapped_column(text_col(128), default="")
+    policy_json: Mapped[str] = mapped_column(long_text(), default="{}")
+    pinned_state: Mapped[str] = mapped_column(long_text(), default="")
+    labels_json: Mapped[str] = mapped_column(long_text(), default="{}")
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    context_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    create_time_us: Mapped[int] = mapped_column(BigInteger)
+    update_time_us: Mapped[int] = mapped_column(BigInteger)
+    delete_time_us: Mapped[int] = mapped_column(BigInteger, default=0)
+
+    __table_args__ = (
+        Index("ix_sessions_list", "tenant_id", "delete_time_us", "create_time_us", "session_id"),
+        Index("ix_sessions_user", "tenant_id", "user_id", "create_time_us"),
+        Index("ix_sessions_project", "tenant_id", "project_id", "create_time_us"),
+    )
+
+
+class MessageRow(Base):
+    __tablename__ = "messages"
+
+    session_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    message_id: Mapped[str] = mapped_column(ascii_id(128))
+    role: Mapped[int] = mapped_column(SmallInteger)
+    state: Mapped[int] = mapped_column(SmallInteger)
+    stop_reason: Mapped[int] = mapped_column(SmallInteger, default=0)
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    create_time_us: Mapped[int] = mapped_column(BigInteger)
+    rolled_back_at_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    """The session's last_seq when the message was rolled back (0 while active)."""
+    body: Mapped[str] = mapped_column(long_text())
+    """JSON: content blocks and the remaining message fields."""
+
+    __table_args__ = (UniqueConstraint("session_id", "message_id", name="uq_messages_message_id"),)
+
+
+class CompactionRow(Base):
+    __tablename__ = "compactions"
+
+    compaction_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ascii_id(128))
+    summary: Mapped[str] = mapped_column(long_text())
+    first_kept_seq: Mapped[int] = mapped_column(BigInteger)
+    tokens_before: Mapped[int] = mapped_column(BigInteger)
+    tokens_after: Mapped[int] = mapped_column(BigInteger, default=0)
+    at_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    """The session's last_seq when the checkpoint was made."""
+    superseded_at_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Non-zero once a rollback invalidated the checkpoint."""
+    details_json: Mapped[str] = mapped_column(long_text(), default="{}")
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    """Microseconds since the epoch."""
+
+    __table_args__ = (Index("ix_compactions_session", "session_id", "created_at"),)
+
+
+class RequestRow(Base):
+    """Outcome of an idempotent request, keyed by (scope, request_id)."""
+
+    __tablename__ = "request_log"
+
+    scope: Mapped[str] = mapped_column(ascii_id(200), primary_key=True)
+    request_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(ascii_id(64))
+    outcome: Mapped[bytes] = mapped_column(long_blob())
+    create_time_us: Mapped[int] = mapped_column(BigInteger)

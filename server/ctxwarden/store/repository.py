@@ -1,0 +1,354 @@
+"""Typed async repository. Every method is one short transaction.
+
+The hot path (append) never reads history: it is one compare-and-set UPDATE
+of the session row followed by INSERTs, in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ctxwarden.core.messages import Message, MessageState
+from ctxwarden.core.session import Checkpoint, Session
+from ctxwarden.store.codec import (
+    checkpoint_from_row,
+    message_from_row,
+    message_row_values,
+    session_from_row,
+    session_row_values,
+)
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.models import CompactionRow, MessageRow, RequestRow, SessionRow
+
+S = cast(Table, SessionRow.__table__)
+M = cast(Table, MessageRow.__table__)
+C = cast(Table, CompactionRow.__table__)
+R = cast(Table, RequestRow.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """An idempotent request's key and outcome, written with its effects."""
+
+    scope: str
+    request_id: str
+    request_hash: str
+    outcome: dict[str, Any]
+    create_time_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRequest:
+    request_hash: str
+    outcome: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a restore reads: the session, its newest valid checkpoint, kept messages."""
+
+    session: Session
+    checkpoint: Checkpoint | None
+    kept: list[Message]
+
+
+class Repository:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def ping(self) -> None:
+        async with self.engine.connect() as conn:
+            await conn.execute(select(1))
+
+    # -- idempotency ----------------------------------------------------------
+
+    @staticmethod
+    async def _record(conn: AsyncConnection, record: RequestRecord | None) -> None:
+        if record is None:
+            return
+        await conn.execute(
+            insert(R).values(
+                scope=record.scope,
+                request_id=record.request_id,
+                request_hash=record.request_hash,
+                outcome=json.dumps(record.outcome, separators=(",", ":")).encode(),
+                create_time_us=record.create_time_us,
+            )
+        )
+
+    async def get_request(self, scope: str, request_id: str) -> StoredRequest | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(R.c.request_hash, R.c.outcome).where(
+                        R.c.scope == scope, R.c.request_id == request_id
+                    )
+                )
+            ).first()
+        if row is None:
+            return None
+        return StoredRequest(row.request_hash, json.loads(bytes(row.outcome)))
+
+    # -- sessions -------------------------------------------------------------
+
+    async def create_session(self, session: Session, record: RequestRecord | None) -> None:
+        """Insert a session. Raises DuplicateKey if the ID or request is taken."""
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(insert(S).values(**session_row_values(session)))
+                await self._record(conn, record)
+        except IntegrityError as exc:
+            raise DuplicateKey(str(exc.orig)) from exc
+
+    async def get_session(self, session_id: str) -> Session | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
+        return session_from_row(row) if row is not None else None
+
+    async def list_sessions(
+        self,
+        *,
+        user_id: str,
+        project_id: str,
+        limit: int,
+        before: tuple[int, str] | None,
+    ) -> list[Session]:
+        """Live sessions, newest first; ``before`` is the last (create_time, id) seen."""
+        q = select(S).where(S.c.tenant_id == "", S.c.delete_time_us == 0)
+        if user_id:
+            q = q.where(S.c.user_id == user_id)
+        if project_id:
+            q = q.where(S.c.project_id == project_id)
+        if before is not None:
+            t, sid = before
+            q = q.where(
+                or_(
+                    S.c.create_time_us < t,
+                    and_(S.c.create_time_us == t, S.c.session_id < sid),
+                )
+            )
+        q = q.order_by(S.c.create_time_us.desc(), S.c.session_id.desc()).limit(limit)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(q)).all()
+        return [session_from_row(r) for r in rows]
+
+    async def update_session(
+        self,
+        session: Session,
+        *,
+        expected_revision: int,
+        token_counts: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """Write new settings if the revision still matches (else ConcurrentWrite).
+
+        ``token_counts`` re-records (seq, count) pairs after a tokenizer change.
+        """
+        values = session_row_values(session)
+        for key in ("session_id", "create_time_us", "last_seq", "delete_time_us"):
+            values.pop(key)
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                update(S)
+                .where(
+                    S.c.session_id == session.session_id,
+                    S.c.revision == expected_revision,
+                    S.c.delete_time_us == 0,
+                )
+                .values(**values)
+            )
+            if result.rowcount != 1:
+                raise ConcurrentWrite(session.session_id)
+            for seq, count in token_counts:
+                await conn.execute(
+                    update(M)
+                    .where(M.c.session_id == session.session_id, M.c.seq == seq)
+                    .values(token_count=count)
+                )
+
+    async def delete_session(self, session_id: str, now_us: int) -> bool:
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                update(S)
+                .where(S.c.session_id == session_id, S.c.delete_time_us == 0)
+                .values(delete_time_us=now_us, update_time_us=now_us)
+            )
+        return bool(result.rowcount == 1)
+
+    # -- messages -------------------------------------------------------------
+
+    async def append(
+        self,
+        session: Session,
+        *,
+        expected_last_seq: int,
+        messages: Sequence[Message],
+        record: RequestRecord | None,
+    ) -> None:
+        """Insert messages and advance the session row, atomically.
+
+        ``session`` carries the new last_seq, context_tokens, update time and
+        failure count. Raises ConcurrentWrite when another writer advanced the
+        session first, DuplicateKey when a message_id or request_id exists.
+        """
+        try:
+            async with self.engine.begin() as conn:
+                result = await conn.execute(
+                    update(S)
+                    .where(
+                        S.c.session_id == session.session_id,
+                        S.c.last_seq == expected_last_seq,
+                        S.c.delete_time_us == 0,
+                    )
+                    .values(
+                        last_seq=session.last_seq,
+                        context_tokens=session.context_tokens,
+                        update_time_us=session.update_time_us,
+                        consecutive_failures=session.consecutive_failures,
+                    )
+                )
+                if result.rowcount != 1:
+                    raise ConcurrentWrite(session.session_id)
+                if messages:
+                    await conn.execute(
+                        insert(M),
+                        [message_row_values(session.session_id, m) for m in messages],
+                    )
+                await self._record(conn, record)
+        except IntegrityError as exc:
+            raise DuplicateKey(str(exc.orig)) from exc
+
+    async def find_by_message_ids(
+        self, session_id: str, message_ids: Sequence[str]
+    ) -> dict[str, Message]:
+        if not message_ids:
+            return {}
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(M).where(M.c.session_id == session_id, M.c.message_id.in_(message_ids))
+                )
+            ).all()
+        return {r.message_id: message_from_row(r) for r in rows}
+
+    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[Message]:
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(M)
+                    .where(M.c.session_id == session_id, M.c.seq.in_(list(seqs)))
+                    .order_by(M.c.seq)
+                )
+            ).all()
+        return [message_from_row(r) for r in rows]
+
+    async def list_messages(
+        self, session_id: str, *, after_seq: int, limit: int, include_rolled_back: bool
+    ) -> list[Message]:
+        q = select(M).where(M.c.session_id == session_id, M.c.seq > after_seq)
+        if not include_rolled_back:
+            q = q.where(M.c.state == int(MessageState.ACTIVE))
+        q = q.order_by(M.c.seq).limit(limit)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(q)).all()
+        return [message_from_row(r) for r in rows]
+
+    async def rollback(
+        self,
+        session: Session,
+        *,
+        seqs: Sequence[int],
+        record: RequestRecord | None,
+    ) -> None:
+        """Mark messages rolled back (never deleted) and update the session row.
+
+        The session row is compare-and-set on last_seq so a concurrent append
+        by another process makes this fail with ConcurrentWrite.
+        """
+        try:
+            async with self.engine.begin() as conn:
+                result = await conn.execute(
+                    update(S)
+                    .where(
+                        S.c.session_id == session.session_id,
+                        S.c.last_seq == session.last_seq,
+                        S.c.delete_time_us == 0,
+                    )
+                    .values(
+                        context_tokens=session.context_tokens,
+                        consecutive_failures=session.consecutive_failures,
+                        update_time_us=session.update_time_us,
+                    )
+                )
+                if result.rowcount != 1:
+                    raise ConcurrentWrite(session.session_id)
+                if seqs:
+                    result = await conn.execute(
+                        update(M)
+                        .where(
+                            M.c.session_id == session.session_id,
+                            M.c.seq.in_(list(seqs)),
+                            M.c.state == int(MessageState.ACTIVE),
+                        )
+                        .values(
+                            state=int(MessageState.ROLLED_BACK),
+                            rolled_back_at_seq=session.last_seq,
+                        )
+                    )
+                    if result.rowcount != len(seqs):
+                        raise ConcurrentWrite(session.session_id)
+                await self._record(conn, record)
+        except IntegrityError as exc:
+            raise DuplicateKey(str(exc.orig)) from exc
+
+    # -- restore --------------------------------------------------------------
+
+    async def load_snapshot(self, session_id: str) -> Snapshot | None:
+        """Restore reads: session row, newest valid checkpoint, kept active messages.
+
+        Cost is O(kept messages), independent of the length of the history.
+        """
+        async with self.engine.connect() as conn:
+            srow = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
+            if srow is None:
+                return None
+            crow = (
+                await conn.execute(
+                    select(C)
+                    .where(C.c.session_id == session_id, C.c.superseded_at_seq == 0)
+                    .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
+                    .limit(1)
+                )
+            ).first()
+            checkpoint = checkpoint_from_row(crow) if crow is not None else None
+            first = checkpoint.first_kept_seq if checkpoint is not None else 0
+            rows = (
+                await conn.execute(
+                    select(M)
+                    .where(
+                        M.c.session_id == session_id,
+                        M.c.seq >= first,
+                        M.c.state == int(MessageState.ACTIVE),
+                    )
+                    .order_by(M.c.seq)
+                )
+            ).all()
+        return Snapshot(session_from_row(srow), checkpoint, [message_from_row(r) for r in rows])
+
+    async def count_messages(self, session_id: str) -> int:
+        async with self.engine.connect() as conn:
+            value = (
+                await conn.execute(
+                    select(func.count()).select_from(M).where(M.c.session_id == session_id)
+                )
+            ).scalar_one()
+        return int(value)
