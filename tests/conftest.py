@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server import ServerProcess, drop_mysql_database, make_mysql_database
+from tests.support.server import (
+    ServerProcess,
+    drop_mysql_database,
+    make_mysql_database,
+    migrate_database,
+)
 
 MYSQL_ENV = "CTXWARDEN_TEST_MYSQL_URL"
 
@@ -32,7 +37,9 @@ def backend_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     """A fresh, migrated database URL for this test session."""
     if request.param == "sqlite":
         path = tmp_path_factory.mktemp("db") / "ctxwarden.db"
-        yield f"sqlite:///{path}"
+        url = f"sqlite:///{path}"
+        migrate_database(url)
+        yield url
         return
     base = os.environ.get(MYSQL_ENV)
     if not base:
@@ -40,6 +47,7 @@ def backend_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     name = f"ctxw_{os.getpid()}_{secrets.token_hex(3)}"
     url = make_mysql_database(base, name)
     try:
+        migrate_database(url)
         yield url
     finally:
         drop_mysql_database(base, name)
@@ -48,7 +56,6 @@ def backend_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 @pytest.fixture(scope="session")
 def server(backend_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(backend_url, log_dir=Path(tmp_path_factory.mktemp("logs")))
-    proc.migrate()
     proc.start()
     try:
         yield proc

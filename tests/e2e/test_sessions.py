@@ -49,9 +49,7 @@ def test_create_request_id_returns_first_result(stub) -> None:
     second = stub.CreateSession(req)
     assert first == second
     changed = pb.CreateSessionRequest(session=ses.Session(title="other"), request_id=rid)
-    expect_error(
-        grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_ID_REUSED", stub.CreateSession, changed
-    )
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_ID_REUSED", stub.CreateSession, changed)
 
 
 def test_create_rejects_bad_ids(stub) -> None:
@@ -151,7 +149,9 @@ def test_update_with_mask_and_etag(stub, new_session: NewSession) -> None:
 
 def test_update_model_switches_tokenizer(stub, new_session: NewSession) -> None:
     s = new_session(model="unknown-model")
-    stub.AppendMessages(pb.AppendMessagesRequest(session_id=s.session_id, messages=[user("hello world " * 50)]))
+    stub.AppendMessages(
+        pb.AppendMessagesRequest(session_id=s.session_id, messages=[user("hello world " * 50)])
+    )
     before = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=s.session_id))
     assert before.tokens.estimated
     stub.UpdateSession(
@@ -169,9 +169,16 @@ def test_update_model_switches_tokenizer(stub, new_session: NewSession) -> None:
 
 def test_delete_is_soft(stub, new_session: NewSession, backend_url: str) -> None:
     s = new_session()
-    stub.AppendMessages(pb.AppendMessagesRequest(session_id=s.session_id, messages=[user("keep me")]))
+    stub.AppendMessages(
+        pb.AppendMessagesRequest(session_id=s.session_id, messages=[user("keep me")])
+    )
     stub.DeleteSession(pb.DeleteSessionRequest(session_id=s.session_id))
-    expect_error(NOT_FOUND, "SESSION_NOT_FOUND", stub.GetSession, pb.GetSessionRequest(session_id=s.session_id))
+    expect_error(
+        NOT_FOUND,
+        "SESSION_NOT_FOUND",
+        stub.GetSession,
+        pb.GetSessionRequest(session_id=s.session_id),
+    )
     expect_error(
         NOT_FOUND,
         "SESSION_NOT_FOUND",
@@ -179,7 +186,10 @@ def test_delete_is_soft(stub, new_session: NewSession, backend_url: str) -> None
         pb.AppendMessagesRequest(session_id=s.session_id, messages=[user("x")]),
     )
     expect_error(
-        NOT_FOUND, "SESSION_NOT_FOUND", stub.DeleteSession, pb.DeleteSessionRequest(session_id=s.session_id)
+        NOT_FOUND,
+        "SESSION_NOT_FOUND",
+        stub.DeleteSession,
+        pb.DeleteSessionRequest(session_id=s.session_id),
     )
     listed = stub.ListSessions(pb.ListSessionsRequest(page_size=1000))
     assert s.session_id not in {x.session_id for x in listed.sessions}

@@ -49,6 +49,13 @@ def drop_mysql_database(base_url: str, name: str) -> None:
         conn.close()
 
 
+def migrate_database(url: str) -> None:
+    """Run ``ctxwarden migrate`` as a user would."""
+    subprocess.run(
+        [*CLI, "migrate", "--database-url", url], check=True, capture_output=True, text=True
+    )
+
+
 class ServerProcess:
     """One ``ctxwarden serve`` child process on a free loopback port."""
 
@@ -60,14 +67,6 @@ class ServerProcess:
         self.target = ""
         self.port = 0
         self._n = 0
-
-    def migrate(self) -> None:
-        subprocess.run(
-            [*CLI, "migrate", "--database-url", self.database_url],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
 
     def start(self, port: int | None = None) -> None:
         """Start the server; by default on the port it had before (or a free one)."""

@@ -80,13 +80,14 @@ def make_entry(message: Message, policy: EffectivePolicy, tokenizer: Tokenizer) 
     )
     others = tuple(b for b in message.content if b.kind is not ContentKind.TEXT)
     cut = replace(message, content=(ContentBlock.of_text(preview + marker), *others))
+    cut = replace(cut, token_count=count_message(cut, tokenizer))
     notice = Notice(
         TOOL_OUTPUT_TRUNCATED,
         message.seq,
         f"tool output of {total_bytes} bytes / {total_lines} lines cut to "
         f"{shown_bytes} bytes / {shown_lines} lines",
     )
-    return ViewEntry(cut, count_message(cut, tokenizer), notice)
+    return ViewEntry(cut, cut.token_count, notice)
 
 
 def synthetic_result(call: ContentBlock, token_count: int) -> Message:
