@@ -136,7 +136,7 @@ def test_tool_definition_builder() -> None:
 
 
 @dataclass(eq=False)
-class FakeRpcError(grpc.RpcError):  # type: ignore[misc]
+class FakeRpcError(grpc.RpcError):
     """Quacks like grpc's _InactiveRpcError / aio AioRpcError."""
 
     status_code: grpc.StatusCode
@@ -261,8 +261,11 @@ def test_retry_policy() -> None:
 # ---------------------------------------------------------------------------
 
 
-class FakeService(context_service_pb2_grpc.ContextServiceServicer):  # type: ignore[misc]
-    """Fails each method with a scripted status code a few times, then succeeds."""
+class FakeService(context_service_pb2_grpc.ContextServiceServicer):
+    """Fails each method with a scripted status code a few times, then succeeds.
+
+    Only GetSession and CreateSession are implemented; the rest answer UNIMPLEMENTED.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -301,7 +304,7 @@ class FakeService(context_service_pb2_grpc.ContextServiceServicer):  # type: ign
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[tuple[FakeService, str]]:
-    service = FakeService()
+    service = FakeService()  # type: ignore[abstract]  # abstract only in the .pyi
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     context_service_pb2_grpc.add_ContextServiceServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
