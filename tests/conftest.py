@@ -33,7 +33,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session", params=["sqlite", "mysql"])
-def backend_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def backend_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """A fresh, migrated database URL for this test session."""
     if request.param == "sqlite":
         path = tmp_path_factory.mktemp("db") / "ctxwarden.db"

@@ -141,7 +141,7 @@ def test_validation_names_the_field(
 ) -> None:
     sid = new_session().session_id
     err = expect_error(INVALID, reason, append, stub, sid, user("fine"), message)
-    assert f"messages[1]" in err.details() and field_hint in err.details()
+    assert "messages[1]" in err.details() and field_hint in err.details()
     assert stub.GetSession(pb.GetSessionRequest(session_id=sid)).last_seq == 0
 
 

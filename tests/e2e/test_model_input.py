@@ -131,8 +131,9 @@ def test_exact_tokenizer_for_known_model(stub, new_session: NewSession) -> None:
 def test_tokenizer_in_policy(stub, new_session: NewSession) -> None:
     sid = new_session(policy=ses.ContextPolicy(tokenizer="tiktoken:cl100k_base")).session_id
     assert append(stub, sid, user("hello world")).messages[0].token_count == 2
-    from tests.support.errors import expect_error
     import grpc
+
+    from tests.support.errors import expect_error
 
     expect_error(
         grpc.StatusCode.INVALID_ARGUMENT,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 
@@ -23,13 +24,12 @@ def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
 def expect_error(
     code: grpc.StatusCode, reason: str | None, fn: Callable[..., Any], *args: Any, **kw: Any
 ) -> grpc.RpcError:
-    try:
+    with pytest.raises(grpc.RpcError) as caught:
         fn(*args, **kw)
-    except grpc.RpcError as err:
-        assert err.code() == code, f"{err.code()} {err.details()}"  # type: ignore[attr-defined]
-        info = error_info(err)
-        assert info.domain == "ctxwarden.dev"
-        if reason is not None:
-            assert info.reason == reason, info.reason
-        return err
-    raise AssertionError(f"expected {code}, the call succeeded")
+    err = caught.value
+    assert err.code() == code, f"{err.code()} {err.details()}"  # type: ignore[attr-defined]
+    info = error_info(err)
+    assert info.domain == "ctxwarden.dev"
+    if reason is not None:
+        assert info.reason == reason, info.reason
+    return err
