@@ -188,9 +188,7 @@ def test_hashes_match_installed_tiktoken_source(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ENCODINGS))
-def test_constants_match_installed_tiktoken(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_constants_match_installed_tiktoken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """pat_str and special tokens equal tiktoken's, read without its download path."""
     public = _openai_public()
     sentinel: dict[bytes, int] = {}

@@ -151,7 +151,7 @@ class SessionContext:
         self._refresh_fixed_costs()
         if tokenizer is not None or self.policy != old_policy:
             self._entries = [
-                make_entry(e.message, self.policy, self.tokenizer) for e in self._entries
+                make_entry(self._stored(e), self.policy, self.tokenizer) for e in self._entries
             ]
             self._message_tokens = sum(e.token_count for e in self._entries)
 

@@ -32,7 +32,8 @@ _OVERFLOW = re.compile(
     re.IGNORECASE,
 )
 _TRANSIENT = re.compile(
-    r"\b429\b|rate[ _-]?limit|too many requests|overloaded|\b5\d\d\b|internal server error"
+    r"\b429\b|rate[ _-]?limit|too many requests|overloaded|\b5(?:00|02|03|04|29)\b"
+    r"|internal server error"
     r"|bad gateway|service unavailable|gateway timeout|timed? ?out|timeout"
     r"|connection (reset|refused|aborted|closed|error)|ECONNRESET|socket hang up"
     r"|temporarily unavailable|try again",

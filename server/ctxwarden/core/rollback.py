@@ -10,8 +10,9 @@ from ctxwarden.core.messages import Message, Role
 def trailing_failed_turn(active: Sequence[Message]) -> list[int]:
     """Seqs of the trailing run of failed assistant messages and their tool results.
 
-    Scans back from the newest message; stops at the first message that is
-    neither failed nor a tool result answering a failed message's call.
+    The trailing window is the run of failed assistant messages and tool
+    results at the end of the history; within it, failed messages and the
+    results of their calls are rolled back, results of successful calls stay.
     """
     failed_calls: set[str] = set()
     # Tool results come after their call, so collect calls of failed messages
@@ -26,14 +27,12 @@ def trailing_failed_turn(active: Sequence[Message]) -> list[int]:
     for m in active[window_start:]:
         if m.failed:
             failed_calls.update(c.tool_call_id for c in m.tool_calls)
-    seqs: list[int] = []
-    for m in reversed(active[window_start:]):
-        if m.failed or (m.role is Role.TOOL_RESULT and m.tool_call_id in failed_calls):
-            seqs.append(m.seq)
-            continue
-        break
-    seqs.reverse()
-    return seqs
+    # Results that answer a successful call stay: they pair with that call.
+    return [
+        m.seq
+        for m in active[window_start:]
+        if m.failed or (m.role is Role.TOOL_RESULT and m.tool_call_id in failed_calls)
+    ]
 
 
 def rewind_to(active: Sequence[Message], to_seq: int) -> list[int]:

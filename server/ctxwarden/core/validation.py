@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import ContentKind, Message, Role
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-KEY_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
 """message_id and request_id: 1-128 printable ASCII characters."""
 
 _ALLOWED_BLOCKS: dict[Role, frozenset[ContentKind]] = {
@@ -23,7 +23,7 @@ _ALLOWED_BLOCKS: dict[Role, frozenset[ContentKind]] = {
 def check_session_id(session_id: str, field: str = "session_id") -> None:
     if not session_id:
         raise InvalidArgument(f"{field} is required", reason="MISSING_FIELD", field=field)
-    if not SESSION_ID_RE.match(session_id):
+    if not SESSION_ID_RE.fullmatch(session_id):
         raise InvalidArgument(
             f"{field} {session_id[:140]!r} is malformed: use 1-128 characters of "
             "[A-Za-z0-9._:-], starting with a letter or digit",
@@ -34,7 +34,7 @@ def check_session_id(session_id: str, field: str = "session_id") -> None:
 
 def check_key(value: str, field: str) -> None:
     """An optional idempotency key (request_id, message_id)."""
-    if value and not KEY_RE.match(value):
+    if value and not KEY_RE.fullmatch(value):
         raise InvalidArgument(
             f"{field} must be 1-128 printable ASCII characters without spaces",
             reason="INVALID_KEY",

@@ -1,0 +1,61 @@
+"""The README's walkthrough runs as written, with a server restart in between."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.server import ServerProcess
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _blocks() -> dict[str, str]:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    named = {}
+    for block in blocks:
+        first = block.splitlines()[0]
+        if first.startswith("# walkthrough part"):
+            named[first.split(":")[0].removeprefix("# walkthrough ")] = block
+    return named
+
+
+def _run(code: str, target: str, cwd: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env={**os.environ, "CTXWARDEN_TARGET": target},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_walkthrough_runs_as_written(backend_url: str, tmp_path: Path) -> None:
+    blocks = _blocks()
+    assert set(blocks) == {"part 1", "part 2"}
+    server = ServerProcess(backend_url, log_dir=tmp_path)
+    server.start()
+    try:
+        out1 = _run(blocks["part 1"], server.target, tmp_path)
+        lines = out1.splitlines()
+        assert lines[0] == "['FAILED_MESSAGE_OMITTED']"
+        assert lines[1] == "[4] 2"
+        server.restart()
+        out2 = _run(blocks["part 2"], server.target, tmp_path)
+        assert out2.splitlines()[0] == "identical after restart: 3 messages"
+        assert out2.splitlines()[1] == "[1, 1, 1, 2]"
+    finally:
+        server.stop()
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    text = README.read_text()
+    assert "./scripts/test.sh" in text
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "./scripts/test.sh" in ci
