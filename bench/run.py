@@ -1,0 +1,669 @@
+"""Benchmark harness: real ``ctxwarden serve`` processes, measured over loopback gRPC.
+
+Run ``.venv/bin/python -m bench.run [--backends sqlite,mysql] [--quick] [--json out.json]``.
+See bench/README.md for what every number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import secrets
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from sqlalchemy.engine import make_url
+from tests.support.server import (
+    ServerProcess,
+    drop_mysql_database,
+    make_mysql_database,
+    migrate_database,
+)
+
+from bench.workload import MODEL, SYSTEM_PROMPT, TOOLS, Conversation
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from ctxwarden.v1 import message_pb2 as m
+from ctxwarden.v1 import session_pb2 as ses
+
+MYSQL_ENV = "CTXWARDEN_BENCH_MYSQL_URL"
+DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"
+BACKENDS = ("sqlite", "mysql")
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+TIMEOUT = 120.0
+BATCH = 500
+"""Messages per AppendMessages when building the big sessions."""
+PIPELINE_WINDOW = 16
+"""Requests in flight in the pipelined single-stream variant."""
+
+
+@dataclass(frozen=True)
+class Config:
+    appends: int
+    stream_messages: int
+    concurrent_streams: int
+    concurrent_messages: int
+    build_session_messages: int
+    build_calls: int
+    restore_sizes: tuple[int, ...]
+    restarts: int
+
+    @classmethod
+    def make(cls, quick: bool) -> Config:
+        if quick:
+            return cls(200, 200, 20, 50, 1000, 60, (1000, 10000), 1)
+        return cls(1000, 1000, 20, 200, 1000, 300, (1000, 10000), 3)
+
+
+@dataclass
+class Result:
+    backend: str
+    metric: str
+    n: int
+    median_ms: float | None = None
+    p99_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    throughput: float | None = None
+    throughput_unit: str = ""
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of already sorted values."""
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def summarize(
+    backend: str,
+    metric: str,
+    samples_ns: Sequence[int],
+    *,
+    count: int | None = None,
+    wall_ns: int | None = None,
+    unit: str = "",
+    note: str = "",
+    extra: dict[str, Any] | None = None,
+) -> Result:
+    """Latency stats of ``samples_ns``; throughput is ``count`` items over ``wall_ns``."""
+    ms = sorted(s / 1e6 for s in samples_ns)
+    throughput = None
+    if wall_ns is not None and count is not None and wall_ns > 0:
+        throughput = count / (wall_ns / 1e9)
+    return Result(
+        backend=backend,
+        metric=metric,
+        n=len(ms),
+        median_ms=statistics.median(ms),
+        p99_ms=percentile(ms, 99),
+        min_ms=ms[0],
+        max_ms=ms[-1],
+        throughput=throughput,
+        throughput_unit=unit,
+        note=note,
+        extra=extra or {},
+    )
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- backends ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def backend_database(name: str, workdir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A fresh, migrated database URL for ``name``, removed afterwards."""
+    if name == "sqlite":
+        url = f"sqlite:///{workdir / 'ctxwarden.db'}"
+        migrate_database(url)
+        yield url, {"sqlite_path": str(workdir / "ctxwarden.db")}
+        return
+    base = os.environ.get(MYSQL_ENV, DEFAULT_MYSQL_URL)
+    db = f"ctxw_bench_{os.getpid()}_{secrets.token_hex(3)}"
+    url = make_mysql_database(base, db)
+    try:
+        migrate_database(url)
+        yield url, {"mysql_database": db, **mysql_info(base)}
+    finally:
+        drop_mysql_database(base, db)
+
+
+def mysql_info(base_url: str) -> dict[str, Any]:
+    """Server version and the durability settings that dominate append latency."""
+    import pymysql
+
+    url = make_url(base_url)
+    conn = pymysql.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 3306,
+        user=url.username or "root",
+        password=url.password or "",
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin"
+            )
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    assert row is not None
+    return {
+        "mysql_version": row[0],
+        "innodb_flush_log_at_trx_commit": row[1],
+        "sync_binlog": row[2],
+        "log_bin": row[3],
+    }
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def create_session(stub: pb_grpc.ContextServiceStub, kind: str) -> str:
+    session_id = f"bench-{kind}-{secrets.token_hex(4)}"
+    stub.CreateSession(
+        pb.CreateSessionRequest(
+            session_id=session_id,
+            session=ses.Session(
+                user_id="bench",
+                project_id="ctxwarden-bench",
+                title=f"benchmark {kind}",
+                system_prompt=SYSTEM_PROMPT,
+                tools=TOOLS,
+                model=MODEL,
+            ),
+        ),
+        timeout=TIMEOUT,
+    )
+    return session_id
+
+
+def append_batched(
+    stub: pb_grpc.ContextServiceStub, session_id: str, messages: Sequence[m.Message]
+) -> list[int]:
+    """Append ``messages`` in requests of BATCH; returns each request's latency (ns)."""
+    out = []
+    for start in range(0, len(messages), BATCH):
+        req = pb.AppendMessagesRequest(
+            session_id=session_id, messages=messages[start : start + BATCH]
+        )
+        t0 = time.perf_counter_ns()
+        resp = stub.AppendMessages(req, timeout=TIMEOUT)
+        out.append(time.perf_counter_ns() - t0)
+        assert resp.last_seq == min(start + BATCH, len(messages)), resp.last_seq
+    return out
+
+
+def stream_appends(
+    stub: pb_grpc.ContextServiceStub,
+    requests: Sequence[pb.AppendMessagesRequest],
+    window: int,
+    start: threading.Barrier | None = None,
+) -> tuple[list[int], int, int]:
+    """Send ``requests`` over one StreamMessages call with at most ``window`` unacknowledged.
+
+    Returns (ack latencies ns, start ns, end ns). An ack latency runs from the
+    moment gRPC pulls the request from the iterator to the moment its response
+    is read.
+    """
+    credit = threading.Semaphore(window)
+    done = threading.Event()
+    sent = [0] * len(requests)
+
+    def feed() -> Iterator[pb.AppendMessagesRequest]:
+        for i, req in enumerate(requests):
+            while not credit.acquire(timeout=0.2):
+                if done.is_set():
+                    return
+            sent[i] = time.perf_counter_ns()
+            yield req
+
+    if start is not None:
+        start.wait()
+    latencies = []
+    t0 = time.perf_counter_ns()
+    try:
+        responses = stub.StreamMessages(feed(), timeout=TIMEOUT * 5)
+        first_seq = 0
+        for i, resp in enumerate(responses):
+            now = time.perf_counter_ns()
+            latencies.append(now - sent[i])
+            credit.release()
+            if i == 0:
+                first_seq = resp.last_seq
+            assert resp.last_seq == first_seq + i, (resp.last_seq, first_seq, i)
+    finally:
+        done.set()
+    t1 = time.perf_counter_ns()
+    if len(latencies) != len(requests):
+        raise RuntimeError(f"stream ended after {len(latencies)} of {len(requests)} acks")
+    return latencies, t0, t1
+
+
+def one_message_requests(
+    session_id: str, messages: Sequence[m.Message]
+) -> list[pb.AppendMessagesRequest]:
+    return [pb.AppendMessagesRequest(session_id=session_id, messages=[msg]) for msg in messages]
+
+
+def timed(fn: Callable[[], Any]) -> tuple[int, Any]:
+    t0 = time.perf_counter_ns()
+    value = fn()
+    return time.perf_counter_ns() - t0, value
+
+
+# -- the benchmark of one backend ------------------------------------------------
+
+
+class BackendBench:
+    def __init__(self, backend: str, server: ServerProcess, cfg: Config, seed: int) -> None:
+        self.backend = backend
+        self.server = server
+        self.cfg = cfg
+        self.seed = seed
+        self.results: list[Result] = []
+        self.channel = grpc.insecure_channel(server.target, options=CHANNEL_OPTIONS)
+        self.stub = pb_grpc.ContextServiceStub(self.channel)
+
+    def reconnect(self) -> None:
+        self.channel.close()
+        self.channel = grpc.insecure_channel(self.server.target, options=CHANNEL_OPTIONS)
+        grpc.channel_ready_future(self.channel).result(timeout=30)
+        self.stub = pb_grpc.ContextServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def add(self, result: Result) -> None:
+        self.results.append(result)
+        med = f"{result.median_ms:.3f}" if result.median_ms is not None else "-"
+        log(f"{self.backend}: {result.metric}: median {med} ms {result.note}")
+
+    def conversation(self, salt: int) -> Conversation:
+        return Conversation(self.seed * 1000 + salt)
+
+    def run(self) -> list[Result]:
+        self.warm_up()
+        self.unary_appends()
+        self.streaming()
+        self.concurrent_streams()
+        self.build_model_input()
+        self.restore()
+        return self.results
+
+    def warm_up(self) -> None:
+        """Load the tokenizer, open DB connections and gRPC paths; nothing is recorded."""
+        log(f"{self.backend}: warm-up")
+        conv = self.conversation(0)
+        sid = create_session(self.stub, "warmup")
+        for msg in conv.alternating(20):
+            self.stub.AppendMessages(
+                pb.AppendMessagesRequest(session_id=sid, messages=[msg]), timeout=TIMEOUT
+            )
+        stream_appends(self.stub, one_message_requests(sid, conv.alternating(20)), 1)
+        append_batched(self.stub, create_session(self.stub, "warmup"), conv.agent_history(200))
+        for _ in range(5):
+            self.stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid), timeout=TIMEOUT)
+            self.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=TIMEOUT)
+
+    def unary_appends(self) -> None:
+        n = self.cfg.appends
+        log(f"{self.backend}: unary AppendMessages x{n}")
+        sid = create_session(self.stub, "unary")
+        requests = one_message_requests(sid, self.conversation(1).alternating(n))
+        avg_bytes = sum(r.messages[0].ByteSize() for r in requests) / n
+        lat = []
+        t0 = time.perf_counter_ns()
+        for i, req in enumerate(requests):
+            s = time.perf_counter_ns()
+            resp = self.stub.AppendMessages(req, timeout=TIMEOUT)
+            lat.append(time.perf_counter_ns() - s)
+            assert resp.last_seq == i + 1, resp.last_seq
+        wall = time.perf_counter_ns() - t0
+        self.add(
+            summarize(
+                self.backend,
+                "append_unary",
+                lat,
+                count=n,
+                wall_ns=wall,
+                unit="appends/s",
+                note=f"1 msg/call, {avg_bytes / 1024:.2f} KB/msg",
+                extra={"avg_message_bytes": avg_bytes},
+            )
+        )
+
+    def streaming(self) -> None:
+        n = self.cfg.stream_messages
+        for window, metric in ((1, "stream_append"), (PIPELINE_WINDOW, "stream_append_pipelined")):
+            log(f"{self.backend}: StreamMessages x{n}, window {window}")
+            sid = create_session(self.stub, "stream")
+            requests = one_message_requests(sid, self.conversation(2 + window).alternating(n))
+            lat, t0, t1 = stream_appends(self.stub, requests, window)
+            note = "1 stream, lock-step" if window == 1 else f"1 stream, {window} in flight"
+            self.add(
+                summarize(
+                    self.backend,
+                    metric,
+                    lat,
+                    count=n,
+                    wall_ns=t1 - t0,
+                    unit="msgs/s",
+                    note=note,
+                    extra={"window": window},
+                )
+            )
+
+    def concurrent_streams(self) -> None:
+        k, n = self.cfg.concurrent_streams, self.cfg.concurrent_messages
+        log(f"{self.backend}: {k} concurrent StreamMessages x{n}")
+        conv = self.conversation(50)
+        sids = [create_session(self.stub, f"conc{i}") for i in range(k)]
+        work = [one_message_requests(sid, conv.alternating(n)) for sid in sids]
+        barrier = threading.Barrier(k)
+        outcomes: list[tuple[list[int], int, int] | BaseException | None] = [None] * k
+
+        def worker(i: int) -> None:
+            try:
+                outcomes[i] = stream_appends(self.stub, work[i], 1, barrier)
+            except BaseException as exc:
+                outcomes[i] = exc
+                barrier.abort()
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(k)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        lat: list[int] = []
+        starts, ends = [], []
+        for outcome in outcomes:
+            if not isinstance(outcome, tuple):
+                raise RuntimeError(f"a concurrent stream failed: {outcome!r}")
+            lat.extend(outcome[0])
+            starts.append(outcome[1])
+            ends.append(outcome[2])
+        self.add(
+            summarize(
+                self.backend,
+                "stream_append_concurrent",
+                lat,
+                count=k * n,
+                wall_ns=max(ends) - min(starts),
+                unit="msgs/s",
+                note=f"{k} threads x 1 stream x {n} msgs, lock-step",
+                extra={"streams": k, "messages_per_stream": n},
+            )
+        )
+
+    def build_model_input(self) -> None:
+        size, calls = self.cfg.build_session_messages, self.cfg.build_calls
+        log(f"{self.backend}: BuildModelInput/GetSession x{calls} on a {size}-message session")
+        sid = create_session(self.stub, "hot")
+        history = self.conversation(3).agent_history(size)
+        append_batched(self.stub, sid, history)
+        bmi_req = pb.BuildModelInputRequest(session_id=sid)
+        get_req = pb.GetSessionRequest(session_id=sid)
+        for _ in range(5):
+            first = self.stub.BuildModelInput(bmi_req, timeout=TIMEOUT)
+            self.stub.GetSession(get_req, timeout=TIMEOUT)
+        assert len(first.messages) == size, len(first.messages)
+        bmi, get = [], []
+        for _ in range(calls):
+            bmi.append(timed(lambda: self.stub.BuildModelInput(bmi_req, timeout=TIMEOUT))[0])
+            get.append(timed(lambda: self.stub.GetSession(get_req, timeout=TIMEOUT))[0])
+        info: dict[str, Any] = {
+            "session_messages": size,
+            "response_bytes": first.ByteSize(),
+            "stored_bytes": sum(msg.ByteSize() for msg in history),
+            "total_tokens": first.tokens.total_tokens,
+            "tool_results": sum(1 for msg in history if msg.role == m.ROLE_TOOL_RESULT),
+        }
+        raw = first.SerializeToString()
+        decode = statistics.median(
+            timed(lambda: pb.ModelInput.FromString(raw))[0] for _ in range(20)
+        )
+        info["client_decode_ms"] = decode / 1e6
+        ratio = statistics.median(bmi) / statistics.median(get)
+        self.add(
+            summarize(
+                self.backend,
+                "build_model_input_hot",
+                bmi,
+                count=calls,
+                wall_ns=sum(bmi),
+                unit="calls/s",
+                note=(
+                    f"{size} msgs, {info['response_bytes'] / 1e6:.2f} MB, "
+                    f"{info['total_tokens']} tok, client decode {decode / 1e6:.1f} ms; "
+                    f"/get_session {ratio:.1f}x"
+                ),
+                extra={**info, "ratio_to_get_session_median": ratio},
+            )
+        )
+        self.add(
+            summarize(
+                self.backend,
+                "get_session_hot",
+                get,
+                count=calls,
+                wall_ns=sum(get),
+                unit="calls/s",
+                note="same session, interleaved with build_model_input",
+            )
+        )
+
+    def restore(self) -> None:
+        sizes, restarts = self.cfg.restore_sizes, self.cfg.restarts
+        log(f"{self.backend}: building restore sessions {sizes} in batches of {BATCH}")
+        tiny = create_session(self.stub, "tiny")
+        append_batched(self.stub, tiny, self.conversation(4).alternating(2))
+        sessions: dict[int, str] = {}
+        batch_lat: list[int] = []
+        for size in sizes:
+            sid = create_session(self.stub, f"restore{size}")
+            batch_lat += append_batched(self.stub, sid, self.conversation(size).agent_history(size))
+            sessions[size] = sid
+        self.add(
+            summarize(
+                self.backend,
+                "append_batch_500",
+                batch_lat,
+                count=len(batch_lat) * BATCH,
+                wall_ns=sum(batch_lat),
+                unit="msgs/s",
+                note=f"AppendMessages of {BATCH} agent msgs (building the restore sessions)",
+            )
+        )
+        first: dict[int, list[int]] = {size: [] for size in sizes}
+        second: dict[int, list[int]] = {size: [] for size in sizes}
+        cold: list[int] = []
+        restart_ns: list[int] = []
+        for r in range(restarts):
+            log(f"{self.backend}: restart {r + 1}/{restarts}")
+            self.close()
+            t0 = time.perf_counter_ns()
+            self.server.stop()
+            self.server.start()
+            self.reconnect()
+            restart_ns.append(time.perf_counter_ns() - t0)
+            # The first call of a fresh process also loads the tokenizer and opens the
+            # database pool; take that on a tiny session so the big ones measure restore.
+            cold.append(
+                timed(
+                    lambda: self.stub.BuildModelInput(
+                        pb.BuildModelInputRequest(session_id=tiny), timeout=TIMEOUT
+                    )
+                )[0]
+            )
+            order = list(sizes) if r % 2 == 0 else list(reversed(sizes))
+            for size in order:
+                req = pb.BuildModelInputRequest(session_id=sessions[size])
+                ns, resp = timed(lambda req=req: self.stub.BuildModelInput(req, timeout=TIMEOUT))
+                assert len(resp.messages) == size, (len(resp.messages), size)
+                first[size].append(ns)
+                second[size].append(
+                    timed(lambda req=req: self.stub.BuildModelInput(req, timeout=TIMEOUT))[0]
+                )
+        self.add(
+            summarize(
+                self.backend,
+                "restore_first_call_tiny",
+                cold,
+                note="first call after restart, 2-msg session (tokenizer + DB pool)",
+                extra={"restart_ms": [ns / 1e6 for ns in restart_ns]},
+            )
+        )
+        for size in sizes:
+            hot = statistics.median(second[size]) / 1e6
+            self.add(
+                summarize(
+                    self.backend,
+                    f"restore_build_model_input_{size}",
+                    first[size],
+                    note=f"first call after restart, {size} msgs; 2nd call {hot:.1f} ms",
+                    extra={"second_call_median_ms": hot, "second_call_ns": second[size]},
+                )
+            )
+
+
+# -- driver --------------------------------------------------------------------
+
+
+def run_backend(name: str, cfg: Config, seed: int) -> tuple[list[Result], dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix=f"ctxw-bench-{name}-") as tmp:
+        workdir = Path(tmp)
+        log_dir = workdir / "logs"
+        log_dir.mkdir()
+        with backend_database(name, workdir) as (url, info):
+            log(f"{name}: starting server")
+            server = ServerProcess(url, log_dir)
+            server.start()
+            bench = BackendBench(name, server, cfg, seed)
+            try:
+                results = bench.run()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(server.log_text()[-4000:])
+                raise
+            finally:
+                bench.close()
+                server.stop()
+            shown = make_url(url).render_as_string(hide_password=True)
+            return results, {"database_url": shown, **info}
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def render_table(results: Sequence[Result]) -> str:
+    metric_order: list[str] = []
+    for r in results:
+        if r.metric not in metric_order:
+            metric_order.append(r.metric)
+    rows = sorted(results, key=lambda r: (metric_order.index(r.metric), BACKENDS.index(r.backend)))
+    header = ("backend", "metric", "n", "median ms", "p99 ms", "throughput", "notes")
+    table = [header]
+    for r in rows:
+        tput = "-" if r.throughput is None else f"{r.throughput:,.0f} {r.throughput_unit}"
+        table.append((r.backend, r.metric, str(r.n), fmt(r.median_ms), fmt(r.p99_ms), tput, r.note))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    right = {2, 3, 4, 5}
+    lines = []
+    for j, row in enumerate(table):
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument(
+        "--backends",
+        default=",".join(BACKENDS),
+        help="comma-separated backends to run (default %(default)s); MySQL uses "
+        f"${MYSQL_ENV} (default {DEFAULT_MYSQL_URL})",
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    parser.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
+    args = parser.parse_args(argv)
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown or not backends:
+        parser.error(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+    cfg = Config.make(args.quick)
+    started = time.time()
+    results: list[Result] = []
+    failures: dict[str, str] = {}
+    backend_info: dict[str, dict[str, Any]] = {}
+    for name in backends:
+        t0 = time.monotonic()
+        try:
+            backend_results, backend_info[name] = run_backend(name, cfg, args.seed)
+            results += backend_results
+        except Exception as exc:
+            log(f"{name}: FAILED: {exc!r}")
+            failures[name] = repr(exc)
+        log(f"{name}: done in {time.monotonic() - t0:.1f} s")
+
+    print()
+    print(render_table(results) if results else "(no results)")
+    for name, err in failures.items():
+        print(f"\n{name}: FAILED: {err}")
+    elapsed = time.time() - started
+    print(f"\n{'quick' if args.quick else 'full'} run, {elapsed:.0f} s total")
+
+    if args.json is not None:
+        doc = {
+            "meta": {
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                "elapsed_s": elapsed,
+                "quick": args.quick,
+                "seed": args.seed,
+                "config": asdict(cfg),
+                "model": MODEL,
+                "python": sys.version.split()[0],
+                "grpc": grpc.__version__,
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "backends": backend_info,
+            },
+            "results": [asdict(r) for r in results],
+            "failures": failures,
+        }
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        log(f"wrote {args.json}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
