@@ -20,6 +20,8 @@ def _blocks() -> dict[str, str]:
         first = block.splitlines()[0]
         if first.startswith("# walkthrough part"):
             named[first.split(":")[0].removeprefix("# walkthrough ")] = block
+        elif first.startswith("# compaction example"):
+            named["compaction"] = block
     return named
 
 
@@ -38,7 +40,7 @@ def _run(code: str, target: str, cwd: Path) -> str:
 
 def test_walkthrough_runs_as_written(backend_url: str, tmp_path: Path) -> None:
     blocks = _blocks()
-    assert set(blocks) == {"part 1", "part 2"}
+    assert {"part 1", "part 2"} <= set(blocks)
     server = ServerProcess(backend_url, log_dir=tmp_path)
     server.start()
     try:
@@ -59,3 +61,10 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert "./scripts/test.sh" in text
     ci = (README.parent / ".ci" / "run").read_text()
     assert "./scripts/test.sh" in ci
+
+
+def test_agent_side_compaction_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["compaction"], server_target, tmp_path).splitlines()
+    before, after = (int(x) for x in out[0].removesuffix(" tokens").split(" -> "))
+    assert after < before
+    assert out[1] == "True"

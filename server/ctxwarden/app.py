@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
+from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.store import migrate
 from ctxwarden.store.engine import make_engine
@@ -42,10 +43,33 @@ def ensure_schema(url: str) -> None:
     )
 
 
+class BadConfig(ValueError):
+    pass
+
+
+def make_summarizer(settings: Settings) -> Summarizer | None:
+    if not settings.summarizer_kind:
+        return None
+    from ctxwarden.summarizers import build_summarizer
+
+    try:
+        return build_summarizer(
+            settings.summarizer_kind,
+            base_url=settings.summarizer_base_url,
+            model=settings.summarizer_model,
+            api_key_env=settings.summarizer_api_key_env,
+            timeout=settings.summarizer_timeout,
+            max_output_tokens=settings.summarizer_max_output_tokens,
+        )
+    except ValueError as exc:
+        raise BadConfig(str(exc)) from exc
+
+
 async def serve(settings: Settings) -> None:
     await asyncio.to_thread(ensure_schema, settings.database_url)
+    summarizer = make_summarizer(settings)
     repo = Repository(make_engine(settings.database_url, pool_size=settings.db_pool_size))
-    manager = SessionManager(repo, settings)
+    manager = SessionManager(repo, settings, summarizer)
     servicer = ContextServicer(manager, settings.limits)
     max_bytes = settings.limits.max_request_bytes
     server = grpc.aio.server(
@@ -97,7 +121,7 @@ def _redact(url: str) -> str:
 def run(settings: Settings) -> int:
     try:
         asyncio.run(serve(settings))
-    except SchemaOutdated as exc:
+    except (SchemaOutdated, BadConfig) as exc:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
     return 0

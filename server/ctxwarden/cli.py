@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ctxwarden import __version__
 from ctxwarden.config import DEFAULT_LISTEN, Limits, Settings
+from ctxwarden.core.compaction.types import FileToolNames
 from ctxwarden.store.urls import DEFAULT_DATABASE_URL, UnsupportedDatabase
 
 
@@ -29,6 +30,10 @@ def _env_int(name: str, default: int) -> int:
         return int(value)
     except ValueError:
         raise SystemExit(f"ctxwarden: {name} must be an integer, got {value!r}") from None
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in value.split(",") if n.strip())
 
 
 def _add_database(p: argparse.ArgumentParser) -> None:
@@ -84,6 +89,74 @@ def build_parser() -> argparse.ArgumentParser:
         help="DEBUG, INFO, WARNING or ERROR (env CTXWARDEN_LOG_LEVEL; default %(default)s)",
     )
 
+    summ = serve.add_argument_group("server-side summariser (for Compact and auto_compact)")
+    summ.add_argument(
+        "--summarizer",
+        choices=["none", "openai", "anthropic", "extractive"],
+        default=_env("CTXWARDEN_SUMMARIZER", "none"),
+        help="openai: any OpenAI-compatible Chat Completions endpoint; anthropic: the "
+        "Messages API; extractive: no LLM (env CTXWARDEN_SUMMARIZER; default %(default)s)",
+    )
+    summ.add_argument(
+        "--summarizer-base-url",
+        default=_env("CTXWARDEN_SUMMARIZER_BASE_URL", ""),
+        help="API base URL, e.g. http://localhost:11434/v1 (env CTXWARDEN_SUMMARIZER_BASE_URL; "
+        "default: the provider's public API)",
+    )
+    summ.add_argument(
+        "--summarizer-model",
+        default=_env("CTXWARDEN_SUMMARIZER_MODEL", ""),
+        help="model that writes summaries (env CTXWARDEN_SUMMARIZER_MODEL)",
+    )
+    summ.add_argument(
+        "--summarizer-api-key-env",
+        default=_env("CTXWARDEN_SUMMARIZER_API_KEY_ENV", ""),
+        help="name of the environment variable holding the API key "
+        "(env CTXWARDEN_SUMMARIZER_API_KEY_ENV; default OPENAI_API_KEY / ANTHROPIC_API_KEY)",
+    )
+    summ.add_argument(
+        "--summarizer-timeout",
+        type=float,
+        default=float(_env("CTXWARDEN_SUMMARIZER_TIMEOUT", "60")),
+        help="seconds per summariser request (env CTXWARDEN_SUMMARIZER_TIMEOUT; "
+        "default %(default)s)",
+    )
+    summ.add_argument(
+        "--summarizer-max-output-tokens",
+        type=int,
+        default=_env_int("CTXWARDEN_SUMMARIZER_MAX_OUTPUT_TOKENS", 16384),
+        help="the summariser model's output limit; summaries are budgeted below it "
+        "(env CTXWARDEN_SUMMARIZER_MAX_OUTPUT_TOKENS; default %(default)s)",
+    )
+    comp = serve.add_argument_group("compaction")
+    comp.add_argument(
+        "--compaction-plan-ttl",
+        type=float,
+        default=float(_env("CTXWARDEN_COMPACTION_PLAN_TTL", "600")),
+        help="seconds a PrepareCompaction plan stays committable "
+        "(env CTXWARDEN_COMPACTION_PLAN_TTL; default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-read-tools",
+        default=_env("CTXWARDEN_FILE_READ_TOOLS", "read"),
+        help="comma-separated tool names that read a file (default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-write-tools",
+        default=_env("CTXWARDEN_FILE_WRITE_TOOLS", "write"),
+        help="comma-separated tool names that write a file (default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-edit-tools",
+        default=_env("CTXWARDEN_FILE_EDIT_TOOLS", "edit"),
+        help="comma-separated tool names that edit a file (default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-path-argument",
+        default=_env("CTXWARDEN_FILE_PATH_ARGUMENT", "path"),
+        help="tool-call argument holding the file path (default %(default)s)",
+    )
+
     mig = sub.add_parser("migrate", help="apply database schema migrations")
     _add_database(mig)
     return parser
@@ -117,6 +190,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_messages_per_request=args.max_messages_per_request,
         ),
         log_level=args.log_level,
+        plan_ttl_seconds=args.compaction_plan_ttl,
+        file_tools=FileToolNames(
+            read=_names(args.file_read_tools),
+            write=_names(args.file_write_tools),
+            edit=_names(args.file_edit_tools),
+            path_argument=args.file_path_argument,
+        ),
+        summarizer_kind="" if args.summarizer == "none" else args.summarizer,
+        summarizer_base_url=args.summarizer_base_url,
+        summarizer_model=args.summarizer_model,
+        summarizer_api_key_env=args.summarizer_api_key_env,
+        summarizer_timeout=args.summarizer_timeout,
+        summarizer_max_output_tokens=args.summarizer_max_output_tokens,
     )
     from ctxwarden.app import run
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ctxwarden.core.compaction.types import FileToolNames
 from ctxwarden.store.urls import DEFAULT_DATABASE_URL
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -26,3 +27,11 @@ class Settings:
     shutdown_grace_seconds: float = 10.0
     limits: Limits = Limits()
     log_level: str = "INFO"
+    plan_ttl_seconds: float = 600.0
+    file_tools: FileToolNames = field(default_factory=FileToolNames)
+    summarizer_kind: str = ""
+    summarizer_base_url: str = ""
+    summarizer_model: str = ""
+    summarizer_api_key_env: str = ""
+    summarizer_timeout: float = 60.0
+    summarizer_max_output_tokens: int = 16384

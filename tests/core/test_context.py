@@ -221,15 +221,15 @@ def test_model_input_starts_with_summary() -> None:
         3,
         4,
     )
-    assert mi.prefix_hash == prefix_hash(ctx.session, "we talked")
+    assert mi.prefix_hash == prefix_hash(ctx.session, summary.text)
 
 
-def test_rollback_before_checkpoint_is_refused() -> None:
+def test_rollback_before_checkpoint_crosses_it() -> None:
     ctx = kept_ctx()
     assert ctx.plan_rollback(2) == [3, 4]
-    with pytest.raises(FailedPrecondition) as err:
-        ctx.plan_rollback(1)
-    assert (err.value.field, err.value.reason) == ("to_seq", "ROLLBACK_BEFORE_CHECKPOINT")
+    assert not ctx.crosses_checkpoint(2)  # the checkpoint summarised seqs 1-2 only
+    assert ctx.crosses_checkpoint(1)
+    assert not ctx.crosses_checkpoint(None)
 
 
 def test_first_kept_seq_without_checkpoint() -> None:

@@ -224,11 +224,17 @@ class Client:
                 return
 
     def build_model_input(
-        self, session_id: str, max_output_tokens: int = 0, *, timeout: float | None = None
+        self,
+        session_id: str,
+        max_output_tokens: int = 0,
+        *,
+        auto_compact: bool = False,
+        timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
-        """Returns exactly what to send to the model next."""
+        """Returns exactly what to send to the model next (compacting first with
+        ``auto_compact`` when the input would cross the threshold)."""
         request = context_service_pb2.BuildModelInputRequest(
-            session_id=session_id, max_output_tokens=max_output_tokens
+            session_id=session_id, max_output_tokens=max_output_tokens, auto_compact=auto_compact
         )
         return self._call(self._stub.BuildModelInput, request, timeout=timeout, safe=True)
 
@@ -244,6 +250,94 @@ class Client:
         """Rolls back the trailing failed turn (or everything after ``to_seq``)."""
         request = _common.rollback_request(session_id, to_seq, error_message, request_id)
         return self._call(self._stub.RollbackTurn, request, timeout=timeout, safe=bool(request_id))
+
+    # -- compaction ----------------------------------------------------------
+
+    def compact(
+        self,
+        session_id: str,
+        *,
+        instructions: str = "",
+        keep_recent_tokens: int = 0,
+        request_id: str = "",
+        trigger: context_service_pb2.CompactionTrigger.ValueType = (
+            context_service_pb2.COMPACTION_TRIGGER_UNSPECIFIED
+        ),
+        timeout: float | None = None,
+    ) -> context_service_pb2.Compaction:
+        """Compacts with the server's summariser (needs ``serve --summarizer``)."""
+        request = context_service_pb2.CompactRequest(
+            session_id=session_id,
+            instructions=instructions,
+            keep_recent_tokens=keep_recent_tokens,
+            request_id=request_id,
+            trigger=trigger,
+        )
+        return self._call(self._stub.Compact, request, timeout=timeout, safe=bool(request_id))
+
+    def prepare_compaction(
+        self,
+        session_id: str,
+        *,
+        instructions: str = "",
+        keep_recent_tokens: int = 0,
+        timeout: float | None = None,
+    ) -> context_service_pb2.CompactionPlan:
+        """Plans a compaction whose summary the agent's own LLM writes."""
+        request = context_service_pb2.PrepareCompactionRequest(
+            session_id=session_id,
+            instructions=instructions,
+            keep_recent_tokens=keep_recent_tokens,
+        )
+        return self._call(self._stub.PrepareCompaction, request, timeout=timeout, safe=True)
+
+    def commit_compaction(
+        self,
+        session_id: str,
+        plan_id: str,
+        summary: str,
+        *,
+        turn_prefix_summary: str = "",
+        timeout: float | None = None,
+    ) -> context_service_pb2.Compaction:
+        """Commits a plan with the LLM's answers (idempotent per plan, so retried)."""
+        request = context_service_pb2.CommitCompactionRequest(
+            session_id=session_id,
+            plan_id=plan_id,
+            summary=summary,
+            turn_prefix_summary=turn_prefix_summary,
+        )
+        return self._call(self._stub.CommitCompaction, request, timeout=timeout, safe=True)
+
+    def list_compactions(
+        self, session_id: str, page_size: int = 0, *, timeout: float | None = None
+    ) -> Iterator[context_service_pb2.Compaction]:
+        """Iterates over the session's checkpoints, newest first."""
+        page_token = ""
+        while True:
+            request = context_service_pb2.ListCompactionsRequest(
+                session_id=session_id, page_size=page_size, page_token=page_token
+            )
+            page = self._call(self._stub.ListCompactions, request, timeout=timeout, safe=True)
+            yield from page.compactions
+            page_token = page.next_page_token
+            if not page_token:
+                return
+
+    def get_tool_output(
+        self,
+        session_id: str,
+        seq: int,
+        *,
+        offset: int = 0,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> context_service_pb2.GetToolOutputResponse:
+        """Reads a byte range of a stored tool result (e.g. one the input truncated)."""
+        request = context_service_pb2.GetToolOutputRequest(
+            session_id=session_id, seq=seq, offset=offset, limit=limit
+        )
+        return self._call(self._stub.GetToolOutput, request, timeout=timeout, safe=True)
 
 
 class MessageStream:

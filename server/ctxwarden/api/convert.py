@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ctxwarden.core.compaction.planner import Plan
+from ctxwarden.core.compaction.types import SummaryPrompt
 from ctxwarden.core.context import ModelInputView
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import (
@@ -15,10 +19,24 @@ from ctxwarden.core.messages import (
     StopReason,
     Usage,
 )
-from ctxwarden.core.session import ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
 from ctxwarden.v1 import session_pb2 as ses_pb
+
+_MESSAGES_TAG = bytes([(4 << 3) | 2])  # ModelInput.messages: field 4, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
 
 
 def _ts(us: int) -> Timestamp:
@@ -44,6 +62,7 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
         "keep_recent_tokens",
         "tool_output_max_bytes",
         "tool_output_max_lines",
+        "keep_tool_results",
     ):
         if getattr(p, name) < 0:
             raise InvalidArgument(
@@ -58,6 +77,7 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
         tool_output_max_bytes=p.tool_output_max_bytes,
         tool_output_max_lines=p.tool_output_max_lines,
         tokenizer=p.tokenizer,
+        keep_tool_results=p.keep_tool_results,
     )
 
 
@@ -109,6 +129,7 @@ def session_to_pb(s: Session) -> ses_pb.Session:
             tool_output_max_bytes=p.tool_output_max_bytes,
             tool_output_max_lines=p.tool_output_max_lines,
             tokenizer=p.tokenizer,
+            keep_tool_results=p.keep_tool_results,
         ),
         pinned_state=s.pinned_state,
         labels=dict(s.labels),
@@ -248,6 +269,36 @@ def message_to_pb(m: Message) -> msg_pb.Message:
 # -- model input ----------------------------------------------------------------
 
 
+def _encoded_message(m: Message, cache: dict[int, tuple[object, bytes]]) -> bytes:
+    """``messages`` field bytes (tag 4, length, message) of one message, cached.
+
+    Stored messages are immutable objects that live as long as the session is
+    hot, so their encoding is computed once; the cache entry keeps the object
+    alive, so its id cannot be reused while cached.
+    """
+    hit = cache.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    body: bytes = message_to_pb(m).SerializeToString()
+    encoded = _MESSAGES_TAG + _varint(len(body)) + body
+    if m.seq:
+        cache[id(m)] = (m, encoded)
+    return encoded
+
+
+def model_input_bytes(v: ModelInputView) -> bytes:
+    """The serialized ModelInput, built from cached per-message encodings.
+
+    Byte-for-byte deterministic for the same state. Encoding a 1,000-message
+    input from scratch costs ~20 ms in Python; this costs ~1 ms.
+    """
+    cache = v.render_cache
+    if len(cache) > 2 * len(v.messages) + 256:
+        cache.clear()
+    head = model_input_to_pb(replace(v, messages=())).SerializeToString(deterministic=True)
+    return head + b"".join(_encoded_message(m, cache) for m in v.messages)
+
+
 def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
     t = v.tokens
     return svc_pb.ModelInput(
@@ -272,4 +323,49 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
         prefix_hash=v.prefix_hash,
         notices=[svc_pb.Notice(code=n.code, seq=n.seq, detail=n.detail) for n in v.notices],
         summary=v.summary,
+    )
+
+
+# -- compaction -------------------------------------------------------------------
+
+
+def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
+    return svc_pb.Compaction(
+        compaction_id=c.compaction_id,
+        session_id=c.session_id,
+        summary=c.summary,
+        turn_prefix_summary=c.turn_prefix_summary,
+        first_kept_seq=c.first_kept_seq,
+        tokens_before=c.tokens_before,
+        tokens_after=c.tokens_after,
+        split_turn=c.split_turn,
+        read_files=list(c.read_files),
+        modified_files=list(c.modified_files),
+        summarizer=c.summarizer,
+        trigger=c.trigger,  # type: ignore[arg-type]
+        create_time=_ts(c.create_time_us),
+        superseded=c.superseded,
+        at_seq=c.at_seq,
+    )
+
+
+def _prompt_to_pb(p: SummaryPrompt | None) -> svc_pb.SummaryPrompt | None:
+    if p is None:
+        return None
+    return svc_pb.SummaryPrompt(system=p.system, user=p.user, max_tokens=p.max_tokens)
+
+
+def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPlan:
+    return svc_pb.CompactionPlan(
+        plan_id=plan_id,
+        session_id=plan.session_id,
+        first_kept_seq=plan.first_kept_seq,
+        tokens_before=plan.tokens_before,
+        split_turn=plan.split_turn,
+        previous_summary=plan.previous_summary,
+        history_prompt=_prompt_to_pb(plan.history_prompt),
+        turn_prefix_prompt=_prompt_to_pb(plan.turn_prefix_prompt),
+        expire_time=_ts(expire_us),
+        summarized_from_seq=plan.summarized_from_seq,
+        summarized_to_seq=plan.summarized_to_seq,
     )

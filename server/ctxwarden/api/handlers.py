@@ -35,6 +35,18 @@ def safe_deserializer(cls: type[Message]) -> Callable[[bytes], Any]:
     return decode
 
 
+def _serializer(cls: type[Message]) -> Callable[[Any], bytes]:
+    """Serialize a response message, or pass through one already encoded."""
+
+    def encode(value: Any) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        data: bytes = value.SerializeToString()
+        return data
+
+    return encode
+
+
 def generic_handler(
     unary: dict[str, tuple[Callable[..., Any], type[Message], type[Message]]],
     streams: dict[str, tuple[Callable[..., Any], type[Message], type[Message]]],
@@ -44,7 +56,7 @@ def generic_handler(
         handlers[name] = grpc.unary_unary_rpc_method_handler(
             fn,
             request_deserializer=safe_deserializer(req),
-            response_serializer=resp.SerializeToString,
+            response_serializer=_serializer(resp),
         )
     for name, (fn, req, resp) in streams.items():
         handlers[name] = grpc.stream_stream_rpc_method_handler(

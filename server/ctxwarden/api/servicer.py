@@ -14,9 +14,11 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message as PbMessage
 
 from ctxwarden.api.convert import (
+    checkpoint_to_pb,
     message_from_pb,
     message_to_pb,
-    model_input_to_pb,
+    model_input_bytes,
+    plan_to_pb,
     session_from_pb,
     session_to_pb,
 )
@@ -25,6 +27,7 @@ from ctxwarden.api.handlers import Malformed, generic_handler
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
+from ctxwarden.service.compaction import TRIGGER_MANUAL
 from ctxwarden.service.manager import IdempotencyKey, SessionManager
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
@@ -206,11 +209,12 @@ class ContextServicer:
     # -- model input and rollback ---------------------------------------------
 
     @unary
-    async def BuildModelInput(
-        self, request: pb.BuildModelInputRequest, context: Any
-    ) -> pb.ModelInput:
-        view = await self.manager.build_model_input(request.session_id, request.max_output_tokens)
-        return model_input_to_pb(view)
+    async def BuildModelInput(self, request: pb.BuildModelInputRequest, context: Any) -> bytes:
+        """Returns the encoded ModelInput (see model_input_bytes)."""
+        view = await self.manager.build_model_input(
+            request.session_id, request.max_output_tokens, request.auto_compact
+        )
+        return model_input_bytes(view)
 
     @unary
     async def RollbackTurn(
@@ -229,6 +233,64 @@ class ContextServicer:
             reason=result.reason,
         )
 
+    # -- compaction -------------------------------------------------------------
+
+    @unary
+    async def Compact(self, request: pb.CompactRequest, context: Any) -> pb.Compaction:
+        trigger = int(request.trigger) or TRIGGER_MANUAL
+        if trigger not in (1, 2, 3):
+            raise InvalidArgument(
+                f"trigger {trigger} is unknown", reason="INVALID_TRIGGER", field="trigger"
+            )
+        checkpoint = await self.manager.compactor.compact(
+            request.session_id,
+            request.instructions,
+            request.keep_recent_tokens,
+            _key(request),
+            trigger,
+        )
+        return checkpoint_to_pb(checkpoint)
+
+    @unary
+    async def PrepareCompaction(
+        self, request: pb.PrepareCompactionRequest, context: Any
+    ) -> pb.CompactionPlan:
+        handle = await self.manager.compactor.prepare(
+            request.session_id, request.instructions, request.keep_recent_tokens
+        )
+        return plan_to_pb(handle.plan_id, handle.plan, handle.expire_time_us)
+
+    @unary
+    async def CommitCompaction(
+        self, request: pb.CommitCompactionRequest, context: Any
+    ) -> pb.Compaction:
+        checkpoint = await self.manager.compactor.commit(
+            request.session_id, request.plan_id, request.summary, request.turn_prefix_summary
+        )
+        return checkpoint_to_pb(checkpoint)
+
+    @unary
+    async def ListCompactions(
+        self, request: pb.ListCompactionsRequest, context: Any
+    ) -> pb.ListCompactionsResponse:
+        rows, token = await self.manager.compactor.list(
+            request.session_id, request.page_size, request.page_token
+        )
+        return pb.ListCompactionsResponse(
+            compactions=[checkpoint_to_pb(c) for c in rows], next_page_token=token
+        )
+
+    @unary
+    async def GetToolOutput(
+        self, request: pb.GetToolOutputRequest, context: Any
+    ) -> pb.GetToolOutputResponse:
+        content, total, lines, next_offset = await self.manager.get_tool_output(
+            request.session_id, request.seq, request.offset, request.limit
+        )
+        return pb.GetToolOutputResponse(
+            content=content, total_bytes=total, total_lines=lines, next_offset=next_offset
+        )
+
     def handler(self) -> grpc.GenericRpcHandler:
         unary_methods: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
             "CreateSession": (self.CreateSession, pb.CreateSessionRequest, ses_pb.Session),
@@ -244,6 +306,23 @@ class ContextServicer:
             "ListMessages": (self.ListMessages, pb.ListMessagesRequest, pb.ListMessagesResponse),
             "BuildModelInput": (self.BuildModelInput, pb.BuildModelInputRequest, pb.ModelInput),
             "RollbackTurn": (self.RollbackTurn, pb.RollbackTurnRequest, pb.RollbackTurnResponse),
+            "Compact": (self.Compact, pb.CompactRequest, pb.Compaction),
+            "PrepareCompaction": (
+                self.PrepareCompaction,
+                pb.PrepareCompactionRequest,
+                pb.CompactionPlan,
+            ),
+            "CommitCompaction": (self.CommitCompaction, pb.CommitCompactionRequest, pb.Compaction),
+            "ListCompactions": (
+                self.ListCompactions,
+                pb.ListCompactionsRequest,
+                pb.ListCompactionsResponse,
+            ),
+            "GetToolOutput": (
+                self.GetToolOutput,
+                pb.GetToolOutputRequest,
+                pb.GetToolOutputResponse,
+            ),
         }
         streams: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
             "StreamMessages": (

@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from ctxwarden.core.compaction.fileops import render_file_lists
+from ctxwarden.core.compaction.planner import TRIMMED_MARKER
+from ctxwarden.core.compaction.types import FileLists
 from ctxwarden.core.errors import FailedPrecondition, InvalidArgument
 from ctxwarden.core.messages import ContentBlock, Message, MessageState, Role
 from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
@@ -23,6 +26,7 @@ from ctxwarden.core.view import (
     ViewEntry,
     build_view,
     make_entry,
+    make_stub,
 )
 
 SUMMARY_PREAMBLE = (
@@ -55,6 +59,8 @@ class ModelInputView:
     compaction_id: str
     prefix_hash: str
     summary: str
+    render_cache: dict[int, tuple[object, bytes]] = field(default_factory=dict, compare=False)
+    """Opaque per-session cache for the api layer's encoding of stored messages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +100,22 @@ def prefix_hash(session: Session, summary: str) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def summary_message(checkpoint: Checkpoint) -> Message:
-    text = f"{SUMMARY_PREAMBLE}\n\n<summary>\n{checkpoint.summary}\n</summary>"
+def summary_text(checkpoint: Checkpoint, pinned_state: str) -> str:
+    """The summary as the model sees it: the summariser's text plus what the
+    program keeps itself (file lists, pinned task state)."""
+    parts = [f"{SUMMARY_PREAMBLE}\n\n<summary>\n{checkpoint.carried_summary}\n</summary>"]
+    files = render_file_lists(FileLists(checkpoint.read_files, checkpoint.modified_files))
+    if files:
+        parts.append(files)
+    if pinned_state:
+        parts.append(f"<pinned-state>\n{pinned_state}\n</pinned-state>")
+    return "\n\n".join(parts)
+
+
+def summary_message(checkpoint: Checkpoint, pinned_state: str = "") -> Message:
     return Message(
         role=Role.USER,
-        content=(ContentBlock.of_text(text),),
+        content=(ContentBlock.of_text(summary_text(checkpoint, pinned_state)),),
         metadata={SUMMARY_METADATA_KEY: checkpoint.compaction_id},
     )
 
@@ -116,6 +133,7 @@ class SessionContext:
         self.checkpoint = checkpoint
         self.tokenizer = tokenizer
         self._entries: list[ViewEntry] = []
+        self.render_cache: dict[int, tuple[object, bytes]] = {}
         self._by_message_id: dict[str, Message] = {}
         self._calls: dict[str, _CallState] = {}
         self.session = session
@@ -134,12 +152,14 @@ class SessionContext:
         self._summary: Message | None = None
         self.summary_tokens = 0
         if self.checkpoint is not None:
-            self._summary = summary_message(self.checkpoint)
+            self._summary = summary_message(self.checkpoint, self.session.pinned_state)
             self.summary_tokens = count_message(self._summary, tok)
+            self._summary = replace(self._summary, token_count=self.summary_tokens)
         self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok)
         self._prefix_hash = prefix_hash(
-            self.session, self.checkpoint.summary if self.checkpoint else ""
+            self.session, self._summary.text if self._summary is not None else ""
         )
+        self._stubs: dict[int, ViewEntry] = {}
 
     def replace_session(self, session: Session, tokenizer: Tokenizer | None = None) -> None:
         """Install new settings; a new tokenizer or policy re-derives the view entries."""
@@ -296,14 +316,15 @@ class SessionContext:
                 reason="INVALID_SEQ",
                 field="to_seq",
             )
-        if self.checkpoint is not None and to_seq < self.checkpoint.first_kept_seq - 1:
-            raise FailedPrecondition(
-                f"to_seq {to_seq} is before the compaction checkpoint (first kept seq "
-                f"{self.checkpoint.first_kept_seq})",
-                reason="ROLLBACK_BEFORE_CHECKPOINT",
-                field="to_seq",
-            )
         return rewind_to(self.active_messages, to_seq)
+
+    def crosses_checkpoint(self, to_seq: int | None) -> bool:
+        """A rewind to before the checkpoint's first kept seq invalidates it."""
+        return (
+            to_seq is not None
+            and self.checkpoint is not None
+            and to_seq < self.checkpoint.first_kept_seq - 1
+        )
 
     def apply_rollback(self, seqs: Sequence[int], consecutive_failures: int, now_us: int) -> None:
         gone = set(seqs)
@@ -325,8 +346,21 @@ class SessionContext:
 
     # -- the model input ----------------------------------------------------
 
+    def _stub(self, entry: ViewEntry) -> ViewEntry:
+        seq = entry.message.seq
+        stub = self._stubs.get(seq)
+        if stub is None:
+            stub = self._stubs[seq] = make_stub(self._stored(entry), self.tokenizer)
+        return stub
+
+    def view_tokens(self) -> int:
+        """Total tokens of the current model input (what compaction shrinks)."""
+        return self.model_input().tokens.total_tokens
+
     def model_input(self, max_output_tokens: int = 0) -> ModelInputView:
-        view = build_view(self._entries, self.synthetic_tokens)
+        view = build_view(
+            self._entries, self.synthetic_tokens, self.policy.keep_tool_results, self._stub
+        )
         messages = view.messages
         if self._summary is not None:
             messages = (self._summary, *messages)
@@ -353,5 +387,46 @@ class SessionContext:
             last_seq=self.session.last_seq,
             compaction_id=self.checkpoint.compaction_id if self.checkpoint else "",
             prefix_hash=self._prefix_hash,
-            summary=self.checkpoint.summary if self.checkpoint else "",
+            summary=self.checkpoint.carried_summary if self.checkpoint else "",
+            render_cache=self.render_cache,
         )
+
+    # -- compaction ---------------------------------------------------------
+
+    def threshold(self, max_output_tokens: int = 0) -> int:
+        return self.policy.context_window - max(self.policy.reserve_tokens, max_output_tokens)
+
+    def apply_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Switch the effective context to a new checkpoint (after it committed)."""
+        kept = [m for m in self.active_messages if m.seq >= checkpoint.first_kept_seq]
+        self.checkpoint = checkpoint
+        self._entries = []
+        self._by_message_id = {}
+        self._calls = {}
+        self._refresh_fixed_costs()
+        for message in kept:
+            self._add(message)
+        self._message_tokens = sum(e.token_count for e in self._entries)
+        self.session = replace(self.session, context_tokens=self.context_tokens)
+
+    def trim_summary(self, text: str, budget: int) -> tuple[str, bool]:
+        """Cut a summary to at most ``budget`` tokens, with a marker."""
+        if self.tokenizer.count(text) <= budget:
+            return text, False
+        keep = len(text)
+        while keep > 0:
+            keep = int(keep * 0.9)
+            candidate = text[:keep].rstrip() + TRIMMED_MARKER
+            if self.tokenizer.count(candidate) <= budget:
+                return candidate, True
+        return TRIMMED_MARKER.strip(), True
+
+    def tokens_with(self, checkpoint: Checkpoint) -> int:
+        """Tokens of the effective context if ``checkpoint`` were in effect."""
+        probe = SessionContext(
+            self.session,
+            checkpoint,
+            [m for m in self.active_messages if m.seq >= checkpoint.first_kept_seq],
+            self.tokenizer,
+        )
+        return probe.view_tokens()

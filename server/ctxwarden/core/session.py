@@ -30,6 +30,7 @@ class ContextPolicy:
     tool_output_max_bytes: int = 0
     tool_output_max_lines: int = 0
     tokenizer: str = ""
+    keep_tool_results: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,8 @@ class EffectivePolicy:
     tool_output_max_bytes: int
     tool_output_max_lines: int
     tokenizer: str
+    keep_tool_results: int = 0
+    """0: every tool result in full; N: only the newest N, older ones stubbed."""
 
 
 def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
@@ -53,6 +56,7 @@ def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
         tool_output_max_bytes=policy.tool_output_max_bytes or DEFAULT_TOOL_OUTPUT_MAX_BYTES,
         tool_output_max_lines=policy.tool_output_max_lines or DEFAULT_TOOL_OUTPUT_MAX_LINES,
         tokenizer=policy.tokenizer or info.tokenizer,
+        keep_tool_results=policy.keep_tool_results,
     )
 
 
@@ -95,3 +99,19 @@ class Checkpoint:
     first_kept_seq: int
     tokens_before: int
     create_time_us: int
+    turn_prefix_summary: str = ""
+    tokens_after: int = 0
+    split_turn: bool = False
+    read_files: tuple[str, ...] = ()
+    modified_files: tuple[str, ...] = ()
+    summarizer: str = ""
+    trigger: int = 1
+    at_seq: int = 0
+    superseded: bool = False
+
+    @property
+    def carried_summary(self) -> str:
+        """The text a later compaction updates: the summary and any turn prefix."""
+        if not self.turn_prefix_summary:
+            return self.summary
+        return f"{self.summary}\n\n---\n\nTurn context (split turn):\n\n{self.turn_prefix_summary}"

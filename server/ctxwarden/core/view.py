@@ -8,7 +8,7 @@ have no call to answer, and cuts oversized tool output to a preview.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
@@ -22,6 +22,7 @@ FAILED_MESSAGE_OMITTED = "FAILED_MESSAGE_OMITTED"
 ORPHANED_TOOL_RESULT_OMITTED = "ORPHANED_TOOL_RESULT_OMITTED"
 SYNTHETIC_TOOL_RESULT = "SYNTHETIC_TOOL_RESULT"
 TOOL_OUTPUT_TRUNCATED = "TOOL_OUTPUT_TRUNCATED"
+TOOL_OUTPUT_STUBBED = "TOOL_OUTPUT_STUBBED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,20 @@ def make_entry(message: Message, policy: EffectivePolicy, tokenizer: Tokenizer) 
     return ViewEntry(cut, cut.token_count, notice)
 
 
+def make_stub(message: Message, tokenizer: Tokenizer) -> ViewEntry:
+    """An old tool result reduced to one line that says how to read it back."""
+    text = message.text
+    size = len(text.encode("utf-8"))
+    line = (
+        f"[ctxwarden: older tool output omitted ({size} bytes, {_line_count(text)} lines); "
+        f"read it with GetToolOutput(seq={message.seq})]"
+    )
+    stub = replace(message, content=(ContentBlock.of_text(line),))
+    stub = replace(stub, token_count=count_message(stub, tokenizer))
+    notice = Notice(TOOL_OUTPUT_STUBBED, message.seq, f"tool output of {size} bytes stubbed")
+    return ViewEntry(stub, stub.token_count, notice)
+
+
 def synthetic_result(call: ContentBlock, token_count: int) -> Message:
     return Message(
         role=Role.TOOL_RESULT,
@@ -102,11 +117,23 @@ def synthetic_result(call: ContentBlock, token_count: int) -> Message:
     )
 
 
-def build_view(entries: Iterable[ViewEntry], synthetic_tokens: int) -> View:
+def build_view(
+    entries: Sequence[ViewEntry],
+    synthetic_tokens: int,
+    keep_tool_results: int = 0,
+    stub: Callable[[ViewEntry], ViewEntry] | None = None,
+) -> View:
     """Assemble the messages to send, in order, from the kept active entries.
 
-    ``synthetic_tokens`` is the token count of one synthetic result.
+    ``synthetic_tokens`` is the token count of one synthetic result. With
+    ``keep_tool_results`` N > 0, tool results older than the newest N are
+    replaced by ``stub(entry)``.
     """
+    stub_before = -1
+    if keep_tool_results > 0 and stub is not None:
+        results = [i for i, e in enumerate(entries) if e.message.role is Role.TOOL_RESULT]
+        if len(results) > keep_tool_results:
+            stub_before = results[-keep_tool_results]
     out: list[Message] = []
     notices: list[Notice] = []
     tokens = 0
@@ -127,7 +154,9 @@ def build_view(entries: Iterable[ViewEntry], synthetic_tokens: int) -> View:
             )
         open_calls.clear()
 
-    for entry in entries:
+    for index, entry in enumerate(entries):
+        if index < stub_before and stub is not None and entry.message.role is Role.TOOL_RESULT:
+            entry = stub(entry)
         message = entry.message
         if message.role is Role.TOOL_RESULT:
             if open_calls.pop(message.tool_call_id, None) is None:

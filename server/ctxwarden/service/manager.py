@@ -14,20 +14,23 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ctxwarden import ids
 from ctxwarden.config import Settings
+from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.core.context import AppendPlan, ModelInputView, SessionContext
 from ctxwarden.core.errors import (
     Aborted,
     AlreadyExists,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
 )
-from ctxwarden.core.messages import Message
+from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.recovery import RecoveryAction, decide_recovery
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tokens import Tokenizer, count_message, count_text
 from ctxwarden.core.validation import check_key, check_messages, check_session_id
+from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
 from ctxwarden.service.hot import HotSessions
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.repository import Repository, RequestRecord, StoredRequest
@@ -105,11 +108,14 @@ async def _tokenizer(spec: str) -> Tokenizer:
 
 
 class SessionManager:
-    def __init__(self, repo: Repository, settings: Settings) -> None:
+    def __init__(
+        self, repo: Repository, settings: Settings, summarizer: Summarizer | None = None
+    ) -> None:
         self.repo = repo
         self.settings = settings
         self.hot = HotSessions(settings.max_hot_sessions)
         self.restores = 0
+        self.compactor = Compactor(self, summarizer)
 
     # -- plumbing -------------------------------------------------------------
 
@@ -479,7 +485,9 @@ class SessionManager:
 
     # -- model input ------------------------------------------------------------
 
-    async def build_model_input(self, session_id: str, max_output_tokens: int) -> ModelInputView:
+    async def build_model_input(
+        self, session_id: str, max_output_tokens: int, auto_compact: bool = False
+    ) -> ModelInputView:
         if max_output_tokens < 0:
             raise InvalidArgument(
                 "max_output_tokens must be >= 0",
@@ -487,7 +495,16 @@ class SessionManager:
                 field="max_output_tokens",
             )
         ctx = await self._context(session_id)
-        return ctx.model_input(max_output_tokens)
+        view = ctx.model_input(max_output_tokens)
+        if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
+            try:
+                await self.compactor.compact(session_id, "", 0, None, TRIGGER_THRESHOLD)
+            except FailedPrecondition as exc:
+                if exc.reason != "NOTHING_TO_COMPACT":
+                    raise
+            ctx = await self._context(session_id)
+            view = ctx.model_input(max_output_tokens)
+        return view
 
     # -- rollback ---------------------------------------------------------------
 
@@ -507,6 +524,9 @@ class SessionManager:
             stored = await self._replay(scope, key)
             if stored is not None:
                 return _rollback_from_outcome(stored.outcome)
+            if ctx.crosses_checkpoint(to_seq):
+                assert to_seq is not None
+                return await self._rollback_across(ctx, to_seq, error_message, scope, key)
             seqs = ctx.plan_rollback(to_seq)
             error = error_message or last_failure_message(ctx.active_messages, seqs)
             failures = ctx.session.consecutive_failures
@@ -547,6 +567,87 @@ class SessionManager:
                     return _rollback_from_outcome(stored.outcome)
                 ctx.apply_rollback(seqs, failures, now)
             return result
+
+    async def _rollback_across(
+        self,
+        ctx: SessionContext,
+        to_seq: int,
+        error_message: str,
+        scope: str,
+        key: IdempotencyKey | None,
+    ) -> RollbackResult:
+        """Rewind to before the checkpoint: supersede it, fall back, reload."""
+        ctx.plan_rollback(to_seq)  # validates to_seq
+        sid = ctx.session.session_id
+        failures = ctx.session.consecutive_failures
+        recovery = decide_recovery(error_message, failures, self.settings.max_retries)
+        now = ids.now_us()
+        session = replace(ctx.session, update_time_us=now)
+        reason = recovery.reason if error_message else f"rewound to seq {to_seq}"
+
+        def record(seqs: list[int]) -> RequestRecord | None:
+            result = RollbackResult(
+                tuple(seqs), recovery.action, recovery.retry_after_seconds, reason
+            )
+            return self._record(scope, key, _rollback_outcome(result))
+
+        try:
+            seqs, current = await self._db(
+                lambda: self.repo.rollback_across_checkpoints(session, to_seq=to_seq, record=record)
+            )
+        except ConcurrentWrite:
+            raise self._concurrent(sid) from None
+        except DuplicateKey:
+            stored = await self._replay(scope, key)
+            if stored is None:
+                raise self._concurrent(sid) from None
+            return _rollback_from_outcome(stored.outcome)
+        finally:
+            # The effective context now starts at an older checkpoint (or at the
+            # beginning): reload it from the database on the next call.
+            self.hot.evict(sid)
+        log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, current)
+        return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)
+
+    # -- tool output ------------------------------------------------------------
+
+    async def get_tool_output(
+        self, session_id: str, seq: int, offset: int, limit: int
+    ) -> tuple[str, int, int, int]:
+        """A byte range of a stored tool result: (content, total bytes, lines, next offset)."""
+        if seq <= 0:
+            raise InvalidArgument("seq must be > 0", reason="INVALID_SEQ", field="seq")
+        if offset < 0 or limit < 0:
+            raise InvalidArgument(
+                "offset and limit must be >= 0", reason="INVALID_RANGE", field="offset"
+            )
+        limit = min(limit or 51200, 1024 * 1024)
+        ctx = await self._context(session_id)
+        message = next((m for m in ctx.active_messages if m.seq == seq), None)
+        if message is None:
+            message = await self._db(lambda: self.repo.get_message(session_id, seq))
+        if message is None:
+            raise NotFound(
+                f"session {session_id!r} has no message with seq {seq}",
+                reason="MESSAGE_NOT_FOUND",
+            )
+        if message.role is not Role.TOOL_RESULT:
+            raise InvalidArgument(
+                f"message seq {seq} is a {message.role.name.lower()} message, not a tool result",
+                reason="NOT_A_TOOL_RESULT",
+                field="seq",
+            )
+        data = message.text.encode("utf-8")
+        total = len(data)
+        start = min(offset, total)
+        while start < total and (data[start] & 0xC0) == 0x80:
+            start += 1  # never start inside a character
+        end = min(start + limit, total)
+        while end < total and end > start and (data[end] & 0xC0) == 0x80:
+            end -= 1  # never end inside one either
+        chunk = data[start:end].decode("utf-8")
+        lines = len(message.text.splitlines())
+        return chunk, total, lines, (end if end < total else 0)
 
     # -- lifecycle --------------------------------------------------------------
 

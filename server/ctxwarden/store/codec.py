@@ -140,6 +140,7 @@ def _policy_json(p: ContextPolicy) -> str:
             "tool_output_max_bytes": p.tool_output_max_bytes,
             "tool_output_max_lines": p.tool_output_max_lines,
             "tokenizer": p.tokenizer,
+            "keep_tool_results": p.keep_tool_results,
         }
     )
 
@@ -188,7 +189,36 @@ def session_from_row(row: SessionRow | Any) -> Session:
     )
 
 
+def checkpoint_details(c: Checkpoint) -> str:
+    return _dumps(
+        {
+            "turn_prefix_summary": c.turn_prefix_summary,
+            "split_turn": c.split_turn,
+            "read_files": list(c.read_files),
+            "modified_files": list(c.modified_files),
+            "summarizer": c.summarizer,
+            "trigger": c.trigger,
+        }
+    )
+
+
+def checkpoint_row_values(c: Checkpoint) -> dict[str, Any]:
+    return {
+        "compaction_id": c.compaction_id,
+        "session_id": c.session_id,
+        "summary": c.summary,
+        "first_kept_seq": c.first_kept_seq,
+        "tokens_before": c.tokens_before,
+        "tokens_after": c.tokens_after,
+        "at_seq": c.at_seq,
+        "superseded_at_seq": 0,
+        "details_json": checkpoint_details(c),
+        "created_at": c.create_time_us,
+    }
+
+
 def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
+    d = json.loads(row.details_json or "{}")
     return Checkpoint(
         compaction_id=row.compaction_id,
         session_id=row.session_id,
@@ -196,4 +226,13 @@ def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
         first_kept_seq=row.first_kept_seq,
         tokens_before=row.tokens_before,
         create_time_us=row.created_at,
+        turn_prefix_summary=d.get("turn_prefix_summary", ""),
+        tokens_after=row.tokens_after,
+        split_turn=d.get("split_turn", False),
+        read_files=tuple(d.get("read_files", ())),
+        modified_files=tuple(d.get("modified_files", ())),
+        summarizer=d.get("summarizer", ""),
+        trigger=d.get("trigger", 1),
+        at_seq=row.at_seq,
+        superseded=row.superseded_at_seq != 0,
     )

@@ -74,6 +74,8 @@ class SessionRow(Base):
     create_time_us: Mapped[int] = mapped_column(BigInteger)
     update_time_us: Mapped[int] = mapped_column(BigInteger)
     delete_time_us: Mapped[int] = mapped_column(BigInteger, default=0)
+    compaction_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
+    """The checkpoint in effect ("" before the first compaction)."""
 
     __table_args__ = (
         Index("ix_sessions_list", "tenant_id", "delete_time_us", "create_time_us", "session_id"),
@@ -131,3 +133,18 @@ class RequestRow(Base):
     request_hash: Mapped[str] = mapped_column(ascii_id(64))
     outcome: Mapped[bytes] = mapped_column(long_blob())
     create_time_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class CompactionPlanRow(Base):
+    """A compaction planned by PrepareCompaction, waiting for the agent's summary."""
+
+    __tablename__ = "compaction_plans"
+
+    plan_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ascii_id(128))
+    payload: Mapped[str] = mapped_column(long_text())
+    expire_time_us: Mapped[int] = mapped_column(BigInteger)
+    committed_compaction_id: Mapped[str] = mapped_column(ascii_id(64), default="")
+    create_time_us: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_compaction_plans_session", "session_id"),)

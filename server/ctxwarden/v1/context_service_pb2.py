@@ -27,49 +27,72 @@ from ctxwarden.v1 import session_pb2 as ctxwarden_dot_v1_dot_session__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"ctxwarden/v1/context_service.proto\x12\x0c\x63txwarden.v1\x1a\x1a\x63txwarden/v1/message.proto\x1a\x1a\x63txwarden/v1/session.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\"f\n\x14\x43reateSessionRequest\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.ctxwarden.v1.Session\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"a\n\x13ListSessionsRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x12\n\nproject_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"X\n\x14ListSessionsResponse\x12\'\n\x08sessions\x18\x01 \x03(\x0b\x32\x15.ctxwarden.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"}\n\x14UpdateSessionRequest\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.ctxwarden.v1.Session\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x0c\n\x04\x65tag\x18\x03 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x9e\x01\n\x15\x41ppendMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x08messages\x18\x02 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12\x1e\n\x11\x65xpected_last_seq\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x14\n\x12_expected_last_seq\"k\n\x16\x41ppendMessagesResponse\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12\x10\n\x08last_seq\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_tokens\x18\x03 \x01(\x03\"m\n\x13ListMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x1b\n\x13include_rolled_back\x18\x04 \x01(\x08\"X\n\x14ListMessagesResponse\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"G\n\x16\x42uildModelInputRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x19\n\x11max_output_tokens\x18\x02 \x01(\x03\"\xcc\x01\n\x0eTokenBreakdown\x12\x15\n\rsystem_tokens\x18\x01 \x01(\x03\x12\x14\n\x0ctools_tokens\x18\x02 \x01(\x03\x12\x16\n\x0esummary_tokens\x18\x03 \x01(\x03\x12\x16\n\x0emessage_tokens\x18\x04 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x05 \x01(\x03\x12\x16\n\x0e\x63ontext_window\x18\x06 \x01(\x03\x12\x1c\n\x14\x63ompaction_threshold\x18\x07 \x01(\x03\x12\x11\n\testimated\x18\x08 \x01(\x08\"3\n\x06Notice\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xe9\x02\n\nModelInput\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rsystem_prompt\x18\x02 \x01(\t\x12+\n\x05tools\x18\x03 \x03(\x0b\x32\x1c.ctxwarden.v1.ToolDefinition\x12\'\n\x08messages\x18\x04 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12,\n\x06tokens\x18\x05 \x01(\x0b\x32\x1c.ctxwarden.v1.TokenBreakdown\x12\x1e\n\x16\x63ompaction_recommended\x18\x06 \x01(\x08\x12\x16\n\x0e\x66irst_kept_seq\x18\x07 \x01(\x03\x12\x10\n\x08last_seq\x18\x08 \x01(\x03\x12\x15\n\rcompaction_id\x18\t \x01(\t\x12\x13\n\x0bprefix_hash\x18\n \x01(\t\x12%\n\x07notices\x18\x0b \x03(\x0b\x32\x14.ctxwarden.v1.Notice\x12\x0f\n\x07summary\x18\x0c \x01(\t\"t\n\x13RollbackTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x06to_seq\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\t\n\x07_to_seq\"\x9e\x01\n\x14RollbackTurnResponse\x12\x18\n\x10rolled_back_seqs\x18\x01 \x03(\x03\x12,\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x1c.ctxwarden.v1.RecoveryAction\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x04 \x01(\t*\x8d\x01\n\x0eRecoveryAction\x12\x1f\n\x1bRECOVERY_ACTION_UNSPECIFIED\x10\x00\x12\x19\n\x15RECOVERY_ACTION_RETRY\x10\x01\x12%\n!RECOVERY_ACTION_COMPACT_AND_RETRY\x10\x02\x12\x18\n\x14RECOVERY_ACTION_FAIL\x10\x03\x32\xd1\x06\n\x0e\x43ontextService\x12J\n\rCreateSession\x12\".ctxwarden.v1.CreateSessionRequest\x1a\x15.ctxwarden.v1.Session\x12\x44\n\nGetSession\x12\x1f.ctxwarden.v1.GetSessionRequest\x1a\x15.ctxwarden.v1.Session\x12U\n\x0cListSessions\x12!.ctxwarden.v1.ListSessionsRequest\x1a\".ctxwarden.v1.ListSessionsResponse\x12J\n\rUpdateSession\x12\".ctxwarden.v1.UpdateSessionRequest\x1a\x15.ctxwarden.v1.Session\x12K\n\rDeleteSession\x12\".ctxwarden.v1.DeleteSessionRequest\x1a\x16.google.protobuf.Empty\x12[\n\x0e\x41ppendMessages\x12#.ctxwarden.v1.AppendMessagesRequest\x1a$.ctxwarden.v1.AppendMessagesResponse\x12_\n\x0eStreamMessages\x12#.ctxwarden.v1.AppendMessagesRequest\x1a$.ctxwarden.v1.AppendMessagesResponse(\x01\x30\x01\x12U\n\x0cListMessages\x12!.ctxwarden.v1.ListMessagesRequest\x1a\".ctxwarden.v1.ListMessagesResponse\x12Q\n\x0f\x42uildModelInput\x12$.ctxwarden.v1.BuildModelInputRequest\x1a\x18.ctxwarden.v1.ModelInput\x12U\n\x0cRollbackTurn\x12!.ctxwarden.v1.RollbackTurnRequest\x1a\".ctxwarden.v1.RollbackTurnResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"ctxwarden/v1/context_service.proto\x12\x0c\x63txwarden.v1\x1a\x1a\x63txwarden/v1/message.proto\x1a\x1a\x63txwarden/v1/session.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n\x14\x43reateSessionRequest\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.ctxwarden.v1.Session\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"a\n\x13ListSessionsRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x12\n\nproject_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"X\n\x14ListSessionsResponse\x12\'\n\x08sessions\x18\x01 \x03(\x0b\x32\x15.ctxwarden.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"}\n\x14UpdateSessionRequest\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.ctxwarden.v1.Session\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x0c\n\x04\x65tag\x18\x03 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x9e\x01\n\x15\x41ppendMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x08messages\x18\x02 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12\x1e\n\x11\x65xpected_last_seq\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x14\n\x12_expected_last_seq\"k\n\x16\x41ppendMessagesResponse\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12\x10\n\x08last_seq\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_tokens\x18\x03 \x01(\x03\"m\n\x13ListMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x1b\n\x13include_rolled_back\x18\x04 \x01(\x08\"X\n\x14ListMessagesResponse\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"]\n\x16\x42uildModelInputRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x19\n\x11max_output_tokens\x18\x02 \x01(\x03\x12\x14\n\x0c\x61uto_compact\x18\x03 \x01(\x08\"\xcc\x01\n\x0eTokenBreakdown\x12\x15\n\rsystem_tokens\x18\x01 \x01(\x03\x12\x14\n\x0ctools_tokens\x18\x02 \x01(\x03\x12\x16\n\x0esummary_tokens\x18\x03 \x01(\x03\x12\x16\n\x0emessage_tokens\x18\x04 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x05 \x01(\x03\x12\x16\n\x0e\x63ontext_window\x18\x06 \x01(\x03\x12\x1c\n\x14\x63ompaction_threshold\x18\x07 \x01(\x03\x12\x11\n\testimated\x18\x08 \x01(\x08\"3\n\x06Notice\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xe9\x02\n\nModelInput\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rsystem_prompt\x18\x02 \x01(\t\x12+\n\x05tools\x18\x03 \x03(\x0b\x32\x1c.ctxwarden.v1.ToolDefinition\x12\'\n\x08messages\x18\x04 \x03(\x0b\x32\x15.ctxwarden.v1.Message\x12,\n\x06tokens\x18\x05 \x01(\x0b\x32\x1c.ctxwarden.v1.TokenBreakdown\x12\x1e\n\x16\x63ompaction_recommended\x18\x06 \x01(\x08\x12\x16\n\x0e\x66irst_kept_seq\x18\x07 \x01(\x03\x12\x10\n\x08last_seq\x18\x08 \x01(\x03\x12\x15\n\rcompaction_id\x18\t \x01(\t\x12\x13\n\x0bprefix_hash\x18\n \x01(\t\x12%\n\x07notices\x18\x0b \x03(\x0b\x32\x14.ctxwarden.v1.Notice\x12\x0f\n\x07summary\x18\x0c \x01(\t\"t\n\x13RollbackTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x06to_seq\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\t\n\x07_to_seq\"\x9e\x01\n\x14RollbackTurnResponse\x12\x18\n\x10rolled_back_seqs\x18\x01 \x03(\x03\x12,\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x1c.ctxwarden.v1.RecoveryAction\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x85\x03\n\nCompaction\x12\x15\n\rcompaction_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x1b\n\x13turn_prefix_summary\x18\x04 \x01(\t\x12\x16\n\x0e\x66irst_kept_seq\x18\x05 \x01(\x03\x12\x15\n\rtokens_before\x18\x06 \x01(\x03\x12\x14\n\x0ctokens_after\x18\x07 \x01(\x03\x12\x12\n\nsplit_turn\x18\x08 \x01(\x08\x12\x12\n\nread_files\x18\t \x03(\t\x12\x16\n\x0emodified_files\x18\n \x03(\t\x12\x12\n\nsummarizer\x18\x0b \x01(\t\x12\x30\n\x07trigger\x18\x0c \x01(\x0e\x32\x1f.ctxwarden.v1.CompactionTrigger\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsuperseded\x18\x0e \x01(\x08\x12\x0e\n\x06\x61t_seq\x18\x0f \x01(\x03\"\x9c\x01\n\x0e\x43ompactRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\x12\x1a\n\x12keep_recent_tokens\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x30\n\x07trigger\x18\x05 \x01(\x0e\x32\x1f.ctxwarden.v1.CompactionTrigger\"A\n\rSummaryPrompt\x12\x0e\n\x06system\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x12\n\nmax_tokens\x18\x03 \x01(\x03\"`\n\x18PrepareCompactionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\x12\x1a\n\x12keep_recent_tokens\x18\x03 \x01(\x03\"\xe9\x02\n\x0e\x43ompactionPlan\x12\x0f\n\x07plan_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x16\n\x0e\x66irst_kept_seq\x18\x03 \x01(\x03\x12\x15\n\rtokens_before\x18\x04 \x01(\x03\x12\x12\n\nsplit_turn\x18\x05 \x01(\x08\x12\x18\n\x10previous_summary\x18\x06 \x01(\t\x12\x33\n\x0ehistory_prompt\x18\x07 \x01(\x0b\x32\x1b.ctxwarden.v1.SummaryPrompt\x12\x37\n\x12turn_prefix_prompt\x18\x08 \x01(\x0b\x32\x1b.ctxwarden.v1.SummaryPrompt\x12/\n\x0b\x65xpire_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13summarized_from_seq\x18\n \x01(\x03\x12\x19\n\x11summarized_to_seq\x18\x0b \x01(\x03\"l\n\x17\x43ommitCompactionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07plan_id\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x1b\n\x13turn_prefix_summary\x18\x04 \x01(\t\"S\n\x16ListCompactionsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"a\n\x17ListCompactionsResponse\x12-\n\x0b\x63ompactions\x18\x01 \x03(\x0b\x32\x18.ctxwarden.v1.Compaction\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"V\n\x14GetToolOutputRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\r\n\x05limit\x18\x04 \x01(\x03\"g\n\x15GetToolOutputResponse\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x03\x12\x13\n\x0btotal_lines\x18\x03 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03*\x8d\x01\n\x0eRecoveryAction\x12\x1f\n\x1bRECOVERY_ACTION_UNSPECIFIED\x10\x00\x12\x19\n\x15RECOVERY_ACTION_RETRY\x10\x01\x12%\n!RECOVERY_ACTION_COMPACT_AND_RETRY\x10\x02\x12\x18\n\x14RECOVERY_ACTION_FAIL\x10\x03*\x99\x01\n\x11\x43ompactionTrigger\x12\"\n\x1e\x43OMPACTION_TRIGGER_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43OMPACTION_TRIGGER_MANUAL\x10\x01\x12 \n\x1c\x43OMPACTION_TRIGGER_THRESHOLD\x10\x02\x12\x1f\n\x1b\x43OMPACTION_TRIGGER_OVERFLOW\x10\x03\x32\xfe\t\n\x0e\x43ontextService\x12J\n\rCreateSession\x12\".ctxwarden.v1.CreateSessionRequest\x1a\x15.ctxwarden.v1.Session\x12\x44\n\nGetSession\x12\x1f.ctxwarden.v1.GetSessionRequest\x1a\x15.ctxwarden.v1.Session\x12U\n\x0cListSessions\x12!.ctxwarden.v1.ListSessionsRequest\x1a\".ctxwarden.v1.ListSessionsResponse\x12J\n\rUpdateSession\x12\".ctxwarden.v1.UpdateSessionRequest\x1a\x15.ctxwarden.v1.Session\x12K\n\rDeleteSession\x12\".ctxwarden.v1.DeleteSessionRequest\x1a\x16.google.protobuf.Empty\x12[\n\x0e\x41ppendMessages\x12#.ctxwarden.v1.AppendMessagesRequest\x1a$.ctxwarden.v1.AppendMessagesResponse\x12_\n\x0eStreamMessages\x12#.ctxwarden.v1.AppendMessagesRequest\x1a$.ctxwarden.v1.AppendMessagesResponse(\x01\x30\x01\x12U\n\x0cListMessages\x12!.ctxwarden.v1.ListMessagesRequest\x1a\".ctxwarden.v1.ListMessagesResponse\x12Q\n\x0f\x42uildModelInput\x12$.ctxwarden.v1.BuildModelInputRequest\x1a\x18.ctxwarden.v1.ModelInput\x12U\n\x0cRollbackTurn\x12!.ctxwarden.v1.RollbackTurnRequest\x1a\".ctxwarden.v1.RollbackTurnResponse\x12\x41\n\x07\x43ompact\x12\x1c.ctxwarden.v1.CompactRequest\x1a\x18.ctxwarden.v1.Compaction\x12Y\n\x11PrepareCompaction\x12&.ctxwarden.v1.PrepareCompactionRequest\x1a\x1c.ctxwarden.v1.CompactionPlan\x12S\n\x10\x43ommitCompaction\x12%.ctxwarden.v1.CommitCompactionRequest\x1a\x18.ctxwarden.v1.Compaction\x12^\n\x0fListCompactions\x12$.ctxwarden.v1.ListCompactionsRequest\x1a%.ctxwarden.v1.ListCompactionsResponse\x12X\n\rGetToolOutput\x12\".ctxwarden.v1.GetToolOutputRequest\x1a#.ctxwarden.v1.GetToolOutputResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ctxwarden.v1.context_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RECOVERYACTION']._serialized_start=2156
-  _globals['_RECOVERYACTION']._serialized_end=2297
-  _globals['_CREATESESSIONREQUEST']._serialized_start=203
-  _globals['_CREATESESSIONREQUEST']._serialized_end=305
-  _globals['_GETSESSIONREQUEST']._serialized_start=307
-  _globals['_GETSESSIONREQUEST']._serialized_end=346
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=348
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=445
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=447
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=535
-  _globals['_UPDATESESSIONREQUEST']._serialized_start=537
-  _globals['_UPDATESESSIONREQUEST']._serialized_end=662
-  _globals['_DELETESESSIONREQUEST']._serialized_start=664
-  _globals['_DELETESESSIONREQUEST']._serialized_end=706
-  _globals['_APPENDMESSAGESREQUEST']._serialized_start=709
-  _globals['_APPENDMESSAGESREQUEST']._serialized_end=867
-  _globals['_APPENDMESSAGESRESPONSE']._serialized_start=869
-  _globals['_APPENDMESSAGESRESPONSE']._serialized_end=976
-  _globals['_LISTMESSAGESREQUEST']._serialized_start=978
-  _globals['_LISTMESSAGESREQUEST']._serialized_end=1087
-  _globals['_LISTMESSAGESRESPONSE']._serialized_start=1089
-  _globals['_LISTMESSAGESRESPONSE']._serialized_end=1177
-  _globals['_BUILDMODELINPUTREQUEST']._serialized_start=1179
-  _globals['_BUILDMODELINPUTREQUEST']._serialized_end=1250
-  _globals['_TOKENBREAKDOWN']._serialized_start=1253
-  _globals['_TOKENBREAKDOWN']._serialized_end=1457
-  _globals['_NOTICE']._serialized_start=1459
-  _globals['_NOTICE']._serialized_end=1510
-  _globals['_MODELINPUT']._serialized_start=1513
-  _globals['_MODELINPUT']._serialized_end=1874
-  _globals['_ROLLBACKTURNREQUEST']._serialized_start=1876
-  _globals['_ROLLBACKTURNREQUEST']._serialized_end=1992
-  _globals['_ROLLBACKTURNRESPONSE']._serialized_start=1995
-  _globals['_ROLLBACKTURNRESPONSE']._serialized_end=2153
-  _globals['_CONTEXTSERVICE']._serialized_start=2300
-  _globals['_CONTEXTSERVICE']._serialized_end=3149
+  _globals['_RECOVERYACTION']._serialized_start=3778
+  _globals['_RECOVERYACTION']._serialized_end=3919
+  _globals['_COMPACTIONTRIGGER']._serialized_start=3922
+  _globals['_COMPACTIONTRIGGER']._serialized_end=4075
+  _globals['_CREATESESSIONREQUEST']._serialized_start=236
+  _globals['_CREATESESSIONREQUEST']._serialized_end=338
+  _globals['_GETSESSIONREQUEST']._serialized_start=340
+  _globals['_GETSESSIONREQUEST']._serialized_end=379
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=381
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=478
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=480
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=568
+  _globals['_UPDATESESSIONREQUEST']._serialized_start=570
+  _globals['_UPDATESESSIONREQUEST']._serialized_end=695
+  _globals['_DELETESESSIONREQUEST']._serialized_start=697
+  _globals['_DELETESESSIONREQUEST']._serialized_end=739
+  _globals['_APPENDMESSAGESREQUEST']._serialized_start=742
+  _globals['_APPENDMESSAGESREQUEST']._serialized_end=900
+  _globals['_APPENDMESSAGESRESPONSE']._serialized_start=902
+  _globals['_APPENDMESSAGESRESPONSE']._serialized_end=1009
+  _globals['_LISTMESSAGESREQUEST']._serialized_start=1011
+  _globals['_LISTMESSAGESREQUEST']._serialized_end=1120
+  _globals['_LISTMESSAGESRESPONSE']._serialized_start=1122
+  _globals['_LISTMESSAGESRESPONSE']._serialized_end=1210
+  _globals['_BUILDMODELINPUTREQUEST']._serialized_start=1212
+  _globals['_BUILDMODELINPUTREQUEST']._serialized_end=1305
+  _globals['_TOKENBREAKDOWN']._serialized_start=1308
+  _globals['_TOKENBREAKDOWN']._serialized_end=1512
+  _globals['_NOTICE']._serialized_start=1514
+  _globals['_NOTICE']._serialized_end=1565
+  _globals['_MODELINPUT']._serialized_start=1568
+  _globals['_MODELINPUT']._serialized_end=1929
+  _globals['_ROLLBACKTURNREQUEST']._serialized_start=1931
+  _globals['_ROLLBACKTURNREQUEST']._serialized_end=2047
+  _globals['_ROLLBACKTURNRESPONSE']._serialized_start=2050
+  _globals['_ROLLBACKTURNRESPONSE']._serialized_end=2208
+  _globals['_COMPACTION']._serialized_start=2211
+  _globals['_COMPACTION']._serialized_end=2600
+  _globals['_COMPACTREQUEST']._serialized_start=2603
+  _globals['_COMPACTREQUEST']._serialized_end=2759
+  _globals['_SUMMARYPROMPT']._serialized_start=2761
+  _globals['_SUMMARYPROMPT']._serialized_end=2826
+  _globals['_PREPARECOMPACTIONREQUEST']._serialized_start=2828
+  _globals['_PREPARECOMPACTIONREQUEST']._serialized_end=2924
+  _globals['_COMPACTIONPLAN']._serialized_start=2927
+  _globals['_COMPACTIONPLAN']._serialized_end=3288
+  _globals['_COMMITCOMPACTIONREQUEST']._serialized_start=3290
+  _globals['_COMMITCOMPACTIONREQUEST']._serialized_end=3398
+  _globals['_LISTCOMPACTIONSREQUEST']._serialized_start=3400
+  _globals['_LISTCOMPACTIONSREQUEST']._serialized_end=3483
+  _globals['_LISTCOMPACTIONSRESPONSE']._serialized_start=3485
+  _globals['_LISTCOMPACTIONSRESPONSE']._serialized_end=3582
+  _globals['_GETTOOLOUTPUTREQUEST']._serialized_start=3584
+  _globals['_GETTOOLOUTPUTREQUEST']._serialized_end=3670
+  _globals['_GETTOOLOUTPUTRESPONSE']._serialized_start=3672
+  _globals['_GETTOOLOUTPUTRESPONSE']._serialized_end=3775
+  _globals['_CONTEXTSERVICE']._serialized_start=4078
+  _globals['_CONTEXTSERVICE']._serialized_end=5356
 # @@protoc_insertion_point(module_scope)

@@ -10,6 +10,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
@@ -48,6 +49,32 @@ RECOVERY_ACTION_COMPACT_AND_RETRY: RecoveryAction.ValueType  # 2
 RECOVERY_ACTION_FAIL: RecoveryAction.ValueType  # 3
 """Give up and surface the error."""
 Global___RecoveryAction: _TypeAlias = RecoveryAction  # noqa: Y015
+
+class _CompactionTrigger:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CompactionTriggerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CompactionTrigger.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COMPACTION_TRIGGER_UNSPECIFIED: _CompactionTrigger.ValueType  # 0
+    COMPACTION_TRIGGER_MANUAL: _CompactionTrigger.ValueType  # 1
+    """An explicit Compact or CommitCompaction call."""
+    COMPACTION_TRIGGER_THRESHOLD: _CompactionTrigger.ValueType  # 2
+    """BuildModelInput with auto_compact crossed the threshold."""
+    COMPACTION_TRIGGER_OVERFLOW: _CompactionTrigger.ValueType  # 3
+    """The provider rejected the input as too long (RECOVERY_ACTION_COMPACT_AND_RETRY)."""
+
+class CompactionTrigger(_CompactionTrigger, metaclass=_CompactionTriggerEnumTypeWrapper):
+    """What started a compaction."""
+
+COMPACTION_TRIGGER_UNSPECIFIED: CompactionTrigger.ValueType  # 0
+COMPACTION_TRIGGER_MANUAL: CompactionTrigger.ValueType  # 1
+"""An explicit Compact or CommitCompaction call."""
+COMPACTION_TRIGGER_THRESHOLD: CompactionTrigger.ValueType  # 2
+"""BuildModelInput with auto_compact crossed the threshold."""
+COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger.ValueType  # 3
+"""The provider rejected the input as too long (RECOVERY_ACTION_COMPACT_AND_RETRY)."""
+Global___CompactionTrigger: _TypeAlias = CompactionTrigger  # noqa: Y015
 
 @_typing.final
 class CreateSessionRequest(_message.Message):
@@ -337,20 +364,28 @@ class BuildModelInputRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    AUTO_COMPACT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     max_output_tokens: _builtins.int
     """Tokens the agent will allow the model to produce; the compaction
     threshold keeps at least this much room free. 0 means the policy's reserve.
+    """
+    auto_compact: _builtins.bool
+    """When the input would cross the compaction threshold and the server has a
+    summariser, compact first (trigger COMPACTION_TRIGGER_THRESHOLD) and
+    return the compacted input. Without a summariser the input comes back
+    uncompacted with compaction_recommended set.
     """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         max_output_tokens: _builtins.int = ...,
+        auto_compact: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_output_tokens", b"max_output_tokens", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_compact", b"auto_compact", "max_output_tokens", b"max_output_tokens", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -571,3 +606,378 @@ class RollbackTurnResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RollbackTurnResponse: _TypeAlias = RollbackTurnResponse  # noqa: Y015
+
+@_typing.final
+class Compaction(_message.Message):
+    """A compaction checkpoint: how the effective context was shortened."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPACTION_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    TURN_PREFIX_SUMMARY_FIELD_NUMBER: _builtins.int
+    FIRST_KEPT_SEQ_FIELD_NUMBER: _builtins.int
+    TOKENS_BEFORE_FIELD_NUMBER: _builtins.int
+    TOKENS_AFTER_FIELD_NUMBER: _builtins.int
+    SPLIT_TURN_FIELD_NUMBER: _builtins.int
+    READ_FILES_FIELD_NUMBER: _builtins.int
+    MODIFIED_FILES_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_FIELD_NUMBER: _builtins.int
+    TRIGGER_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    compaction_id: _builtins.str
+    session_id: _builtins.str
+    summary: _builtins.str
+    """The summary of everything before first_kept_seq (it replaces the previous
+    summary: later summaries update earlier ones). Includes the pinned state
+    and the file lists, which are kept by the program, not the summariser.
+    """
+    turn_prefix_summary: _builtins.str
+    """Summary of the start of a turn that was cut in the middle (empty unless
+    split_turn).
+    """
+    first_kept_seq: _builtins.int
+    """First message kept verbatim."""
+    tokens_before: _builtins.int
+    """Tokens of the effective context before the compaction."""
+    tokens_after: _builtins.int
+    """Tokens of the effective context right after it."""
+    split_turn: _builtins.bool
+    """The cut fell inside a turn (on an assistant message)."""
+    summarizer: _builtins.str
+    """Who wrote the summary: "openai:MODEL", "anthropic:MODEL", "extractive",
+    or "agent" for CommitCompaction.
+    """
+    trigger: Global___CompactionTrigger.ValueType
+    superseded: _builtins.bool
+    """True once a rollback to before first_kept_seq invalidated this checkpoint."""
+    at_seq: _builtins.int
+    """The session's last_seq when the checkpoint was made."""
+    @_builtins.property
+    def read_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Files read (and not modified) in the summarised history, cumulative."""
+
+    @_builtins.property
+    def modified_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Files written or edited in the summarised history, cumulative."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        compaction_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        turn_prefix_summary: _builtins.str = ...,
+        first_kept_seq: _builtins.int = ...,
+        tokens_before: _builtins.int = ...,
+        tokens_after: _builtins.int = ...,
+        split_turn: _builtins.bool = ...,
+        read_files: _abc.Iterable[_builtins.str] | None = ...,
+        modified_files: _abc.Iterable[_builtins.str] | None = ...,
+        summarizer: _builtins.str = ...,
+        trigger: Global___CompactionTrigger.ValueType = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        superseded: _builtins.bool = ...,
+        at_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "modified_files", b"modified_files", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Compaction: _TypeAlias = Compaction  # noqa: Y015
+
+@_typing.final
+class CompactRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    INSTRUCTIONS_FIELD_NUMBER: _builtins.int
+    KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TRIGGER_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    instructions: _builtins.str
+    """Extra focus for the summariser, appended to the prompt."""
+    keep_recent_tokens: _builtins.int
+    """Override of the policy's keep_recent_tokens for this compaction."""
+    request_id: _builtins.str
+    """Optional idempotency key: a repeated request_id returns the first result."""
+    trigger: Global___CompactionTrigger.ValueType
+    """Why the agent compacts (default COMPACTION_TRIGGER_MANUAL)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        instructions: _builtins.str = ...,
+        keep_recent_tokens: _builtins.int = ...,
+        request_id: _builtins.str = ...,
+        trigger: Global___CompactionTrigger.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions", "keep_recent_tokens", b"keep_recent_tokens", "request_id", b"request_id", "session_id", b"session_id", "trigger", b"trigger"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactRequest: _TypeAlias = CompactRequest  # noqa: Y015
+
+@_typing.final
+class SummaryPrompt(_message.Message):
+    """A prompt to send to an LLM to produce a summary."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SYSTEM_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    system: _builtins.str
+    """System prompt."""
+    user: _builtins.str
+    """The single user message: the serialised conversation and instructions."""
+    max_tokens: _builtins.int
+    """Output budget for the summary, in tokens."""
+    def __init__(
+        self,
+        *,
+        system: _builtins.str = ...,
+        user: _builtins.str = ...,
+        max_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_tokens", b"max_tokens", "system", b"system", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummaryPrompt: _TypeAlias = SummaryPrompt  # noqa: Y015
+
+@_typing.final
+class PrepareCompactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    INSTRUCTIONS_FIELD_NUMBER: _builtins.int
+    KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    instructions: _builtins.str
+    keep_recent_tokens: _builtins.int
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        instructions: _builtins.str = ...,
+        keep_recent_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions", "keep_recent_tokens", b"keep_recent_tokens", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareCompactionRequest: _TypeAlias = PrepareCompactionRequest  # noqa: Y015
+
+@_typing.final
+class CompactionPlan(_message.Message):
+    """A planned compaction, for the agent to summarise with its own LLM."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLAN_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    FIRST_KEPT_SEQ_FIELD_NUMBER: _builtins.int
+    TOKENS_BEFORE_FIELD_NUMBER: _builtins.int
+    SPLIT_TURN_FIELD_NUMBER: _builtins.int
+    PREVIOUS_SUMMARY_FIELD_NUMBER: _builtins.int
+    HISTORY_PROMPT_FIELD_NUMBER: _builtins.int
+    TURN_PREFIX_PROMPT_FIELD_NUMBER: _builtins.int
+    EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    SUMMARIZED_FROM_SEQ_FIELD_NUMBER: _builtins.int
+    SUMMARIZED_TO_SEQ_FIELD_NUMBER: _builtins.int
+    plan_id: _builtins.str
+    session_id: _builtins.str
+    first_kept_seq: _builtins.int
+    tokens_before: _builtins.int
+    split_turn: _builtins.bool
+    previous_summary: _builtins.str
+    """The summary being updated (empty on the first compaction)."""
+    summarized_from_seq: _builtins.int
+    """Seqs of the messages the summary covers (from the previous first_kept_seq)."""
+    summarized_to_seq: _builtins.int
+    @_builtins.property
+    def history_prompt(self) -> Global___SummaryPrompt:
+        """Send this to the LLM; its answer is CommitCompactionRequest.summary."""
+
+    @_builtins.property
+    def turn_prefix_prompt(self) -> Global___SummaryPrompt:
+        """Only when split_turn: its answer is CommitCompactionRequest.turn_prefix_summary."""
+
+    @_builtins.property
+    def expire_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        plan_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        first_kept_seq: _builtins.int = ...,
+        tokens_before: _builtins.int = ...,
+        split_turn: _builtins.bool = ...,
+        previous_summary: _builtins.str = ...,
+        history_prompt: Global___SummaryPrompt | None = ...,
+        turn_prefix_prompt: Global___SummaryPrompt | None = ...,
+        expire_time: _timestamp_pb2.Timestamp | None = ...,
+        summarized_from_seq: _builtins.int = ...,
+        summarized_to_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "history_prompt", b"history_prompt", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionPlan: _TypeAlias = CompactionPlan  # noqa: Y015
+
+@_typing.final
+class CommitCompactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PLAN_ID_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    TURN_PREFIX_SUMMARY_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    plan_id: _builtins.str
+    summary: _builtins.str
+    """The LLM's answer to history_prompt. Required."""
+    turn_prefix_summary: _builtins.str
+    """The LLM's answer to turn_prefix_prompt. Required when the plan is a split turn."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        plan_id: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        turn_prefix_summary: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["plan_id", b"plan_id", "session_id", b"session_id", "summary", b"summary", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitCompactionRequest: _TypeAlias = CommitCompactionRequest  # noqa: Y015
+
+@_typing.final
+class ListCompactionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    page_size: _builtins.int
+    """Default 50, max 1000."""
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCompactionsRequest: _TypeAlias = ListCompactionsRequest  # noqa: Y015
+
+@_typing.final
+class ListCompactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPACTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def compactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Compaction]: ...
+    def __init__(
+        self,
+        *,
+        compactions: _abc.Iterable[Global___Compaction] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compactions", b"compactions", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCompactionsResponse: _TypeAlias = ListCompactionsResponse  # noqa: Y015
+
+@_typing.final
+class GetToolOutputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    seq: _builtins.int
+    """The tool result's seq (given in truncation markers and stubs)."""
+    offset: _builtins.int
+    """Byte offset into the UTF-8 output."""
+    limit: _builtins.int
+    """Bytes to return (default 51200, max 1048576). Cut back to a character boundary."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        seq: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "seq", b"seq", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetToolOutputRequest: _TypeAlias = GetToolOutputRequest  # noqa: Y015
+
+@_typing.final
+class GetToolOutputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    TOTAL_LINES_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    total_bytes: _builtins.int
+    total_lines: _builtins.int
+    next_offset: _builtins.int
+    """Offset of the next chunk; 0 when this chunk reaches the end."""
+    def __init__(
+        self,
+        *,
+        content: _builtins.str = ...,
+        total_bytes: _builtins.int = ...,
+        total_lines: _builtins.int = ...,
+        next_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "next_offset", b"next_offset", "total_bytes", b"total_bytes", "total_lines", b"total_lines"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetToolOutputResponse: _TypeAlias = GetToolOutputResponse  # noqa: Y015

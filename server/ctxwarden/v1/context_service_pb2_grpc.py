@@ -91,6 +91,31 @@ class ContextServiceStub:
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.RollbackTurnRequest.SerializeToString,
                 response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.RollbackTurnResponse.FromString,
                 _registered_method=True)
+        self.Compact = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/Compact',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.CompactRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.Compaction.FromString,
+                _registered_method=True)
+        self.PrepareCompaction = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/PrepareCompaction',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.PrepareCompactionRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.CompactionPlan.FromString,
+                _registered_method=True)
+        self.CommitCompaction = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/CommitCompaction',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.CommitCompactionRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.Compaction.FromString,
+                _registered_method=True)
+        self.ListCompactions = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/ListCompactions',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.ListCompactionsRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.ListCompactionsResponse.FromString,
+                _registered_method=True)
+        self.GetToolOutput = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/GetToolOutput',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -174,6 +199,53 @@ class ContextServiceServicer:
     def RollbackTurn(self, request, context):
         """Rolls back a failed assistant turn (or rewinds to a seq) and says what to
         do next. Calling it again with nothing left to roll back is harmless.
+        Rewinding before a checkpoint's first_kept_seq supersedes that checkpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Compact(self, request, context):
+        """Compacts the session with the server's summariser: plans the cut, asks
+        the summariser, commits the checkpoint. History is never deleted.
+        Errors: FAILED_PRECONDITION when no summariser is configured (use
+        PrepareCompaction/CommitCompaction instead) or when there is nothing to
+        compact; ABORTED when a concurrent compaction or rollback won;
+        UNAVAILABLE when the summariser failed (nothing was changed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PrepareCompaction(self, request, context):
+        """Plans a compaction for the agent to summarise with its own LLM: the plan
+        carries the exact prompts. Commit it with CommitCompaction before
+        expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitCompaction(self, request, context):
+        """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+        NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
+        ABORTED when a rollback or another compaction made the plan stale.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCompactions(self, request, context):
+        """Lists the session's checkpoints, newest first (superseded ones included
+        and marked).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetToolOutput(self, request, context):
+        """Reads a stored tool result (for outputs the model input truncated or
+        stubbed), by byte range.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -231,6 +303,31 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.RollbackTurn,
                     request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.RollbackTurnRequest.FromString,
                     response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.RollbackTurnResponse.SerializeToString,
+            ),
+            'Compact': grpc.unary_unary_rpc_method_handler(
+                    servicer.Compact,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.CompactRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.Compaction.SerializeToString,
+            ),
+            'PrepareCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareCompaction,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.PrepareCompactionRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.CompactionPlan.SerializeToString,
+            ),
+            'CommitCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitCompaction,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.CommitCompactionRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.Compaction.SerializeToString,
+            ),
+            'ListCompactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCompactions,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.ListCompactionsRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.ListCompactionsResponse.SerializeToString,
+            ),
+            'GetToolOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetToolOutput,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -508,6 +605,141 @@ class ContextService:
             '/ctxwarden.v1.ContextService/RollbackTurn',
             ctxwarden_dot_v1_dot_context__service__pb2.RollbackTurnRequest.SerializeToString,
             ctxwarden_dot_v1_dot_context__service__pb2.RollbackTurnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Compact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/Compact',
+            ctxwarden_dot_v1_dot_context__service__pb2.CompactRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.Compaction.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/PrepareCompaction',
+            ctxwarden_dot_v1_dot_context__service__pb2.PrepareCompactionRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.CompactionPlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/CommitCompaction',
+            ctxwarden_dot_v1_dot_context__service__pb2.CommitCompactionRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.Compaction.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCompactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/ListCompactions',
+            ctxwarden_dot_v1_dot_context__service__pb2.ListCompactionsRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.ListCompactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetToolOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/GetToolOutput',
+            ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputResponse.FromString,
             options,
             channel_credentials,
             insecure,

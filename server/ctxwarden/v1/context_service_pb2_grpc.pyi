@@ -72,6 +72,33 @@ class ContextServiceStub:
     RollbackTurn: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.RollbackTurnRequest, _context_service_pb2.RollbackTurnResponse]
     """Rolls back a failed assistant turn (or rewinds to a seq) and says what to
     do next. Calling it again with nothing left to roll back is harmless.
+    Rewinding before a checkpoint's first_kept_seq supersedes that checkpoint.
+    """
+    Compact: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompactRequest, _context_service_pb2.Compaction]
+    """Compacts the session with the server's summariser: plans the cut, asks
+    the summariser, commits the checkpoint. History is never deleted.
+    Errors: FAILED_PRECONDITION when no summariser is configured (use
+    PrepareCompaction/CommitCompaction instead) or when there is nothing to
+    compact; ABORTED when a concurrent compaction or rollback won;
+    UNAVAILABLE when the summariser failed (nothing was changed).
+    """
+    PrepareCompaction: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.PrepareCompactionRequest, _context_service_pb2.CompactionPlan]
+    """Plans a compaction for the agent to summarise with its own LLM: the plan
+    carries the exact prompts. Commit it with CommitCompaction before
+    expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+    """
+    CommitCompaction: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]
+    """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+    NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
+    ABORTED when a rollback or another compaction made the plan stale.
+    """
+    ListCompactions: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListCompactionsRequest, _context_service_pb2.ListCompactionsResponse]
+    """Lists the session's checkpoints, newest first (superseded ones included
+    and marked).
+    """
+    GetToolOutput: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetToolOutputRequest, _context_service_pb2.GetToolOutputResponse]
+    """Reads a stored tool result (for outputs the model input truncated or
+    stubbed), by byte range.
     """
 
 @_typing.type_check_only
@@ -116,6 +143,33 @@ class ContextServiceAsyncStub(ContextServiceStub):
     RollbackTurn: _aio.UnaryUnaryMultiCallable[_context_service_pb2.RollbackTurnRequest, _context_service_pb2.RollbackTurnResponse]  # type: ignore[assignment]
     """Rolls back a failed assistant turn (or rewinds to a seq) and says what to
     do next. Calling it again with nothing left to roll back is harmless.
+    Rewinding before a checkpoint's first_kept_seq supersedes that checkpoint.
+    """
+    Compact: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompactRequest, _context_service_pb2.Compaction]  # type: ignore[assignment]
+    """Compacts the session with the server's summariser: plans the cut, asks
+    the summariser, commits the checkpoint. History is never deleted.
+    Errors: FAILED_PRECONDITION when no summariser is configured (use
+    PrepareCompaction/CommitCompaction instead) or when there is nothing to
+    compact; ABORTED when a concurrent compaction or rollback won;
+    UNAVAILABLE when the summariser failed (nothing was changed).
+    """
+    PrepareCompaction: _aio.UnaryUnaryMultiCallable[_context_service_pb2.PrepareCompactionRequest, _context_service_pb2.CompactionPlan]  # type: ignore[assignment]
+    """Plans a compaction for the agent to summarise with its own LLM: the plan
+    carries the exact prompts. Commit it with CommitCompaction before
+    expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+    """
+    CommitCompaction: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]  # type: ignore[assignment]
+    """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+    NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
+    ABORTED when a rollback or another compaction made the plan stale.
+    """
+    ListCompactions: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListCompactionsRequest, _context_service_pb2.ListCompactionsResponse]  # type: ignore[assignment]
+    """Lists the session's checkpoints, newest first (superseded ones included
+    and marked).
+    """
+    GetToolOutput: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetToolOutputRequest, _context_service_pb2.GetToolOutputResponse]  # type: ignore[assignment]
+    """Reads a stored tool result (for outputs the model input truncated or
+    stubbed), by byte range.
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -217,6 +271,63 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_context_service_pb2.RollbackTurnResponse, _abc.Awaitable[_context_service_pb2.RollbackTurnResponse]]:
         """Rolls back a failed assistant turn (or rewinds to a seq) and says what to
         do next. Calling it again with nothing left to roll back is harmless.
+        Rewinding before a checkpoint's first_kept_seq supersedes that checkpoint.
+        """
+
+    @_abc_1.abstractmethod
+    def Compact(
+        self,
+        request: _context_service_pb2.CompactRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.Compaction, _abc.Awaitable[_context_service_pb2.Compaction]]:
+        """Compacts the session with the server's summariser: plans the cut, asks
+        the summariser, commits the checkpoint. History is never deleted.
+        Errors: FAILED_PRECONDITION when no summariser is configured (use
+        PrepareCompaction/CommitCompaction instead) or when there is nothing to
+        compact; ABORTED when a concurrent compaction or rollback won;
+        UNAVAILABLE when the summariser failed (nothing was changed).
+        """
+
+    @_abc_1.abstractmethod
+    def PrepareCompaction(
+        self,
+        request: _context_service_pb2.PrepareCompactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.CompactionPlan, _abc.Awaitable[_context_service_pb2.CompactionPlan]]:
+        """Plans a compaction for the agent to summarise with its own LLM: the plan
+        carries the exact prompts. Commit it with CommitCompaction before
+        expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+        """
+
+    @_abc_1.abstractmethod
+    def CommitCompaction(
+        self,
+        request: _context_service_pb2.CommitCompactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.Compaction, _abc.Awaitable[_context_service_pb2.Compaction]]:
+        """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+        NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
+        ABORTED when a rollback or another compaction made the plan stale.
+        """
+
+    @_abc_1.abstractmethod
+    def ListCompactions(
+        self,
+        request: _context_service_pb2.ListCompactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.ListCompactionsResponse, _abc.Awaitable[_context_service_pb2.ListCompactionsResponse]]:
+        """Lists the session's checkpoints, newest first (superseded ones included
+        and marked).
+        """
+
+    @_abc_1.abstractmethod
+    def GetToolOutput(
+        self,
+        request: _context_service_pb2.GetToolOutputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.GetToolOutputResponse, _abc.Awaitable[_context_service_pb2.GetToolOutputResponse]]:
+        """Reads a stored tool result (for outputs the model input truncated or
+        stubbed), by byte range.
         """
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

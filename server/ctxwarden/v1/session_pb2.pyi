@@ -65,6 +65,7 @@ class ContextPolicy(_message.Message):
     TOOL_OUTPUT_MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOOL_OUTPUT_MAX_LINES_FIELD_NUMBER: _builtins.int
     TOKENIZER_FIELD_NUMBER: _builtins.int
+    KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -85,6 +86,11 @@ class ContextPolicy(_message.Message):
     """Tokenizer spec: "heuristic", "tiktoken:o200k_base", "tiktoken:cl100k_base".
     Default: the model's tokenizer from the model table.
     """
+    keep_tool_results: _builtins.int
+    """Keep only the newest N tool results in full in the model input; older
+    ones become a one-line stub with their size and seq (read them back with
+    GetToolOutput). 0 keeps all in full.
+    """
     def __init__(
         self,
         *,
@@ -94,10 +100,11 @@ class ContextPolicy(_message.Message):
         tool_output_max_bytes: _builtins.int = ...,
         tool_output_max_lines: _builtins.int = ...,
         tokenizer: _builtins.str = ...,
+        keep_tool_results: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,1 @@
+"""Compaction: where to cut, what to summarise, and how the summary is asked for."""

@@ -1,0 +1,402 @@
+"""Compaction use cases: Compact, PrepareCompaction, CommitCompaction, ListCompactions.
+
+The session lock is held only to plan and to commit, never while a
+summariser runs, so appends continue during a slow LLM call. A commit checks
+that the plan is still current (same checkpoint, no rollback since) and the
+database enforces the same with a compare-and-set on the session's current
+checkpoint, so of two concurrent compactions exactly one wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ctxwarden import ids
+from ctxwarden.core.compaction.planner import Plan, covered_digest, plan_compaction
+from ctxwarden.core.compaction.types import (
+    FileLists,
+    Summarizer,
+    SummarizerError,
+    SummaryPrompt,
+    SummaryRequest,
+)
+from ctxwarden.core.context import SessionContext
+from ctxwarden.core.errors import (
+    Aborted,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+from ctxwarden.core.session import Checkpoint
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+
+if TYPE_CHECKING:
+    from ctxwarden.service.manager import IdempotencyKey, SessionManager
+
+log = logging.getLogger(__name__)
+
+TRIGGER_MANUAL = 1
+TRIGGER_THRESHOLD = 2
+TRIGGER_OVERFLOW = 3
+NO_EARLIER_HISTORY = "(no earlier history)"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanHandle:
+    plan_id: str
+    plan: Plan
+    expire_time_us: int
+
+
+def _prompt_json(p: SummaryPrompt | None) -> dict[str, Any] | None:
+    return None if p is None else {"system": p.system, "user": p.user, "max_tokens": p.max_tokens}
+
+
+def _plan_payload(plan: Plan, trigger: int) -> dict[str, Any]:
+    return {
+        "first_kept_seq": plan.first_kept_seq,
+        "split_turn": plan.split_turn,
+        "tokens_before": plan.tokens_before,
+        "previous_summary": plan.previous_summary,
+        "read_files": list(plan.files.read),
+        "modified_files": list(plan.files.modified),
+        "base_compaction_id": plan.base_compaction_id,
+        "covered_digest": plan.covered_digest,
+        "at_seq": plan.at_seq,
+        "history_max_tokens": plan.history_prompt.max_tokens if plan.history_prompt else 0,
+        "prefix_max_tokens": plan.turn_prefix_prompt.max_tokens if plan.turn_prefix_prompt else 0,
+        "has_history": plan.history_prompt is not None,
+        "trigger": trigger,
+    }
+
+
+class Compactor:
+    def __init__(self, manager: SessionManager, summarizer: Summarizer | None) -> None:
+        self.m = manager
+        self.summarizer = summarizer
+
+    # -- planning -------------------------------------------------------------
+
+    def _plan(self, ctx: SessionContext, keep_recent_tokens: int, instructions: str) -> Plan:
+        if keep_recent_tokens < 0:
+            raise InvalidArgument(
+                "keep_recent_tokens must be >= 0",
+                reason="INVALID_KEEP_RECENT_TOKENS",
+                field="keep_recent_tokens",
+            )
+        limit = self.summarizer.max_output_tokens if self.summarizer else 0
+        return plan_compaction(
+            session_id=ctx.session.session_id,
+            active=ctx.active_messages,
+            checkpoint=ctx.checkpoint,
+            at_seq=ctx.session.last_seq,
+            tokens_before=ctx.view_tokens(),
+            keep_recent_tokens=keep_recent_tokens or ctx.policy.keep_recent_tokens,
+            reserve_tokens=ctx.policy.reserve_tokens,
+            summarizer_limit=limit,
+            pinned_state=ctx.session.pinned_state,
+            instructions=instructions,
+            file_tools=self.m.settings.file_tools,
+        )
+
+    async def prepare(
+        self, session_id: str, instructions: str, keep_recent_tokens: int
+    ) -> PlanHandle:
+        async with self.m.hot.lock(session_id):
+            ctx = await self.m._context_locked(session_id)
+            plan = self._plan(ctx, keep_recent_tokens, instructions)
+        plan_id = ids.new_id()
+        now = ids.now_us()
+        expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
+        await self.m._db(
+            lambda: self.m.repo.save_plan(
+                plan_id, session_id, _plan_payload(plan, TRIGGER_MANUAL), expire, now
+            )
+        )
+        return PlanHandle(plan_id, plan, expire)
+
+    # -- committing -----------------------------------------------------------
+
+    async def _commit(
+        self,
+        session_id: str,
+        payload: dict[str, Any],
+        *,
+        summary: str,
+        turn_prefix_summary: str,
+        summarizer: str,
+        trigger: int,
+        plan_id: str = "",
+        record_scope: str = "",
+        key: IdempotencyKey | None = None,
+    ) -> Checkpoint:
+        async with self.m.hot.lock(session_id):
+            ctx = await self.m._context_locked(session_id)
+            current = ctx.checkpoint.compaction_id if ctx.checkpoint else ""
+            if current != payload["base_compaction_id"]:
+                raise Aborted(
+                    "the plan is stale: another compaction was committed since it was made; "
+                    "prepare a new plan",
+                    reason="PLAN_STALE",
+                    metadata={"compaction_id": current},
+                )
+            if covered_digest(ctx.active_messages, payload["at_seq"]) != payload["covered_digest"]:
+                raise Aborted(
+                    "the plan is stale: messages it covers were rolled back since it was made; "
+                    "prepare a new plan",
+                    reason="PLAN_STALE",
+                )
+            checkpoint = self._checkpoint(
+                ctx, payload, summary, turn_prefix_summary, summarizer, trigger
+            )
+            now = ids.now_us()
+            record = self.m._record(record_scope, key, {"compaction_id": checkpoint.compaction_id})
+            try:
+                await self.m._db(
+                    lambda: self.m.repo.commit_compaction(
+                        checkpoint,
+                        base_compaction_id=current,
+                        context_tokens=checkpoint.tokens_after,
+                        update_time_us=now,
+                        plan_id=plan_id,
+                        record=record,
+                    )
+                )
+            except ConcurrentWrite:
+                raise self.m._concurrent(session_id) from None
+            except Unavailable:
+                self.m.hot.evict(session_id)
+                raise
+            ctx.apply_checkpoint(checkpoint)
+            log.info(
+                "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",
+                session_id,
+                checkpoint.tokens_before,
+                checkpoint.tokens_after,
+                checkpoint.first_kept_seq,
+                summarizer,
+            )
+            return checkpoint
+
+    def _checkpoint(
+        self,
+        ctx: SessionContext,
+        payload: dict[str, Any],
+        summary: str,
+        turn_prefix_summary: str,
+        summarizer: str,
+        trigger: int,
+    ) -> Checkpoint:
+        """Build the checkpoint; trim the summary so it never pushes the rebuilt
+        context over the threshold (nor past its own budget)."""
+        if payload["has_history"] and not summary.strip():
+            raise InvalidArgument(
+                "summary is empty; send the LLM's answer to history_prompt",
+                reason="MISSING_FIELD",
+                field="summary",
+            )
+        if payload["split_turn"] and not turn_prefix_summary.strip():
+            raise InvalidArgument(
+                "turn_prefix_summary is required: the plan splits a turn; send the LLM's "
+                "answer to turn_prefix_prompt",
+                reason="MISSING_FIELD",
+                field="turn_prefix_summary",
+            )
+        if not payload["has_history"]:
+            summary = payload["previous_summary"] or NO_EARLIER_HISTORY
+        else:
+            summary, _ = ctx.trim_summary(summary.strip(), payload["history_max_tokens"])
+        if payload["split_turn"]:
+            turn_prefix_summary, _ = ctx.trim_summary(
+                turn_prefix_summary.strip(), payload["prefix_max_tokens"]
+            )
+        else:
+            turn_prefix_summary = ""
+        checkpoint = Checkpoint(
+            compaction_id=ids.new_id(),
+            session_id=ctx.session.session_id,
+            summary=summary,
+            first_kept_seq=payload["first_kept_seq"],
+            tokens_before=payload["tokens_before"],
+            create_time_us=ids.now_us(),
+            turn_prefix_summary=turn_prefix_summary,
+            split_turn=payload["split_turn"],
+            read_files=tuple(payload["read_files"]),
+            modified_files=tuple(payload["modified_files"]),
+            summarizer=summarizer,
+            trigger=trigger,
+            at_seq=ctx.session.last_seq,
+        )
+        after = ctx.tokens_with(checkpoint)
+        threshold = ctx.threshold()
+        if after > threshold:
+            over = after - threshold
+            room = max(ctx.tokenizer.count(checkpoint.summary) - over, 64)
+            trimmed, changed = ctx.trim_summary(checkpoint.summary, room)
+            if changed:
+                checkpoint = replace(checkpoint, summary=trimmed)
+                after = ctx.tokens_with(checkpoint)
+        return replace(checkpoint, tokens_after=after)
+
+    async def commit(
+        self, session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
+    ) -> Checkpoint:
+        if not plan_id:
+            raise InvalidArgument("plan_id is required", reason="MISSING_FIELD", field="plan_id")
+        found = await self.m._db(lambda: self.m.repo.get_plan(plan_id))
+        if found is None or found[0] != session_id:
+            raise NotFound(
+                f"compaction plan {plan_id!r} does not exist for session {session_id!r}",
+                reason="PLAN_NOT_FOUND",
+            )
+        _, payload, expire_us, committed = found
+        if committed:
+            done = await self.m._db(lambda: self.m.repo.get_compaction(committed))
+            if done is not None:
+                return done
+        if ids.now_us() > expire_us:
+            raise FailedPrecondition(
+                f"compaction plan {plan_id!r} expired; call PrepareCompaction again",
+                reason="PLAN_EXPIRED",
+            )
+        return await self._commit(
+            session_id,
+            payload,
+            summary=summary,
+            turn_prefix_summary=turn_prefix_summary,
+            summarizer="agent",
+            trigger=int(payload["trigger"]),
+            plan_id=plan_id,
+        )
+
+    # -- server-side summariser -------------------------------------------------
+
+    async def compact(
+        self,
+        session_id: str,
+        instructions: str,
+        keep_recent_tokens: int,
+        key: IdempotencyKey | None,
+        trigger: int = TRIGGER_MANUAL,
+    ) -> Checkpoint:
+        summarizer = self.summarizer
+        if summarizer is None:
+            raise FailedPrecondition(
+                "no summariser is configured on this server: start it with --summarizer "
+                "(openai, anthropic or extractive), or summarise on the agent side with "
+                "PrepareCompaction and CommitCompaction",
+                reason="NO_SUMMARIZER",
+            )
+        scope = f"Compact/{session_id}"
+        stored = await self.m._replay(scope, key)
+        if stored is not None:
+            stored_id = str(stored.outcome["compaction_id"])
+            done = await self.m._db(lambda: self.m.repo.get_compaction(stored_id))
+            if done is not None:
+                return done
+        async with self.m.hot.lock(session_id):
+            ctx = await self.m._context_locked(session_id)
+            plan = self._plan(ctx, keep_recent_tokens, instructions)
+            pinned = ctx.session.pinned_state
+        summary, prefix = await self._summarize(summarizer, plan, pinned, instructions)
+        try:
+            return await self._commit(
+                session_id,
+                _plan_payload(plan, trigger),
+                summary=summary,
+                turn_prefix_summary=prefix,
+                summarizer=summarizer.name,
+                trigger=trigger,
+                record_scope=scope,
+                key=key,
+            )
+        except DuplicateKey:
+            again = await self.m._replay(scope, key)
+            if again is None:
+                raise self.m._concurrent(session_id) from None
+            first_id = str(again.outcome["compaction_id"])
+            done = await self.m._db(lambda: self.m.repo.get_compaction(first_id))
+            if done is None:
+                raise self.m._concurrent(session_id) from None
+            return done
+
+    async def _summarize(
+        self, summarizer: Summarizer, plan: Plan, pinned: str, instructions: str
+    ) -> tuple[str, str]:
+        files = plan.files
+        jobs = []
+        if plan.history_prompt is not None:
+            jobs.append(
+                summarizer.summarize(
+                    SummaryRequest(
+                        plan.history_prompt,
+                        plan.history,
+                        plan.previous_summary,
+                        pinned,
+                        files.read,
+                        files.modified,
+                        instructions,
+                    )
+                )
+            )
+        if plan.turn_prefix_prompt is not None:
+            jobs.append(
+                summarizer.summarize(
+                    SummaryRequest(
+                        plan.turn_prefix_prompt,
+                        plan.turn_prefix,
+                        "",
+                        pinned,
+                        FileLists().read,
+                        (),
+                        instructions,
+                        turn_prefix=True,
+                    )
+                )
+            )
+        try:
+            results = await asyncio.gather(*jobs)
+        except SummarizerError as exc:
+            raise Unavailable(
+                f"the summariser failed; nothing was changed: {exc}",
+                reason="SUMMARIZER_FAILED",
+                metadata={"retryable": str(exc.retryable).lower()},
+            ) from exc
+        history = results[0] if plan.history_prompt is not None else ""
+        prefix = results[-1] if plan.turn_prefix_prompt is not None else ""
+        return history, prefix
+
+    # -- reading ------------------------------------------------------------------
+
+    async def list(
+        self, session_id: str, page_size: int, page_token: str
+    ) -> tuple[list[Checkpoint], str]:
+        from ctxwarden.service.manager import _decode_token, _encode_token, _page_size
+
+        await self.m.get_session(session_id)
+        size = _page_size(page_size, 50)
+        before = None
+        if page_token:
+            tok = _decode_token(page_token)
+            if tok.get("s") != session_id:
+                raise InvalidArgument(
+                    "page_token was issued for a different session",
+                    reason="INVALID_PAGE_TOKEN",
+                    field="page_token",
+                )
+            before = (int(tok["t"]), str(tok["i"]))
+        rows = await self.m._db(
+            lambda: self.m.repo.list_compactions(session_id, limit=size + 1, before=before)
+        )
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            last = rows[-1]
+            token = _encode_token(
+                {"s": session_id, "t": last.create_time_us, "i": last.compaction_id}
+            )
+        return rows, token

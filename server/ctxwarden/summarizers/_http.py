@@ -1,0 +1,267 @@
+"""The HTTP plumbing shared by the LLM summarisers: one JSON POST with retries.
+
+Retried: HTTP 408, 409, 429 and every 5xx (Anthropic's 529 "overloaded"
+included), connection errors and timeouts. Each retry waits for the
+provider's ``Retry-After`` (or ``retry-after-ms``) when it sent one, else
+for an exponential backoff with a little jitter. Any other 4xx fails at
+once with ``retryable=False`` and the provider's own error message; running
+out of retries fails with ``retryable=True`` so the caller may try later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import ipaddress
+import json
+import logging
+import math
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ctxwarden.core.compaction.types import SummarizerError
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+"""Besides every 5xx. 408/409 are retried as the official SDKs do."""
+
+ERROR_TEXT_LIMIT = 1000
+
+
+class ProviderError(SummarizerError):
+    """A summariser call failed; ``status`` is the last HTTP status, if any."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        provider_message: str = "",
+        body: Any = None,
+    ) -> None:
+        super().__init__(message, retryable=retryable)
+        self.status = status
+        self.provider_message = provider_message
+        self.body = body
+        """The decoded JSON error body, when there was one."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_retries: int = 3
+    """Retries after the first attempt (so ``max_retries + 1`` attempts in all)."""
+    backoff_base: float = 0.5
+    """Seconds before the first retry; doubled for each further one."""
+    backoff_max: float = 20.0
+    max_retry_after: float = 60.0
+    """Longest ``Retry-After`` honoured; a longer one is shortened to this."""
+
+    def backoff(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based) without a hint."""
+        delay = min(self.backoff_max, self.backoff_base * (2.0**retry))
+        return delay * (1.0 - 0.25 * random.random())
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def normalize_base_url(base_url: str) -> str:
+    url = base_url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"summarizer base URL must be an http(s) URL, got {base_url!r}")
+    return url
+
+
+def is_loopback_url(base_url: str) -> bool:
+    """True for http(s) URLs on this machine: localhost, 127.0.0.0/8, ::1."""
+    host = (urlsplit(base_url.strip()).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def retry_after_seconds(headers: httpx.Headers, *, now: float | None = None) -> float | None:
+    """The provider's wait hint: ``retry-after-ms``, else ``Retry-After`` in
+    seconds or as an HTTP date. None when absent or unreadable."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return max(value, 0.0)
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        current = time.time() if now is None else now
+        return max(when.timestamp() - current, 0.0)
+    return max(value, 0.0) if math.isfinite(value) else None
+
+
+def _clip(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def error_message_of(body: Any, fallback: str) -> str:
+    """The human-readable message in a provider's error body.
+
+    Understands OpenAI's ``{"error": {"message": ...}}``, Anthropic's
+    ``{"type": "error", "error": {"type": ..., "message": ...}}``, the
+    ``{"error": "text"}``, ``{"message": ...}`` and ``{"detail": ...}``
+    shapes of OpenAI-compatible servers (vLLM, Ollama, llama.cpp, proxies).
+    """
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            message = error.get("message")
+            kind = error.get("type")
+            if isinstance(message, str) and message:
+                if isinstance(kind, str) and kind and kind not in message:
+                    return _clip(f"{kind}: {message}")
+                return _clip(message)
+        if isinstance(error, str) and error:
+            return _clip(error)
+        for key in ("message", "detail"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return _clip(value)
+            if value:
+                return _clip(json.dumps(value, ensure_ascii=False))
+    return _clip(fallback) or "(empty response body)"
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """httpx's default verifying context, built once (it costs tens of ms)."""
+    return httpx.create_ssl_context()
+
+
+def _parse_json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+async def post_json(
+    *,
+    label: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    attempt_timeout: float,
+    policy: RetryPolicy,
+    client: httpx.AsyncClient | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> dict[str, Any]:
+    """POST ``body`` as JSON and return the decoded JSON object of a 2xx reply.
+
+    ``label`` (e.g. "openai:gpt-4o-mini") starts every error message. Each
+    attempt is abandoned after ``attempt_timeout`` seconds. ``client`` is used as is
+    and not closed; without one a client is opened for this call only.
+    """
+    if client is not None:
+        return await _post_with_retries(
+            label, url, headers, body, attempt_timeout, policy, client, sleep
+        )
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(attempt_timeout), verify=_ssl_context()
+    ) as owned:
+        return await _post_with_retries(
+            label, url, headers, body, attempt_timeout, policy, owned, sleep
+        )
+
+
+async def _post_with_retries(
+    label: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    attempt_timeout: float,
+    policy: RetryPolicy,
+    client: httpx.AsyncClient,
+    sleep: Sleep,
+) -> dict[str, Any]:
+    attempts = max(policy.max_retries, 0) + 1
+    last_failure = ""
+    last_status: int | None = None
+    last_message = ""
+    for attempt in range(attempts):
+        hint: float | None = None
+        try:
+            async with asyncio.timeout(attempt_timeout):
+                response = await client.post(
+                    url, json=dict(body), headers=dict(headers), timeout=attempt_timeout
+                )
+        except (TimeoutError, httpx.TimeoutException):
+            last_failure = f"no response within {attempt_timeout:g}s"
+            last_status, last_message = None, ""
+        except httpx.TransportError as exc:
+            last_failure = f"connection error: {type(exc).__name__}: {exc}".rstrip(": ")
+            last_status, last_message = None, ""
+        else:
+            status = response.status_code
+            parsed = _parse_json(response)
+            if 200 <= status < 300:
+                if isinstance(parsed, dict):
+                    return parsed
+                raise ProviderError(
+                    f"{label}: HTTP {status} with a body that is not a JSON object: "
+                    f"{_clip(response.text, 200)!r}",
+                    retryable=True,
+                    status=status,
+                )
+            message = error_message_of(parsed, response.text)
+            if status not in RETRYABLE_STATUSES and status < 500:
+                raise ProviderError(
+                    f"{label}: HTTP {status}: {message}",
+                    retryable=False,
+                    status=status,
+                    provider_message=message,
+                    body=parsed,
+                )
+            last_failure = f"HTTP {status}: {message}"
+            last_status, last_message = status, message
+            hint = retry_after_seconds(response.headers)
+        if attempt + 1 >= attempts:
+            break
+        delay = policy.backoff(attempt) if hint is None else min(hint, policy.max_retry_after)
+        log.warning(
+            "%s: attempt %d of %d failed (%s); retrying in %.2fs",
+            label,
+            attempt + 1,
+            attempts,
+            last_failure,
+            delay,
+        )
+        await sleep(delay)
+    raise ProviderError(
+        f"{label}: gave up after {attempts} attempt{'s' if attempts != 1 else ''}: {last_failure}",
+        retryable=True,
+        status=last_status,
+        provider_message=last_message,
+    )
