@@ -361,7 +361,10 @@ class Compactor:
         try:
             results = await asyncio.gather(*jobs)
         except SummarizerError as exc:
-            raise Unavailable(
+            # A transient provider failure may pass (UNAVAILABLE: retry later);
+            # a rejected request will not (FAILED_PRECONDITION: fix the config).
+            error = Unavailable if exc.retryable else FailedPrecondition
+            raise error(
                 f"the summariser failed; nothing was changed: {exc}",
                 reason="SUMMARIZER_FAILED",
                 metadata={"retryable": str(exc.retryable).lower()},
