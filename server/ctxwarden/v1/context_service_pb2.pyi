@@ -24,6 +24,68 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ModelInputFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ModelInputFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ModelInputFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MODEL_INPUT_FORMAT_UNSPECIFIED: _ModelInputFormat.ValueType  # 0
+    """Same as MODEL_INPUT_FORMAT_NATIVE."""
+    MODEL_INPUT_FORMAT_NATIVE: _ModelInputFormat.ValueType  # 1
+    """ctxwarden's own messages only; rendered_json is empty."""
+    MODEL_INPUT_FORMAT_OPENAI_CHAT: _ModelInputFormat.ValueType  # 2
+    """OpenAI Chat Completions: {"messages": [...], "tools": [...]}."""
+    MODEL_INPUT_FORMAT_OPENAI_RESPONSES: _ModelInputFormat.ValueType  # 3
+    """OpenAI Responses: {"instructions": ..., "input": [...], "tools": [...]}."""
+    MODEL_INPUT_FORMAT_ANTHROPIC_MESSAGES: _ModelInputFormat.ValueType  # 4
+    """Anthropic Messages: {"system": [...], "messages": [...], "tools": [...]}."""
+    MODEL_INPUT_FORMAT_GEMINI: _ModelInputFormat.ValueType  # 5
+    """Google Gemini: {"systemInstruction": ..., "contents": [...], "tools": [...]}."""
+
+class ModelInputFormat(_ModelInputFormat, metaclass=_ModelInputFormatEnumTypeWrapper):
+    """A provider wire schema for ModelInput.rendered_json."""
+
+MODEL_INPUT_FORMAT_UNSPECIFIED: ModelInputFormat.ValueType  # 0
+"""Same as MODEL_INPUT_FORMAT_NATIVE."""
+MODEL_INPUT_FORMAT_NATIVE: ModelInputFormat.ValueType  # 1
+"""ctxwarden's own messages only; rendered_json is empty."""
+MODEL_INPUT_FORMAT_OPENAI_CHAT: ModelInputFormat.ValueType  # 2
+"""OpenAI Chat Completions: {"messages": [...], "tools": [...]}."""
+MODEL_INPUT_FORMAT_OPENAI_RESPONSES: ModelInputFormat.ValueType  # 3
+"""OpenAI Responses: {"instructions": ..., "input": [...], "tools": [...]}."""
+MODEL_INPUT_FORMAT_ANTHROPIC_MESSAGES: ModelInputFormat.ValueType  # 4
+"""Anthropic Messages: {"system": [...], "messages": [...], "tools": [...]}."""
+MODEL_INPUT_FORMAT_GEMINI: ModelInputFormat.ValueType  # 5
+"""Google Gemini: {"systemInstruction": ..., "contents": [...], "tools": [...]}."""
+Global___ModelInputFormat: _TypeAlias = ModelInputFormat  # noqa: Y015
+
+class _TokenCountMethod:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TokenCountMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TokenCountMethod.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOKEN_COUNT_METHOD_UNSPECIFIED: _TokenCountMethod.ValueType  # 0
+    TOKEN_COUNT_METHOD_EXACT: _TokenCountMethod.ValueType  # 1
+    """Counted with the model's real tokenizer."""
+    TOKEN_COUNT_METHOD_ANCHORED: _TokenCountMethod.ValueType  # 2
+    """The provider's last reported usage plus an estimate of what came after."""
+    TOKEN_COUNT_METHOD_ESTIMATED: _TokenCountMethod.ValueType  # 3
+    """A (calibrated) estimate."""
+
+class TokenCountMethod(_TokenCountMethod, metaclass=_TokenCountMethodEnumTypeWrapper):
+    """How a token total was obtained."""
+
+TOKEN_COUNT_METHOD_UNSPECIFIED: TokenCountMethod.ValueType  # 0
+TOKEN_COUNT_METHOD_EXACT: TokenCountMethod.ValueType  # 1
+"""Counted with the model's real tokenizer."""
+TOKEN_COUNT_METHOD_ANCHORED: TokenCountMethod.ValueType  # 2
+"""The provider's last reported usage plus an estimate of what came after."""
+TOKEN_COUNT_METHOD_ESTIMATED: TokenCountMethod.ValueType  # 3
+"""A (calibrated) estimate."""
+Global___TokenCountMethod: _TypeAlias = TokenCountMethod  # noqa: Y015
+
 class _RecoveryAction:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -365,6 +427,8 @@ class BuildModelInputRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     AUTO_COMPACT_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    AS_OF_SEQ_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     max_output_tokens: _builtins.int
     """Tokens the agent will allow the model to produce; the compaction
@@ -376,18 +440,30 @@ class BuildModelInputRequest(_message.Message):
     return the compacted input. Without a summariser the input comes back
     uncompacted with compaction_recommended set.
     """
+    format: Global___ModelInputFormat.ValueType
+    """Also render the input in a provider's wire schema into
+    ModelInput.rendered_json. UNSPECIFIED means NATIVE (no rendering).
+    """
+    as_of_seq: _builtins.int
+    """Replay: the input exactly as BuildModelInput returned it just before
+    message as_of_seq was appended (as_of_seq = last_seq + 1 means now).
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         max_output_tokens: _builtins.int = ...,
         auto_compact: _builtins.bool = ...,
+        format: Global___ModelInputFormat.ValueType = ...,
+        as_of_seq: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_compact", b"auto_compact", "max_output_tokens", b"max_output_tokens", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__as_of_seq: _TypeAlias = _typing.Literal["as_of_seq"]  # noqa: Y015
+    _WhichOneofArgType__as_of_seq: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__as_of_seq) -> _WhichOneofReturnType__as_of_seq | None: ...
 
 Global___BuildModelInputRequest: _TypeAlias = BuildModelInputRequest  # noqa: Y015
 
@@ -405,6 +481,9 @@ class TokenBreakdown(_message.Message):
     CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     COMPACTION_THRESHOLD_FIELD_NUMBER: _builtins.int
     ESTIMATED_FIELD_NUMBER: _builtins.int
+    ANCHORED_TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    ESTIMATE_ERROR_RATIO_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
     system_tokens: _builtins.int
     tools_tokens: _builtins.int
     summary_tokens: _builtins.int
@@ -415,6 +494,17 @@ class TokenBreakdown(_message.Message):
     """total_tokens above this means compaction is recommended."""
     estimated: _builtins.bool
     """True when counts come from an estimating tokenizer (heuristic)."""
+    anchored_total_tokens: _builtins.int
+    """The provider's last reported usage (input + output of the newest valid
+    assistant message) plus the estimate of everything after it; 0 when no
+    usage was reported since the last compaction.
+    """
+    estimate_error_ratio: _builtins.float
+    """Smoothed ratio of reported to locally estimated tokens for this session
+    and model (1.0 until usage was reported). Applied to estimates.
+    """
+    method: Global___TokenCountMethod.ValueType
+    """How total_tokens was obtained."""
     def __init__(
         self,
         *,
@@ -426,10 +516,13 @@ class TokenBreakdown(_message.Message):
         context_window: _builtins.int = ...,
         compaction_threshold: _builtins.int = ...,
         estimated: _builtins.bool = ...,
+        anchored_total_tokens: _builtins.int = ...,
+        estimate_error_ratio: _builtins.float = ...,
+        method: Global___TokenCountMethod.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_threshold", b"compaction_threshold", "context_window", b"context_window", "estimated", b"estimated", "message_tokens", b"message_tokens", "summary_tokens", b"summary_tokens", "system_tokens", b"system_tokens", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchored_total_tokens", b"anchored_total_tokens", "compaction_threshold", b"compaction_threshold", "context_window", b"context_window", "estimate_error_ratio", b"estimate_error_ratio", "estimated", b"estimated", "message_tokens", b"message_tokens", "method", b"method", "summary_tokens", b"summary_tokens", "system_tokens", b"system_tokens", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -485,6 +578,7 @@ class ModelInput(_message.Message):
     PREFIX_HASH_FIELD_NUMBER: _builtins.int
     NOTICES_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
+    RENDERED_JSON_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     system_prompt: _builtins.str
     compaction_recommended: _builtins.bool
@@ -500,6 +594,11 @@ class ModelInput(_message.Message):
     """
     summary: _builtins.str
     """The summary of compacted history; empty before the first compaction."""
+    rendered_json: _builtins.str
+    """With BuildModelInputRequest.format set: the request-body fragment
+    (system, messages/input/contents, tools) in that provider's wire schema,
+    as JSON, ready to merge with the agent's own parameters.
+    """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]: ...
     @_builtins.property
@@ -527,10 +626,11 @@ class ModelInput(_message.Message):
         prefix_hash: _builtins.str = ...,
         notices: _abc.Iterable[Global___Notice] | None = ...,
         summary: _builtins.str = ...,
+        rendered_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "messages", b"messages", "notices", b"notices", "prefix_hash", b"prefix_hash", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "messages", b"messages", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -981,3 +1081,83 @@ class GetToolOutputResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetToolOutputResponse: _TypeAlias = GetToolOutputResponse  # noqa: Y015
+
+@_typing.final
+class CountTokensRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """Model ID whose tokenizer and framing to use (see the model table)."""
+    tokenizer: _builtins.str
+    """Tokenizer spec overriding the model's ("heuristic", "tiktoken:o200k_base",
+    "hf:/path/to/tokenizer.json").
+    """
+    text: _builtins.str
+    """Plain text to count, in addition to messages and tools."""
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]: ...
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]: ...
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        tokenizer: _builtins.str = ...,
+        messages: _abc.Iterable[_message_pb2.Message] | None = ...,
+        tools: _abc.Iterable[_session_pb2.ToolDefinition] | None = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "model", b"model", "text", b"text", "tokenizer", b"tokenizer", "tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountTokensRequest: _TypeAlias = CountTokensRequest  # noqa: Y015
+
+@_typing.final
+class CountTokensResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    MESSAGE_TOKENS_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    EXACT_FIELD_NUMBER: _builtins.int
+    TOOLS_TOKENS_FIELD_NUMBER: _builtins.int
+    TEXT_TOKENS_FIELD_NUMBER: _builtins.int
+    total_tokens: _builtins.int
+    """Everything: messages (with framing), tools and text."""
+    tokenizer: _builtins.str
+    """The tokenizer spec used."""
+    exact: _builtins.bool
+    """True when the tokenizer is the model's real one."""
+    tools_tokens: _builtins.int
+    """Tokens of the tool definitions."""
+    text_tokens: _builtins.int
+    """Tokens of text."""
+    @_builtins.property
+    def message_tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Per message, in request order."""
+
+    def __init__(
+        self,
+        *,
+        total_tokens: _builtins.int = ...,
+        message_tokens: _abc.Iterable[_builtins.int] | None = ...,
+        tokenizer: _builtins.str = ...,
+        exact: _builtins.bool = ...,
+        tools_tokens: _builtins.int = ...,
+        text_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exact", b"exact", "message_tokens", b"message_tokens", "text_tokens", b"text_tokens", "tokenizer", b"tokenizer", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountTokensResponse: _TypeAlias = CountTokensResponse  # noqa: Y015

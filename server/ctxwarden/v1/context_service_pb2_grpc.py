@@ -116,6 +116,11 @@ class ContextServiceStub:
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputRequest.SerializeToString,
                 response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputResponse.FromString,
                 _registered_method=True)
+        self.CountTokens = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/CountTokens',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -251,6 +256,14 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CountTokens(self, request, context):
+        """Counts tokens of messages, tools and text with a model's (or a named)
+        tokenizer, without a session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -328,6 +341,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.GetToolOutput,
                     request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputRequest.FromString,
                     response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputResponse.SerializeToString,
+            ),
+            'CountTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountTokens,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -740,6 +758,33 @@ class ContextService:
             '/ctxwarden.v1.ContextService/GetToolOutput',
             ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputRequest.SerializeToString,
             ctxwarden_dot_v1_dot_context__service__pb2.GetToolOutputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/CountTokens',
+            ctxwarden_dot_v1_dot_context__service__pb2.CountTokensRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.CountTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,

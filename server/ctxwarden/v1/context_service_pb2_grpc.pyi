@@ -100,6 +100,10 @@ class ContextServiceStub:
     """Reads a stored tool result (for outputs the model input truncated or
     stubbed), by byte range.
     """
+    CountTokens: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CountTokensRequest, _context_service_pb2.CountTokensResponse]
+    """Counts tokens of messages, tools and text with a model's (or a named)
+    tokenizer, without a session.
+    """
 
 @_typing.type_check_only
 class ContextServiceAsyncStub(ContextServiceStub):
@@ -170,6 +174,10 @@ class ContextServiceAsyncStub(ContextServiceStub):
     GetToolOutput: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetToolOutputRequest, _context_service_pb2.GetToolOutputResponse]  # type: ignore[assignment]
     """Reads a stored tool result (for outputs the model input truncated or
     stubbed), by byte range.
+    """
+    CountTokens: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CountTokensRequest, _context_service_pb2.CountTokensResponse]  # type: ignore[assignment]
+    """Counts tokens of messages, tools and text with a model's (or a named)
+    tokenizer, without a session.
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -328,6 +336,16 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_context_service_pb2.GetToolOutputResponse, _abc.Awaitable[_context_service_pb2.GetToolOutputResponse]]:
         """Reads a stored tool result (for outputs the model input truncated or
         stubbed), by byte range.
+        """
+
+    @_abc_1.abstractmethod
+    def CountTokens(
+        self,
+        request: _context_service_pb2.CountTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.CountTokensResponse, _abc.Awaitable[_context_service_pb2.CountTokensResponse]]:
+        """Counts tokens of messages, tools and text with a model's (or a named)
+        tokenizer, without a session.
         """
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
