@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs everything the tests need into .venv and runs the whole suite:
-# generated-code freshness, lint, types, then pytest (SQLite always; MySQL too
-# when CTXWARDEN_TEST_MYSQL_URL is set). Extra arguments go to pytest.
+# Installs everything the tests need into .venv (and client/ts/node_modules)
+# and runs the whole suite: generated-code freshness, lint, types, pytest
+# (SQLite always; MySQL too when CTXWARDEN_TEST_MYSQL_URL is set), then the
+# TypeScript and Go clients' tests. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON_BIN:-python3}"
@@ -15,4 +16,9 @@ PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check server client/python tests bench
 .venv/bin/ruff format --check server client/python tests bench
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q "$@"
+# The other clients, against real servers they start themselves.
+client/ts/test.sh
+if [[ -x client/go/test.sh ]]; then
+  client/go/test.sh
+fi

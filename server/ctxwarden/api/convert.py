@@ -315,6 +315,9 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
             context_window=t.context_window,
             compaction_threshold=t.compaction_threshold,
             estimated=t.estimated,
+            anchored_total_tokens=t.anchored_total_tokens,
+            estimate_error_ratio=t.estimate_error_ratio,
+            method=t.method,  # type: ignore[arg-type]
         ),
         compaction_recommended=v.compaction_recommended,
         first_kept_seq=v.first_kept_seq,

@@ -211,8 +211,9 @@ class ContextServicer:
     @unary
     async def BuildModelInput(self, request: pb.BuildModelInputRequest, context: Any) -> bytes:
         """Returns the encoded ModelInput (see model_input_bytes)."""
+        as_of = request.as_of_seq if request.HasField("as_of_seq") else None
         view = await self.manager.build_model_input(
-            request.session_id, request.max_output_tokens, request.auto_compact
+            request.session_id, request.max_output_tokens, request.auto_compact, as_of
         )
         return model_input_bytes(view)
 

@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
+from ctxwarden.core.calibration import context_tokens as usage_context_tokens
 from ctxwarden.core.compaction.fileops import render_file_lists
 from ctxwarden.core.compaction.planner import TRIMMED_MARKER
 from ctxwarden.core.compaction.types import FileLists
@@ -45,6 +47,15 @@ class TokenBreakdown:
     context_window: int
     compaction_threshold: int
     estimated: bool
+    anchored_total_tokens: int = 0
+    estimate_error_ratio: float = 1.0
+    method: int = 0
+    """1 exact, 2 anchored, 3 estimated (TokenCountMethod)."""
+
+
+METHOD_EXACT = 1
+METHOD_ANCHORED = 2
+METHOD_ESTIMATED = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,7 @@ class AppendPlan:
     """Only the messages to insert."""
     last_seq: int
     context_tokens: int
+    calibration: Calibration = field(default_factory=Calibration)
 
 
 @dataclass(slots=True)
@@ -139,7 +151,12 @@ class SessionContext:
         self.session = session
         self.policy = effective_policy(session.policy, session.model)
         self._refresh_fixed_costs()
+        spec = tokenizer.spec
         for message in kept:
+            if message.counted_with and message.counted_with != spec:
+                # Counted by an earlier tokenizer of this session (e.g. a message
+                # that comes back into view after a rollback across a checkpoint).
+                message = replace(message, token_count=self.count(message), counted_with=spec)
             self._add(message)
         self._message_tokens = sum(e.token_count for e in self._entries)
 
@@ -174,6 +191,25 @@ class SessionContext:
                 make_entry(self._stored(e), self.policy, self.tokenizer) for e in self._entries
             ]
             self._message_tokens = sum(e.token_count for e in self._entries)
+
+    @property
+    def calibration(self) -> Calibration:
+        return Calibration(self.session.estimate_ratio, self.session.estimate_samples)
+
+    def _anchored(self, view_messages: Sequence[Message]) -> int:
+        """Newest valid reported usage plus the calibrated estimate of what followed.
+
+        A usage from before the current checkpoint measured a context that no
+        longer exists, so it anchors nothing.
+        """
+        floor = self.checkpoint.at_seq if self.checkpoint is not None else 0
+        after = 0
+        for m in reversed(view_messages):
+            if m.role is Role.ASSISTANT and m.seq > floor and usable(m):
+                assert m.usage is not None
+                return usage_context_tokens(m.usage) + self.calibration.apply(after)
+            after += m.token_count
+        return 0
 
     @property
     def entries(self) -> Sequence[ViewEntry]:
@@ -226,6 +262,8 @@ class SessionContext:
         """
         ids = iter(new_message_id)
         seq = self.session.last_seq
+        calibration = self.calibration
+        fixed = self.system_tokens + self.tools_tokens + self.summary_tokens
         calls = {k: _CallState(v.seq, v.answered) for k, v in self._calls.items()}
         out: list[Message] = []
         new: list[Message] = []
@@ -262,15 +300,21 @@ class SessionContext:
                 state=MessageState.ACTIVE,
                 create_time_us=now_us,
             )
-            message = replace(message, token_count=self.count(message))
+            message = replace(
+                message, token_count=self.count(message), counted_with=self.tokenizer.spec
+            )
             if message.role is Role.ASSISTANT:
                 for block in message.tool_calls:
                     calls[block.tool_call_id] = _CallState(seq, False)
+                if usable(message):
+                    assert message.usage is not None
+                    # The usage measured the context this reply was made from.
+                    calibration = calibration.observe(prompt_tokens(message.usage), fixed + tokens)
+                    message = replace(message, calibration=(calibration.ratio, calibration.samples))
             tokens += make_entry(message, self.policy, self.tokenizer).token_count
             out.append(message)
             new.append(message)
-        fixed = self.system_tokens + self.tools_tokens + self.summary_tokens
-        return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens)
+        return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, calibration)
 
     def apply_append(self, plan: AppendPlan, now_us: int) -> None:
         for message in plan.new:
@@ -282,6 +326,8 @@ class SessionContext:
             context_tokens=self.context_tokens,
             update_time_us=now_us,
             consecutive_failures=self.failures_after(plan.new),
+            estimate_ratio=plan.calibration.ratio,
+            estimate_samples=plan.calibration.samples,
         )
 
     def failures_after(self, new: Sequence[Message]) -> int:
@@ -364,7 +410,16 @@ class SessionContext:
         messages = view.messages
         if self._summary is not None:
             messages = (self._summary, *messages)
-        total = self.system_tokens + self.tools_tokens + self.summary_tokens + view.message_tokens
+        counted = self.system_tokens + self.tools_tokens + self.summary_tokens + view.message_tokens
+        calibration = self.calibration
+        estimate = calibration.apply(counted)
+        anchored = self._anchored(view.messages)
+        if anchored > estimate:
+            total, method = anchored, METHOD_ANCHORED
+        elif self.tokenizer.exact and calibration.samples == 0:
+            total, method = counted, METHOD_EXACT
+        else:
+            total, method = estimate, METHOD_ESTIMATED
         window = self.policy.context_window
         threshold = window - max(self.policy.reserve_tokens, max_output_tokens)
         tokens = TokenBreakdown(
@@ -376,6 +431,9 @@ class SessionContext:
             context_window=window,
             compaction_threshold=threshold,
             estimated=not self.tokenizer.exact,
+            anchored_total_tokens=anchored,
+            estimate_error_ratio=calibration.ratio,
+            method=method,
         )
         return ModelInputView(
             session=self.session,

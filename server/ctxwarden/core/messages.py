@@ -99,6 +99,11 @@ class Message:
     token_count: int = 0
     create_time_us: int = 0
     metadata: Mapping[str, str] = field(default_factory=dict)
+    counted_with: str = ""
+    """Server-side: the tokenizer spec that computed token_count ("" = unknown)."""
+    calibration: tuple[float, int] | None = None
+    """Server-side: the session's (ratio, samples) right after this message was
+    appended, when the message changed it. Kept for exact replay."""
 
     @property
     def failed(self) -> bool:

@@ -79,6 +79,9 @@ class Session:
     create_time_us: int = 0
     update_time_us: int = 0
     delete_time_us: int = 0
+    estimate_ratio: float = 1.0
+    """Smoothed reported/estimated token ratio (see core.calibration)."""
+    estimate_samples: int = 0
 
     @property
     def etag(self) -> str:

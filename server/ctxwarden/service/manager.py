@@ -306,43 +306,33 @@ class SessionManager:
             new = replace(current, **changes, revision=current.revision + 1, update_time_us=now)
             old_spec = ctx.policy.tokenizer
             new_spec = effective_policy(new.policy, new.model).tokenizer
-            tokenizer: Tokenizer | None = None
-            recount: list[tuple[int, int]] = []
             if new_spec != old_spec:
                 tokenizer = await _tokenizer(new_spec)
-                tok = tokenizer
                 active = ctx.active_messages
-                recount = await asyncio.to_thread(
-                    lambda: [(m.seq, count_message(m, tok)) for m in active]
+                checkpoint = ctx.checkpoint
+                # A new tokenizer: every kept message is recounted (once, here) and
+                # the new counts are stored with the settings.
+                rebuilt = await asyncio.to_thread(
+                    lambda: SessionContext(new, checkpoint, active, tokenizer)
                 )
-            probe = SessionContext(new, ctx.checkpoint, (), tokenizer or ctx.tokenizer)
-            fixed = probe.context_tokens
-            stored_tokens = (
-                sum(c for _, c in recount)
-                if recount
-                else sum(m.token_count for m in ctx.active_messages)
-            )
-            new = replace(new, context_tokens=fixed + stored_tokens)
+                new = replace(new, context_tokens=rebuilt.context_tokens)
+                rebuilt.session = new
+                counts = [(m.seq, m.token_count, new_spec) for m in rebuilt.active_messages]
+            else:
+                rebuilt = None
+                probe = SessionContext(new, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
+                new = replace(new, context_tokens=probe.context_tokens)
+                counts = []
             try:
                 await self._db(
                     lambda: self.repo.update_session(
-                        new, expected_revision=current.revision, token_counts=recount
+                        new, expected_revision=current.revision, token_counts=counts
                     )
                 )
             except ConcurrentWrite:
                 raise self._concurrent(sid) from None
-            if recount:
-                counts = dict(recount)
-                self.hot.evict(sid)
-                rebuilt = SessionContext(
-                    new,
-                    ctx.checkpoint,
-                    [replace(m, token_count=counts[m.seq]) for m in ctx.active_messages],
-                    tokenizer or ctx.tokenizer,
-                )
+            if rebuilt is not None:
                 self.hot.put(sid, rebuilt)
-                new = replace(new, context_tokens=rebuilt.context_tokens)
-                rebuilt.session = new
             else:
                 ctx.replace_session(new)
                 ctx.session = replace(ctx.session, context_tokens=ctx.context_tokens)
@@ -486,7 +476,11 @@ class SessionManager:
     # -- model input ------------------------------------------------------------
 
     async def build_model_input(
-        self, session_id: str, max_output_tokens: int, auto_compact: bool = False
+        self,
+        session_id: str,
+        max_output_tokens: int,
+        auto_compact: bool = False,
+        as_of_seq: int | None = None,
     ) -> ModelInputView:
         if max_output_tokens < 0:
             raise InvalidArgument(
@@ -495,6 +489,8 @@ class SessionManager:
                 field="max_output_tokens",
             )
         ctx = await self._context(session_id)
+        if as_of_seq is not None:
+            return await self._replay_input(ctx, as_of_seq, max_output_tokens)
         view = ctx.model_input(max_output_tokens)
         if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
             try:
@@ -505,6 +501,34 @@ class SessionManager:
             ctx = await self._context(session_id)
             view = ctx.model_input(max_output_tokens)
         return view
+
+    async def _replay_input(
+        self, live: SessionContext, as_of_seq: int, max_output_tokens: int
+    ) -> ModelInputView:
+        """The input exactly as it was just before message ``as_of_seq`` was appended."""
+        sid = live.session.session_id
+        last = live.session.last_seq
+        if not 1 <= as_of_seq <= last + 1:
+            raise InvalidArgument(
+                f"as_of_seq must be between 1 and last_seq + 1 ({last + 1})",
+                reason="INVALID_SEQ",
+                field="as_of_seq",
+            )
+        snap = await self._db(lambda: self.repo.replay_snapshot(sid, as_of_seq))
+        if snap is None:
+            raise self._not_found(sid)
+        s = snap.session
+        tokenizer = await _tokenizer(effective_policy(s.policy, s.model).tokenizer)
+
+        def build() -> ModelInputView:
+            # Counts are recomputed with the tokenizer of that time (a later
+            # tokenizer change re-counted the stored ones).
+            kept = [replace(m, token_count=count_message(m, tokenizer)) for m in snap.kept]
+            return SessionContext(s, snap.checkpoint, kept, tokenizer).model_input(
+                max_output_tokens
+            )
+
+        return await asyncio.to_thread(build)
 
     # -- rollback ---------------------------------------------------------------
 

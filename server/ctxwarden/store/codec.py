@@ -90,6 +90,8 @@ def message_body(m: Message) -> str:
         ]
     if m.metadata:
         body["metadata"] = dict(m.metadata)
+    if m.calibration is not None:
+        body["calib"] = list(m.calibration)
     return _dumps(body)
 
 
@@ -102,6 +104,7 @@ def message_row_values(session_id: str, m: Message) -> dict[str, Any]:
         "state": int(m.state),
         "stop_reason": int(m.stop_reason),
         "token_count": m.token_count,
+        "counted_with": m.counted_with,
         "create_time_us": m.create_time_us,
         "rolled_back_at_seq": 0,
         "body": message_body(m),
@@ -126,8 +129,10 @@ def message_from_row(row: MessageRow | Any) -> Message:
         is_error=body.get("is_error", False),
         state=MessageState(row.state),
         token_count=row.token_count,
+        counted_with=row.counted_with,
         create_time_us=row.create_time_us,
         metadata=body.get("metadata", {}),
+        calibration=(float(body["calib"][0]), int(body["calib"][1])) if "calib" in body else None,
     )
 
 
@@ -164,7 +169,46 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "create_time_us": s.create_time_us,
         "update_time_us": s.update_time_us,
         "delete_time_us": s.delete_time_us,
+        "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
     }
+
+
+def calibration_json(ratio: float, samples: int) -> str:
+    return _dumps({"n": samples, "r": ratio})
+
+
+SETTINGS_FIELDS = (
+    "user_id",
+    "project_id",
+    "title",
+    "system_prompt",
+    "tools_json",
+    "model",
+    "policy_json",
+    "pinned_state",
+    "labels_json",
+)
+
+
+def settings_json(s: Session) -> str:
+    """The replay-relevant settings of a session revision."""
+    values = session_row_values(s)
+    return _dumps({k: values[k] for k in SETTINGS_FIELDS})
+
+
+def session_with_settings(base: Session, settings: str) -> Session:
+    """``base`` with the settings of a stored revision ("{}" keeps base's)."""
+    values = json.loads(settings)
+    if not values:
+        return base
+    row = dict(session_row_values(base))
+    row.update(values)
+    return session_from_row(_Row(row))
+
+
+class _Row:
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
 
 
 def session_from_row(row: SessionRow | Any) -> Session:
@@ -186,7 +230,15 @@ def session_from_row(row: SessionRow | Any) -> Session:
         create_time_us=row.create_time_us,
         update_time_us=row.update_time_us,
         delete_time_us=row.delete_time_us,
+        **_calibration(getattr(row, "calibration_json", "")),
     )
+
+
+def _calibration(text: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    value = json.loads(text)
+    return {"estimate_ratio": float(value["r"]), "estimate_samples": int(value["n"])}
 
 
 def checkpoint_details(c: Checkpoint) -> str:

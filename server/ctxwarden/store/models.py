@@ -76,6 +76,10 @@ class SessionRow(Base):
     delete_time_us: Mapped[int] = mapped_column(BigInteger, default=0)
     compaction_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
     """The checkpoint in effect ("" before the first compaction)."""
+    calibration_json: Mapped[str] = mapped_column(
+        ascii_id(64), default='{"n":0,"r":1.0}', server_default='{"n":0,"r":1.0}'
+    )
+    """Reported/estimated token ratio and sample count (core.calibration)."""
 
     __table_args__ = (
         Index("ix_sessions_list", "tenant_id", "delete_time_us", "create_time_us", "session_id"),
@@ -95,6 +99,8 @@ class MessageRow(Base):
     stop_reason: Mapped[int] = mapped_column(SmallInteger, default=0)
     token_count: Mapped[int] = mapped_column(Integer, default=0)
     create_time_us: Mapped[int] = mapped_column(BigInteger)
+    counted_with: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
+    """The tokenizer spec that computed token_count."""
     rolled_back_at_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     """The session's last_seq when the message was rolled back (0 while active)."""
     body: Mapped[str] = mapped_column(long_text())
@@ -148,3 +154,16 @@ class CompactionPlanRow(Base):
     create_time_us: Mapped[int] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_compaction_plans_session", "session_id"),)
+
+
+class SessionRevisionRow(Base):
+    """Every version of a session's settings, for exact replay of past inputs."""
+
+    __tablename__ = "session_revisions"
+
+    session_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at_seq: Mapped[int] = mapped_column(BigInteger)
+    """The session's last_seq when this revision was made."""
+    settings_json: Mapped[str] = mapped_column(long_text())
+    create_time_us: Mapped[int] = mapped_column(BigInteger)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, func, insert, or_, select, update
@@ -18,12 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.store.codec import (
+    calibration_json,
     checkpoint_from_row,
     checkpoint_row_values,
     message_from_row,
     message_row_values,
     session_from_row,
     session_row_values,
+    session_with_settings,
+    settings_json,
 )
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.models import (
@@ -31,6 +34,7 @@ from ctxwarden.store.models import (
     CompactionRow,
     MessageRow,
     RequestRow,
+    SessionRevisionRow,
     SessionRow,
 )
 
@@ -39,6 +43,7 @@ M = cast(Table, MessageRow.__table__)
 C = cast(Table, CompactionRow.__table__)
 R = cast(Table, RequestRow.__table__)
 P = cast(Table, CompactionPlanRow.__table__)
+V = cast(Table, SessionRevisionRow.__table__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +119,22 @@ class Repository:
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(insert(S).values(**session_row_values(session)))
+                await self._revision(conn, session)
                 await self._record(conn, record)
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
+
+    @staticmethod
+    async def _revision(conn: AsyncConnection, session: Session) -> None:
+        await conn.execute(
+            insert(V).values(
+                session_id=session.session_id,
+                revision=session.revision,
+                at_seq=session.last_seq,
+                settings_json=settings_json(session),
+                create_time_us=session.update_time_us,
+            )
+        )
 
     async def get_session(self, session_id: str) -> Session | None:
         async with self.engine.connect() as conn:
@@ -155,15 +173,16 @@ class Repository:
         session: Session,
         *,
         expected_revision: int,
-        token_counts: Sequence[tuple[int, int]] = (),
+        token_counts: Sequence[tuple[int, int, str]] = (),
     ) -> None:
         """Write new settings if the revision still matches (else ConcurrentWrite).
 
-        ``token_counts`` re-records (seq, count) pairs after a tokenizer change.
+        ``token_counts`` re-records (seq, count, tokenizer) after a tokenizer change.
         """
         values = session_row_values(session)
         for key in ("session_id", "create_time_us", "last_seq", "delete_time_us"):
             values.pop(key)
+        values.pop("calibration_json")
         async with self.engine.begin() as conn:
             result = await conn.execute(
                 update(S)
@@ -176,11 +195,12 @@ class Repository:
             )
             if result.rowcount != 1:
                 raise ConcurrentWrite(session.session_id)
-            for seq, count in token_counts:
+            await self._revision(conn, session)
+            for seq, count, spec in token_counts:
                 await conn.execute(
                     update(M)
                     .where(M.c.session_id == session.session_id, M.c.seq == seq)
-                    .values(token_count=count)
+                    .values(token_count=count, counted_with=spec)
                 )
 
     async def delete_session(self, session_id: str, now_us: int) -> bool:
@@ -222,6 +242,9 @@ class Repository:
                         context_tokens=session.context_tokens,
                         update_time_us=session.update_time_us,
                         consecutive_failures=session.consecutive_failures,
+                        calibration_json=calibration_json(
+                            session.estimate_ratio, session.estimate_samples
+                        ),
                     )
                 )
                 if result.rowcount != 1:
@@ -531,6 +554,86 @@ class Repository:
                 )
             ).all()
         return Snapshot(session_from_row(srow), checkpoint, [message_from_row(r) for r in rows])
+
+    async def replay_snapshot(self, session_id: str, as_of_seq: int) -> Snapshot | None:
+        """What the session looked like just before message ``as_of_seq`` was appended.
+
+        Events are ordered by the session's last_seq when they happened: a
+        checkpoint, rollback or settings change made while last_seq < N had
+        happened by then; one made later had not.
+        """
+        n = as_of_seq
+        async with self.engine.connect() as conn:
+            srow = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
+            if srow is None:
+                return None
+            base = session_from_row(srow)
+            vrow = (
+                await conn.execute(
+                    select(V.c.settings_json, V.c.revision)
+                    .where(V.c.session_id == session_id, V.c.at_seq < n)
+                    .order_by(V.c.revision.desc())
+                    .limit(1)
+                )
+            ).first()
+            crow = (
+                await conn.execute(
+                    select(C)
+                    .where(
+                        C.c.session_id == session_id,
+                        C.c.at_seq < n,
+                        or_(C.c.superseded_at_seq == 0, C.c.superseded_at_seq >= n),
+                    )
+                    .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
+                    .limit(1)
+                )
+            ).first()
+            checkpoint = checkpoint_from_row(crow) if crow is not None else None
+            if checkpoint is not None:
+                checkpoint = replace(checkpoint, superseded=False)
+            first = checkpoint.first_kept_seq if checkpoint is not None else 0
+            rows = (
+                await conn.execute(
+                    select(M)
+                    .where(
+                        M.c.session_id == session_id,
+                        M.c.seq >= first,
+                        M.c.seq < n,
+                        or_(
+                            M.c.state == int(MessageState.ACTIVE),
+                            M.c.rolled_back_at_seq >= n,
+                        ),
+                    )
+                    .order_by(M.c.seq)
+                )
+            ).all()
+            calib = (
+                await conn.execute(
+                    select(M.c.body)
+                    .where(
+                        M.c.session_id == session_id,
+                        M.c.seq < n,
+                        M.c.body.like('%"calib":%'),
+                    )
+                    .order_by(M.c.seq.desc())
+                    .limit(1)
+                )
+            ).first()
+        session = base
+        if vrow is not None:
+            session = session_with_settings(base, vrow.settings_json)
+            session = replace(session, revision=int(vrow.revision))
+        ratio, samples = 1.0, 0
+        if calib is not None:
+            ratio, samples = json.loads(calib.body)["calib"]
+        session = replace(
+            session,
+            last_seq=n - 1,
+            estimate_ratio=float(ratio),
+            estimate_samples=int(samples),
+        )
+        kept = [replace(message_from_row(r), state=MessageState.ACTIVE) for r in rows]
+        return Snapshot(session, checkpoint, kept)
 
     async def count_messages(self, session_id: str) -> int:
         async with self.engine.connect() as conn:

@@ -539,7 +539,8 @@ class Notice(_message.Message):
     DETAIL_FIELD_NUMBER: _builtins.int
     code: _builtins.str
     """Stable code: FAILED_MESSAGE_OMITTED, ORPHANED_TOOL_RESULT_OMITTED,
-    SYNTHETIC_TOOL_RESULT, TOOL_OUTPUT_TRUNCATED.
+    SYNTHETIC_TOOL_RESULT, TOOL_OUTPUT_TRUNCATED, TOOL_OUTPUT_STUBBED (and,
+    for rendered formats, THINKING_DROPPED and other rendering notices).
     """
     seq: _builtins.int
     """The message concerned (0 when none)."""

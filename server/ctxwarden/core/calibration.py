@@ -1,0 +1,61 @@
+"""Calibrating local token estimates against what the provider reported.
+
+An assistant message's ``usage`` is ground truth for the context that
+produced it. Comparing it with our own count of that context gives a
+correction factor (actual / estimated), smoothed over turns, applied to
+later estimates. The newest valid usage also anchors the context size
+directly: usage + an estimate of what came after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ctxwarden.core.messages import Message, Usage
+
+SMOOTHING = 0.5
+"""Weight of the newest observation in the running ratio."""
+RATIO_BOUNDS = (0.25, 4.0)
+"""Observations outside these bounds are clamped (a usage from a different
+context, e.g. right after a compaction, must not derail the estimate)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    ratio: float = 1.0
+    samples: int = 0
+
+    def apply(self, tokens: int) -> int:
+        return round(tokens * self.ratio)
+
+    def observe(self, actual: int, estimated: int) -> Calibration:
+        if actual <= 0 or estimated <= 0:
+            return self
+        low, high = RATIO_BOUNDS
+        observed = min(max(actual / estimated, low), high)
+        if self.samples == 0:
+            ratio = observed
+        else:
+            ratio = (1 - SMOOTHING) * self.ratio + SMOOTHING * observed
+        return Calibration(round(ratio, 6), self.samples + 1)
+
+
+def prompt_tokens(usage: Usage) -> int:
+    """The input context the provider billed for: uncached + cached input.
+
+    ``input_tokens`` counts uncached input (Anthropic's convention); clients of
+    OpenAI should send ``prompt_tokens - cached_tokens`` there and the cached
+    part as ``cache_read_tokens``.
+    """
+    return usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+
+
+def context_tokens(usage: Usage) -> int:
+    """The context size after the reply: its input plus its output."""
+    if usage.total_tokens:
+        return usage.total_tokens
+    return prompt_tokens(usage) + usage.output_tokens
+
+
+def usable(message: Message) -> bool:
+    return message.usage is not None and not message.failed and prompt_tokens(message.usage) > 0
