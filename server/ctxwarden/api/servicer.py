@@ -21,6 +21,7 @@ from ctxwarden.api.convert import (
     plan_to_pb,
     session_from_pb,
     session_to_pb,
+    tool_from_pb,
 )
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.handlers import Malformed, generic_handler
@@ -292,6 +293,28 @@ class ContextServicer:
             content=content, total_bytes=total, total_lines=lines, next_offset=next_offset
         )
 
+    @unary
+    async def CountTokens(
+        self, request: pb.CountTokensRequest, context: Any
+    ) -> pb.CountTokensResponse:
+        messages = [message_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
+        tools = [tool_from_pb(t, f"tools[{i}]") for i, t in enumerate(request.tools)]
+        total, per, spec, exact, tools_tokens, text_tokens = await self.manager.count_tokens(
+            request.model,
+            request.tokenizer,
+            messages,
+            "".join(t.name + t.description + t.parameters_json for t in tools),
+            request.text,
+        )
+        return pb.CountTokensResponse(
+            total_tokens=total,
+            message_tokens=per,
+            tokenizer=spec,
+            exact=exact,
+            tools_tokens=tools_tokens,
+            text_tokens=text_tokens,
+        )
+
     def handler(self) -> grpc.GenericRpcHandler:
         unary_methods: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
             "CreateSession": (self.CreateSession, pb.CreateSessionRequest, ses_pb.Session),
@@ -324,6 +347,7 @@ class ContextServicer:
                 pb.GetToolOutputRequest,
                 pb.GetToolOutputResponse,
             ),
+            "CountTokens": (self.CountTokens, pb.CountTokensRequest, pb.CountTokensResponse),
         }
         streams: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
             "StreamMessages": (

@@ -29,8 +29,19 @@ class Tokenizer(Protocol):
     def count(self, text: str) -> int: ...
 
 
+def utf16_length(text: str) -> int:
+    """Length in UTF-16 code units, as JavaScript counts it (an emoji is 2)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le")) // 2
+
+
 class HeuristicTokenizer:
-    """About four characters per token: cheap, deterministic, model-agnostic."""
+    """About four characters per token: cheap, deterministic, model-agnostic.
+
+    Characters are UTF-16 code units, like pi-mono's estimate, so cut points
+    match it for any text.
+    """
 
     @property
     def spec(self) -> str:
@@ -41,7 +52,7 @@ class HeuristicTokenizer:
         return False
 
     def count(self, text: str) -> int:
-        return math.ceil(len(text) / 4)
+        return math.ceil(utf16_length(text) / 4)
 
 
 def message_text(message: Message) -> str:

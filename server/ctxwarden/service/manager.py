@@ -25,6 +25,7 @@ from ctxwarden.core.errors import (
     Unavailable,
 )
 from ctxwarden.core.messages import Message, Role
+from ctxwarden.core.models import lookup_model
 from ctxwarden.core.recovery import RecoveryAction, decide_recovery
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.session import Session, effective_policy
@@ -632,6 +633,29 @@ class SessionManager:
             self.hot.evict(sid)
         log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, current)
         return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)
+
+    # -- token counting ---------------------------------------------------------
+
+    async def count_tokens(
+        self,
+        model: str,
+        tokenizer_spec: str,
+        messages: Sequence[Message],
+        tools_text: str,
+        text: str,
+    ) -> tuple[int, list[int], str, bool, int, int]:
+        """(total, per message, tokenizer spec, exact, tools, text) for a model."""
+        info = lookup_model(model)
+        spec = tokenizer_spec or info.tokenizer
+        tokenizer = await _tokenizer(spec)
+
+        def count() -> tuple[list[int], int, int]:
+            per = [count_message(m, tokenizer) for m in messages]
+            return per, count_text(tools_text, tokenizer), count_text(text, tokenizer)
+
+        per, tools, text_tokens = await asyncio.to_thread(count)
+        total = sum(per) + tools + text_tokens
+        return total, per, tokenizer.spec, tokenizer.exact and info.known, tools, text_tokens
 
     # -- tool output ------------------------------------------------------------
 
