@@ -12,6 +12,7 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install --quiet -e '.[test,gen]' 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import ctxwarden, ctxwarden_client" >/dev/null
+scripts/check_contract.sh
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check server client/python tests bench
 .venv/bin/ruff format --check server client/python tests bench

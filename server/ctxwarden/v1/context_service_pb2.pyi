@@ -67,6 +67,7 @@ class _TokenCountMethod:
 class _TokenCountMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TokenCountMethod.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     TOKEN_COUNT_METHOD_UNSPECIFIED: _TokenCountMethod.ValueType  # 0
+    """Unset; rejected where a value is required, else the default described on the field."""
     TOKEN_COUNT_METHOD_EXACT: _TokenCountMethod.ValueType  # 1
     """Counted with the model's real tokenizer."""
     TOKEN_COUNT_METHOD_ANCHORED: _TokenCountMethod.ValueType  # 2
@@ -78,6 +79,7 @@ class TokenCountMethod(_TokenCountMethod, metaclass=_TokenCountMethodEnumTypeWra
     """How a token total was obtained."""
 
 TOKEN_COUNT_METHOD_UNSPECIFIED: TokenCountMethod.ValueType  # 0
+"""Unset; rejected where a value is required, else the default described on the field."""
 TOKEN_COUNT_METHOD_EXACT: TokenCountMethod.ValueType  # 1
 """Counted with the model's real tokenizer."""
 TOKEN_COUNT_METHOD_ANCHORED: TokenCountMethod.ValueType  # 2
@@ -93,6 +95,7 @@ class _RecoveryAction:
 class _RecoveryActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RecoveryAction.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     RECOVERY_ACTION_UNSPECIFIED: _RecoveryAction.ValueType  # 0
+    """Unset; rejected where a value is required, else the default described on the field."""
     RECOVERY_ACTION_RETRY: _RecoveryAction.ValueType  # 1
     """Retry the same call after retry_after."""
     RECOVERY_ACTION_COMPACT_AND_RETRY: _RecoveryAction.ValueType  # 2
@@ -104,6 +107,7 @@ class RecoveryAction(_RecoveryAction, metaclass=_RecoveryActionEnumTypeWrapper):
     """What the agent should do after a failed turn."""
 
 RECOVERY_ACTION_UNSPECIFIED: RecoveryAction.ValueType  # 0
+"""Unset; rejected where a value is required, else the default described on the field."""
 RECOVERY_ACTION_RETRY: RecoveryAction.ValueType  # 1
 """Retry the same call after retry_after."""
 RECOVERY_ACTION_COMPACT_AND_RETRY: RecoveryAction.ValueType  # 2
@@ -119,6 +123,7 @@ class _CompactionTrigger:
 class _CompactionTriggerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CompactionTrigger.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     COMPACTION_TRIGGER_UNSPECIFIED: _CompactionTrigger.ValueType  # 0
+    """Unset; rejected where a value is required, else the default described on the field."""
     COMPACTION_TRIGGER_MANUAL: _CompactionTrigger.ValueType  # 1
     """An explicit Compact or CommitCompaction call."""
     COMPACTION_TRIGGER_THRESHOLD: _CompactionTrigger.ValueType  # 2
@@ -130,6 +135,7 @@ class CompactionTrigger(_CompactionTrigger, metaclass=_CompactionTriggerEnumType
     """What started a compaction."""
 
 COMPACTION_TRIGGER_UNSPECIFIED: CompactionTrigger.ValueType  # 0
+"""Unset; rejected where a value is required, else the default described on the field."""
 COMPACTION_TRIGGER_MANUAL: CompactionTrigger.ValueType  # 1
 """An explicit Compact or CommitCompaction call."""
 COMPACTION_TRIGGER_THRESHOLD: CompactionTrigger.ValueType  # 2
@@ -140,6 +146,8 @@ Global___CompactionTrigger: _TypeAlias = CompactionTrigger  # noqa: Y015
 
 @_typing.final
 class CreateSessionRequest(_message.Message):
+    """Request of CreateSession."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_FIELD_NUMBER: _builtins.int
@@ -172,10 +180,13 @@ Global___CreateSessionRequest: _TypeAlias = CreateSessionRequest  # noqa: Y015
 
 @_typing.final
 class GetSessionRequest(_message.Message):
+    """Request of GetSession."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     def __init__(
         self,
         *,
@@ -191,6 +202,8 @@ Global___GetSessionRequest: _TypeAlias = GetSessionRequest  # noqa: Y015
 
 @_typing.final
 class ListSessionsRequest(_message.Message):
+    """Request of ListSessions (AIP-158 pagination)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     USER_ID_FIELD_NUMBER: _builtins.int
@@ -223,6 +236,8 @@ Global___ListSessionsRequest: _TypeAlias = ListSessionsRequest  # noqa: Y015
 
 @_typing.final
 class ListSessionsResponse(_message.Message):
+    """One page of sessions, newest first."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSIONS_FIELD_NUMBER: _builtins.int
@@ -230,7 +245,9 @@ class ListSessionsResponse(_message.Message):
     next_page_token: _builtins.str
     """Empty on the last page."""
     @_builtins.property
-    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.Session]: ...
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.Session]:
+        """Sessions of this page."""
+
     def __init__(
         self,
         *,
@@ -247,6 +264,8 @@ Global___ListSessionsResponse: _TypeAlias = ListSessionsResponse  # noqa: Y015
 
 @_typing.final
 class UpdateSessionRequest(_message.Message):
+    """Request of UpdateSession (AIP-134 field-mask update)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_FIELD_NUMBER: _builtins.int
@@ -281,10 +300,13 @@ Global___UpdateSessionRequest: _TypeAlias = UpdateSessionRequest  # noqa: Y015
 
 @_typing.final
 class DeleteSessionRequest(_message.Message):
+    """Request of DeleteSession."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     def __init__(
         self,
         *,
@@ -300,6 +322,8 @@ Global___DeleteSessionRequest: _TypeAlias = DeleteSessionRequest  # noqa: Y015
 
 @_typing.final
 class AppendMessagesRequest(_message.Message):
+    """Request of AppendMessages, and each request of a StreamMessages stream."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
@@ -307,6 +331,7 @@ class AppendMessagesRequest(_message.Message):
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     expected_last_seq: _builtins.int
     """When set, the append applies only if the session's last_seq equals it;
     otherwise ABORTED and nothing is written.
@@ -339,6 +364,8 @@ Global___AppendMessagesRequest: _TypeAlias = AppendMessagesRequest  # noqa: Y015
 
 @_typing.final
 class AppendMessagesResponse(_message.Message):
+    """What an append stored."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGES_FIELD_NUMBER: _builtins.int
@@ -369,6 +396,8 @@ Global___AppendMessagesResponse: _TypeAlias = AppendMessagesResponse  # noqa: Y0
 
 @_typing.final
 class ListMessagesRequest(_message.Message):
+    """Request of ListMessages (AIP-158 pagination)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
@@ -376,9 +405,11 @@ class ListMessagesRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     INCLUDE_ROLLED_BACK_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     page_size: _builtins.int
     """Default 100, max 1000."""
     page_token: _builtins.str
+    """next_page_token of a previous call with the same other fields; empty for the first page."""
     include_rolled_back: _builtins.bool
     """Include messages removed by RollbackTurn."""
     def __init__(
@@ -399,13 +430,18 @@ Global___ListMessagesRequest: _TypeAlias = ListMessagesRequest  # noqa: Y015
 
 @_typing.final
 class ListMessagesResponse(_message.Message):
+    """One page of the history, in seq order."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    """Pass as page_token to get the next page; empty on the last page."""
     @_builtins.property
-    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]: ...
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]:
+        """Messages, in order."""
+
     def __init__(
         self,
         *,
@@ -422,6 +458,8 @@ Global___ListMessagesResponse: _TypeAlias = ListMessagesResponse  # noqa: Y015
 
 @_typing.final
 class BuildModelInputRequest(_message.Message):
+    """Request of BuildModelInput."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
@@ -430,6 +468,7 @@ class BuildModelInputRequest(_message.Message):
     FORMAT_FIELD_NUMBER: _builtins.int
     AS_OF_SEQ_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     max_output_tokens: _builtins.int
     """Tokens the agent will allow the model to produce; the compaction
     threshold keeps at least this much room free. 0 means the policy's reserve.
@@ -485,11 +524,17 @@ class TokenBreakdown(_message.Message):
     ESTIMATE_ERROR_RATIO_FIELD_NUMBER: _builtins.int
     METHOD_FIELD_NUMBER: _builtins.int
     system_tokens: _builtins.int
+    """Tokens of the system prompt."""
     tools_tokens: _builtins.int
+    """Tokens of the tool definitions (name, description, JSON schema)."""
     summary_tokens: _builtins.int
+    """Tokens of the summary message (0 before the first compaction)."""
     message_tokens: _builtins.int
+    """Tokens of the messages after the summary, as shown (truncated outputs counted as truncated)."""
     total_tokens: _builtins.int
+    """The trusted total: the larger of the calibrated estimate and the usage-anchored figure (see method)."""
     context_window: _builtins.int
+    """The model's context window in tokens (policy or model table)."""
     compaction_threshold: _builtins.int
     """total_tokens above this means compaction is recommended."""
     estimated: _builtins.bool
@@ -581,12 +626,15 @@ class ModelInput(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     RENDERED_JSON_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     system_prompt: _builtins.str
+    """The system prompt to send."""
     compaction_recommended: _builtins.bool
     """total_tokens > context_window - max(reserve_tokens, max_output_tokens)."""
     first_kept_seq: _builtins.int
     """First seq of the kept history (0 when the session is empty)."""
     last_seq: _builtins.int
+    """The session's last_seq this input reflects."""
     compaction_id: _builtins.str
     """The compaction checkpoint in effect; empty before the first compaction."""
     prefix_hash: _builtins.str
@@ -601,7 +649,9 @@ class ModelInput(_message.Message):
     as JSON, ready to merge with the agent's own parameters.
     """
     @_builtins.property
-    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]: ...
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]:
+        """The tools to offer the model."""
+
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]:
         """The effective context, in order, ready to send. Messages made up by the
@@ -609,9 +659,13 @@ class ModelInput(_message.Message):
         """
 
     @_builtins.property
-    def tokens(self) -> Global___TokenBreakdown: ...
+    def tokens(self) -> Global___TokenBreakdown:
+        """Token counts of this input."""
+
     @_builtins.property
-    def notices(self) -> _containers.RepeatedCompositeFieldContainer[Global___Notice]: ...
+    def notices(self) -> _containers.RepeatedCompositeFieldContainer[Global___Notice]:
+        """What the view changed relative to storage (omitted, synthetic, truncated or stubbed messages)."""
+
     def __init__(
         self,
         *,
@@ -639,6 +693,8 @@ Global___ModelInput: _TypeAlias = ModelInput  # noqa: Y015
 
 @_typing.final
 class RollbackTurnRequest(_message.Message):
+    """Request of RollbackTurn."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
@@ -646,6 +702,7 @@ class RollbackTurnRequest(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     to_seq: _builtins.int
     """When set, roll back every active message with seq > to_seq (0 rewinds
     everything). When unset, roll back the trailing failed assistant
@@ -675,6 +732,8 @@ Global___RollbackTurnRequest: _TypeAlias = RollbackTurnRequest  # noqa: Y015
 
 @_typing.final
 class RollbackTurnResponse(_message.Message):
+    """What RollbackTurn did and what the agent should do next."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ROLLED_BACK_SEQS_FIELD_NUMBER: _builtins.int
@@ -682,6 +741,7 @@ class RollbackTurnResponse(_message.Message):
     RETRY_AFTER_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     action: Global___RecoveryAction.ValueType
+    """What to do next."""
     reason: _builtins.str
     """Why this action, e.g. "rate limited (attempt 2 of 3)"."""
     @_builtins.property
@@ -730,7 +790,9 @@ class Compaction(_message.Message):
     SUPERSEDED_FIELD_NUMBER: _builtins.int
     AT_SEQ_FIELD_NUMBER: _builtins.int
     compaction_id: _builtins.str
+    """Unique ID of the checkpoint (sortable by creation time)."""
     session_id: _builtins.str
+    """The session's ID. Required."""
     summary: _builtins.str
     """The summary of everything before first_kept_seq (it replaces the previous
     summary: later summaries update earlier ones). Includes the pinned state
@@ -753,6 +815,7 @@ class Compaction(_message.Message):
     or "agent" for CommitCompaction.
     """
     trigger: Global___CompactionTrigger.ValueType
+    """What started the compaction."""
     superseded: _builtins.bool
     """True once a rollback to before first_kept_seq invalidated this checkpoint."""
     at_seq: _builtins.int
@@ -766,7 +829,9 @@ class Compaction(_message.Message):
         """Files written or edited in the summarised history, cumulative."""
 
     @_builtins.property
-    def create_time(self) -> _timestamp_pb2.Timestamp: ...
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the checkpoint was committed."""
+
     def __init__(
         self,
         *,
@@ -796,6 +861,8 @@ Global___Compaction: _TypeAlias = Compaction  # noqa: Y015
 
 @_typing.final
 class CompactRequest(_message.Message):
+    """Request of Compact."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
@@ -804,6 +871,7 @@ class CompactRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     TRIGGER_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     instructions: _builtins.str
     """Extra focus for the summariser, appended to the prompt."""
     keep_recent_tokens: _builtins.int
@@ -861,14 +929,19 @@ Global___SummaryPrompt: _TypeAlias = SummaryPrompt  # noqa: Y015
 
 @_typing.final
 class PrepareCompactionRequest(_message.Message):
+    """Request of PrepareCompaction."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     INSTRUCTIONS_FIELD_NUMBER: _builtins.int
     KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     instructions: _builtins.str
+    """Extra focus for the summary, appended to the prompt (e.g. "keep the API decisions")."""
     keep_recent_tokens: _builtins.int
+    """Tokens of recent history to keep verbatim; 0 means the policy's keep_recent_tokens."""
     def __init__(
         self,
         *,
@@ -902,15 +975,21 @@ class CompactionPlan(_message.Message):
     SUMMARIZED_FROM_SEQ_FIELD_NUMBER: _builtins.int
     SUMMARIZED_TO_SEQ_FIELD_NUMBER: _builtins.int
     plan_id: _builtins.str
+    """The plan's ID, for CommitCompaction."""
     session_id: _builtins.str
+    """The session's ID. Required."""
     first_kept_seq: _builtins.int
+    """First message kept verbatim; everything before it is summarised."""
     tokens_before: _builtins.int
+    """Tokens of the effective context when the plan was made."""
     split_turn: _builtins.bool
+    """The cut falls inside a turn: turn_prefix_prompt must be answered too."""
     previous_summary: _builtins.str
     """The summary being updated (empty on the first compaction)."""
     summarized_from_seq: _builtins.int
     """Seqs of the messages the summary covers (from the previous first_kept_seq)."""
     summarized_to_seq: _builtins.int
+    """Last seq the summary covers (first_kept_seq - 1)."""
     @_builtins.property
     def history_prompt(self) -> Global___SummaryPrompt:
         """Send this to the LLM; its answer is CommitCompactionRequest.summary."""
@@ -920,7 +999,9 @@ class CompactionPlan(_message.Message):
         """Only when split_turn: its answer is CommitCompactionRequest.turn_prefix_summary."""
 
     @_builtins.property
-    def expire_time(self) -> _timestamp_pb2.Timestamp: ...
+    def expire_time(self) -> _timestamp_pb2.Timestamp:
+        """The plan cannot be committed after this time (default 10 minutes)."""
+
     def __init__(
         self,
         *,
@@ -946,6 +1027,8 @@ Global___CompactionPlan: _TypeAlias = CompactionPlan  # noqa: Y015
 
 @_typing.final
 class CommitCompactionRequest(_message.Message):
+    """Request of CommitCompaction."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
@@ -953,7 +1036,9 @@ class CommitCompactionRequest(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     TURN_PREFIX_SUMMARY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     plan_id: _builtins.str
+    """The plan's ID, for CommitCompaction."""
     summary: _builtins.str
     """The LLM's answer to history_prompt. Required."""
     turn_prefix_summary: _builtins.str
@@ -976,15 +1061,19 @@ Global___CommitCompactionRequest: _TypeAlias = CommitCompactionRequest  # noqa: 
 
 @_typing.final
 class ListCompactionsRequest(_message.Message):
+    """Request of ListCompactions (AIP-158 pagination)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     page_size: _builtins.int
     """Default 50, max 1000."""
     page_token: _builtins.str
+    """next_page_token of a previous call with the same other fields; empty for the first page."""
     def __init__(
         self,
         *,
@@ -1002,13 +1091,18 @@ Global___ListCompactionsRequest: _TypeAlias = ListCompactionsRequest  # noqa: Y0
 
 @_typing.final
 class ListCompactionsResponse(_message.Message):
+    """One page of checkpoints, newest first."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     COMPACTIONS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    """Pass as page_token to get the next page; empty on the last page."""
     @_builtins.property
-    def compactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Compaction]: ...
+    def compactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Compaction]:
+        """Checkpoints of this page."""
+
     def __init__(
         self,
         *,
@@ -1025,6 +1119,8 @@ Global___ListCompactionsResponse: _TypeAlias = ListCompactionsResponse  # noqa: 
 
 @_typing.final
 class GetToolOutputRequest(_message.Message):
+    """Request of GetToolOutput."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
@@ -1032,6 +1128,7 @@ class GetToolOutputRequest(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's ID. Required."""
     seq: _builtins.int
     """The tool result's seq (given in truncation markers and stubs)."""
     offset: _builtins.int
@@ -1056,6 +1153,8 @@ Global___GetToolOutputRequest: _TypeAlias = GetToolOutputRequest  # noqa: Y015
 
 @_typing.final
 class GetToolOutputResponse(_message.Message):
+    """A chunk of a stored tool result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTENT_FIELD_NUMBER: _builtins.int
@@ -1063,8 +1162,11 @@ class GetToolOutputResponse(_message.Message):
     TOTAL_LINES_FIELD_NUMBER: _builtins.int
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     content: _builtins.str
+    """The chunk, valid UTF-8 (never split inside a character)."""
     total_bytes: _builtins.int
+    """Size of the whole output in UTF-8 bytes."""
     total_lines: _builtins.int
+    """Lines of the whole output."""
     next_offset: _builtins.int
     """Offset of the next chunk; 0 when this chunk reaches the end."""
     def __init__(
@@ -1085,6 +1187,8 @@ Global___GetToolOutputResponse: _TypeAlias = GetToolOutputResponse  # noqa: Y015
 
 @_typing.final
 class CountTokensRequest(_message.Message):
+    """Request of CountTokens: what to count and with which tokenizer."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MODEL_FIELD_NUMBER: _builtins.int
@@ -1101,9 +1205,13 @@ class CountTokensRequest(_message.Message):
     text: _builtins.str
     """Plain text to count, in addition to messages and tools."""
     @_builtins.property
-    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]: ...
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]:
+        """Messages, in order."""
+
     @_builtins.property
-    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]: ...
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]:
+        """The tools to offer the model."""
+
     def __init__(
         self,
         *,
@@ -1123,6 +1231,8 @@ Global___CountTokensRequest: _TypeAlias = CountTokensRequest  # noqa: Y015
 
 @_typing.final
 class CountTokensResponse(_message.Message):
+    """Token counts of a CountTokens request."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TOTAL_TOKENS_FIELD_NUMBER: _builtins.int

@@ -27,6 +27,7 @@ class _Role:
 class _RoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Role.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ROLE_UNSPECIFIED: _Role.ValueType  # 0
+    """Unset; rejected where a value is required, else the default described on the field."""
     ROLE_USER: _Role.ValueType  # 1
     """The human or the program driving the agent."""
     ROLE_ASSISTANT: _Role.ValueType  # 2
@@ -38,6 +39,7 @@ class Role(_Role, metaclass=_RoleEnumTypeWrapper):
     """Who produced a message."""
 
 ROLE_UNSPECIFIED: Role.ValueType  # 0
+"""Unset; rejected where a value is required, else the default described on the field."""
 ROLE_USER: Role.ValueType  # 1
 """The human or the program driving the agent."""
 ROLE_ASSISTANT: Role.ValueType  # 2
@@ -53,6 +55,7 @@ class _StopReason:
 class _StopReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StopReason.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     STOP_REASON_UNSPECIFIED: _StopReason.ValueType  # 0
+    """Unset; rejected where a value is required, else the default described on the field."""
     STOP_REASON_STOP: _StopReason.ValueType  # 1
     """Finished normally."""
     STOP_REASON_LENGTH: _StopReason.ValueType  # 2
@@ -70,6 +73,7 @@ class StopReason(_StopReason, metaclass=_StopReasonEnumTypeWrapper):
     """Why an assistant message ended."""
 
 STOP_REASON_UNSPECIFIED: StopReason.ValueType  # 0
+"""Unset; rejected where a value is required, else the default described on the field."""
 STOP_REASON_STOP: StopReason.ValueType  # 1
 """Finished normally."""
 STOP_REASON_LENGTH: StopReason.ValueType  # 2
@@ -91,6 +95,7 @@ class _MessageState:
 class _MessageStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MessageState.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     MESSAGE_STATE_UNSPECIFIED: _MessageState.ValueType  # 0
+    """Unset; rejected where a value is required, else the default described on the field."""
     MESSAGE_STATE_ACTIVE: _MessageState.ValueType  # 1
     """Part of the history the model sees."""
     MESSAGE_STATE_ROLLED_BACK: _MessageState.ValueType  # 2
@@ -100,6 +105,7 @@ class MessageState(_MessageState, metaclass=_MessageStateEnumTypeWrapper):
     """Whether a message is part of the effective history."""
 
 MESSAGE_STATE_UNSPECIFIED: MessageState.ValueType  # 0
+"""Unset; rejected where a value is required, else the default described on the field."""
 MESSAGE_STATE_ACTIVE: MessageState.ValueType  # 1
 """Part of the history the model sees."""
 MESSAGE_STATE_ROLLED_BACK: MessageState.ValueType  # 2
@@ -114,6 +120,7 @@ class TextContent(_message.Message):
 
     TEXT_FIELD_NUMBER: _builtins.int
     text: _builtins.str
+    """The text."""
     def __init__(
         self,
         *,
@@ -163,6 +170,7 @@ class ThinkingContent(_message.Message):
     SIGNATURE_FIELD_NUMBER: _builtins.int
     REDACTED_FIELD_NUMBER: _builtins.int
     thinking: _builtins.str
+    """The reasoning text (empty when redacted)."""
     signature: _builtins.str
     """Provider signature that authenticates the thinking block."""
     redacted: _builtins.bool
@@ -223,13 +231,21 @@ class ContentBlock(_message.Message):
     THINKING_FIELD_NUMBER: _builtins.int
     TOOL_CALL_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def text(self) -> Global___TextContent: ...
+    def text(self) -> Global___TextContent:
+        """The text."""
+
     @_builtins.property
-    def image(self) -> Global___ImageContent: ...
+    def image(self) -> Global___ImageContent:
+        """An inline image."""
+
     @_builtins.property
-    def thinking(self) -> Global___ThinkingContent: ...
+    def thinking(self) -> Global___ThinkingContent:
+        """The reasoning text (empty when redacted)."""
+
     @_builtins.property
-    def tool_call(self) -> Global___ToolCall: ...
+    def tool_call(self) -> Global___ToolCall:
+        """A tool call (assistant messages only)."""
+
     def __init__(
         self,
         *,
@@ -260,10 +276,15 @@ class Usage(_message.Message):
     CACHE_WRITE_TOKENS_FIELD_NUMBER: _builtins.int
     TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
+    """Uncached input tokens (OpenAI: prompt_tokens minus cached_tokens)."""
     output_tokens: _builtins.int
+    """Output tokens, including reasoning."""
     cache_read_tokens: _builtins.int
+    """Input tokens read from the provider's prompt cache."""
     cache_write_tokens: _builtins.int
+    """Input tokens written to the provider's prompt cache."""
     total_tokens: _builtins.int
+    """Input plus output as the provider reported it (0 if not reported)."""
     def __init__(
         self,
         *,

@@ -19,6 +19,8 @@ export const file_ctxwarden_v1_context_service: GenFile = /*@__PURE__*/
   fileDesc("CiJjdHh3YXJkZW4vdjEvY29udGV4dF9zZXJ2aWNlLnByb3RvEgxjdHh3YXJkZW4udjEiZgoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoHc2Vzc2lvbhgBIAEoCzIVLmN0eHdhcmRlbi52MS5TZXNzaW9uEhIKCnNlc3Npb25faWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJImEKE0xpc3RTZXNzaW9uc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn0KFFVwZGF0ZVNlc3Npb25SZXF1ZXN0EiYKB3Nlc3Npb24YASABKAsyFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSDAoEZXRhZxgDIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIp4BChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCghtZXNzYWdlcxgCIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCUIUChJfZXhwZWN0ZWRfbGFzdF9zZXEiawoWQXBwZW5kTWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhAKCGxhc3Rfc2VxGAIgASgDEhYKDmNvbnRleHRfdG9rZW5zGAMgASgDIm0KE0xpc3RNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCRIbChNpbmNsdWRlX3JvbGxlZF9iYWNrGAQgASgIIlgKFExpc3RNZXNzYWdlc1Jlc3BvbnNlEicKCG1lc3NhZ2VzGAEgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIrMBChZCdWlsZE1vZGVsSW5wdXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoRbWF4X291dHB1dF90b2tlbnMYAiABKAMSFAoMYXV0b19jb21wYWN0GAMgASgIEi4KBmZvcm1hdBgEIAEoDjIeLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0Rm9ybWF0EhYKCWFzX29mX3NlcRgFIAEoA0gAiAEBQgwKCl9hc19vZl9zZXEiuQIKDlRva2VuQnJlYWtkb3duEhUKDXN5c3RlbV90b2tlbnMYASABKAMSFAoMdG9vbHNfdG9rZW5zGAIgASgDEhYKDnN1bW1hcnlfdG9rZW5zGAMgASgDEhYKDm1lc3NhZ2VfdG9rZW5zGAQgASgDEhQKDHRvdGFsX3Rva2VucxgFIAEoAxIWCg5jb250ZXh0X3dpbmRvdxgGIAEoAxIcChRjb21wYWN0aW9uX3RocmVzaG9sZBgHIAEoAxIRCgllc3RpbWF0ZWQYCCABKAgSHQoVYW5jaG9yZWRfdG90YWxfdG9rZW5zGAkgASgDEhwKFGVzdGltYXRlX2Vycm9yX3JhdGlvGAogASgBEi4KBm1ldGhvZBgLIAEoDjIeLmN0eHdhcmRlbi52MS5Ub2tlbkNvdW50TWV0aG9kIjMKBk5vdGljZRIMCgRjb2RlGAEgASgJEgsKA3NlcRgCIAEoAxIOCgZkZXRhaWwYAyABKAkigAMKCk1vZGVsSW5wdXQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAIgASgJEisKBXRvb2xzGAMgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEicKCG1lc3NhZ2VzGAQgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USLAoGdG9rZW5zGAUgASgLMhwuY3R4d2FyZGVuLnYxLlRva2VuQnJlYWtkb3duEh4KFmNvbXBhY3Rpb25fcmVjb21tZW5kZWQYBiABKAgSFgoOZmlyc3Rfa2VwdF9zZXEYByABKAMSEAoIbGFzdF9zZXEYCCABKAMSFQoNY29tcGFjdGlvbl9pZBgJIAEoCRITCgtwcmVmaXhfaGFzaBgKIAEoCRIlCgdub3RpY2VzGAsgAygLMhQuY3R4d2FyZGVuLnYxLk5vdGljZRIPCgdzdW1tYXJ5GAwgASgJEhUKDXJlbmRlcmVkX2pzb24YDSABKAkidAoTUm9sbGJhY2tUdXJuUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKBnRvX3NlcRgCIAEoA0gAiAEBEhUKDWVycm9yX21lc3NhZ2UYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCUIJCgdfdG9fc2VxIp4BChRSb2xsYmFja1R1cm5SZXNwb25zZRIYChByb2xsZWRfYmFja19zZXFzGAEgAygDEiwKBmFjdGlvbhgCIAEoDjIcLmN0eHdhcmRlbi52MS5SZWNvdmVyeUFjdGlvbhIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkihQMKCkNvbXBhY3Rpb24SFQoNY29tcGFjdGlvbl9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSGwoTdHVybl9wcmVmaXhfc3VtbWFyeRgEIAEoCRIWCg5maXJzdF9rZXB0X3NlcRgFIAEoAxIVCg10b2tlbnNfYmVmb3JlGAYgASgDEhQKDHRva2Vuc19hZnRlchgHIAEoAxISCgpzcGxpdF90dXJuGAggASgIEhIKCnJlYWRfZmlsZXMYCSADKAkSFgoObW9kaWZpZWRfZmlsZXMYCiADKAkSEgoKc3VtbWFyaXplchgLIAEoCRIwCgd0cmlnZ2VyGAwgASgOMh8uY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25UcmlnZ2VyEi8KC2NyZWF0ZV90aW1lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpzdXBlcnNlZGVkGA4gASgIEg4KBmF0X3NlcRgPIAEoAyKcAQoOQ29tcGFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxpbnN0cnVjdGlvbnMYAiABKAkSGgoSa2VlcF9yZWNlbnRfdG9rZW5zGAMgASgDEhIKCnJlcXVlc3RfaWQYBCABKAkSMAoHdHJpZ2dlchgFIAEoDjIfLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uVHJpZ2dlciJBCg1TdW1tYXJ5UHJvbXB0Eg4KBnN5c3RlbRgBIAEoCRIMCgR1c2VyGAIgASgJEhIKCm1heF90b2tlbnMYAyABKAMiYAoYUHJlcGFyZUNvbXBhY3Rpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAyLpAgoOQ29tcGFjdGlvblBsYW4SDwoHcGxhbl9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhYKDmZpcnN0X2tlcHRfc2VxGAMgASgDEhUKDXRva2Vuc19iZWZvcmUYBCABKAMSEgoKc3BsaXRfdHVybhgFIAEoCBIYChBwcmV2aW91c19zdW1tYXJ5GAYgASgJEjMKDmhpc3RvcnlfcHJvbXB0GAcgASgLMhsuY3R4d2FyZGVuLnYxLlN1bW1hcnlQcm9tcHQSNwoSdHVybl9wcmVmaXhfcHJvbXB0GAggASgLMhsuY3R4d2FyZGVuLnYxLlN1bW1hcnlQcm9tcHQSLwoLZXhwaXJlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3N1bW1hcml6ZWRfZnJvbV9zZXEYCiABKAMSGQoRc3VtbWFyaXplZF90b19zZXEYCyABKAMibAoXQ29tbWl0Q29tcGFjdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdwbGFuX2lkGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSGwoTdHVybl9wcmVmaXhfc3VtbWFyeRgEIAEoCSJTChZMaXN0Q29tcGFjdGlvbnNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiYQoXTGlzdENvbXBhY3Rpb25zUmVzcG9uc2USLQoLY29tcGFjdGlvbnMYASADKAsyGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiVgoUR2V0VG9vbE91dHB1dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNzZXEYAiABKAMSDgoGb2Zmc2V0GAMgASgDEg0KBWxpbWl0GAQgASgDImcKFUdldFRvb2xPdXRwdXRSZXNwb25zZRIPCgdjb250ZW50GAEgASgJEhMKC3RvdGFsX2J5dGVzGAIgASgDEhMKC3RvdGFsX2xpbmVzGAMgASgDEhMKC25leHRfb2Zmc2V0GAQgASgDIpoBChJDb3VudFRva2Vuc1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5pemVyGAIgASgJEicKCG1lc3NhZ2VzGAMgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USKwoFdG9vbHMYBCADKAsyHC5jdHh3YXJkZW4udjEuVG9vbERlZmluaXRpb24SDAoEdGV4dBgFIAEoCSKQAQoTQ291bnRUb2tlbnNSZXNwb25zZRIUCgx0b3RhbF90b2tlbnMYASABKAMSFgoObWVzc2FnZV90b2tlbnMYAiADKAMSEQoJdG9rZW5pemVyGAMgASgJEg0KBWV4YWN0GAQgASgIEhQKDHRvb2xzX3Rva2VucxgFIAEoAxITCgt0ZXh0X3Rva2VucxgGIAEoAyrsAQoQTW9kZWxJbnB1dEZvcm1hdBIiCh5NT0RFTF9JTlBVVF9GT1JNQVRfVU5TUEVDSUZJRUQQABIdChlNT0RFTF9JTlBVVF9GT1JNQVRfTkFUSVZFEAESIgoeTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9DSEFUEAISJwojTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9SRVNQT05TRVMQAxIpCiVNT0RFTF9JTlBVVF9GT1JNQVRfQU5USFJPUElDX01FU1NBR0VTEAQSHQoZTU9ERUxfSU5QVVRfRk9STUFUX0dFTUlOSRAFKpcBChBUb2tlbkNvdW50TWV0aG9kEiIKHlRPS0VOX0NPVU5UX01FVEhPRF9VTlNQRUNJRklFRBAAEhwKGFRPS0VOX0NPVU5UX01FVEhPRF9FWEFDVBABEh8KG1RPS0VOX0NPVU5UX01FVEhPRF9BTkNIT1JFRBACEiAKHFRPS0VOX0NPVU5UX01FVEhPRF9FU1RJTUFURUQQAyqNAQoOUmVjb3ZlcnlBY3Rpb24SHwobUkVDT1ZFUllfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGQoVUkVDT1ZFUllfQUNUSU9OX1JFVFJZEAESJQohUkVDT1ZFUllfQUNUSU9OX0NPTVBBQ1RfQU5EX1JFVFJZEAISGAoUUkVDT1ZFUllfQUNUSU9OX0ZBSUwQAyqZAQoRQ29tcGFjdGlvblRyaWdnZXISIgoeQ09NUEFDVElPTl9UUklHR0VSX1VOU1BFQ0lGSUVEEAASHQoZQ09NUEFDVElPTl9UUklHR0VSX01BTlVBTBABEiAKHENPTVBBQ1RJT05fVFJJR0dFUl9USFJFU0hPTEQQAhIfChtDT01QQUNUSU9OX1RSSUdHRVJfT1ZFUkZMT1cQAzLSCgoOQ29udGV4dFNlcnZpY2USSgoNQ3JlYXRlU2Vzc2lvbhIiLmN0eHdhcmRlbi52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uEkQKCkdldFNlc3Npb24SHy5jdHh3YXJkZW4udjEuR2V0U2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJVCgxMaXN0U2Vzc2lvbnMSIS5jdHh3YXJkZW4udjEuTGlzdFNlc3Npb25zUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJKCg1VcGRhdGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLlVwZGF0ZVNlc3Npb25SZXF1ZXN0GhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SSwoNRGVsZXRlU2Vzc2lvbhIiLmN0eHdhcmRlbi52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJbCg5BcHBlbmRNZXNzYWdlcxIjLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJfCg5TdHJlYW1NZXNzYWdlcxIjLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZSgBMAESVQoMTGlzdE1lc3NhZ2VzEiEuY3R4d2FyZGVuLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaIi5jdHh3YXJkZW4udjEuTGlzdE1lc3NhZ2VzUmVzcG9uc2USUQoPQnVpbGRNb2RlbElucHV0EiQuY3R4d2FyZGVuLnYxLkJ1aWxkTW9kZWxJbnB1dFJlcXVlc3QaGC5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dBJVCgxSb2xsYmFja1R1cm4SIS5jdHh3YXJkZW4udjEuUm9sbGJhY2tUdXJuUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5Sb2xsYmFja1R1cm5SZXNwb25zZRJBCgdDb21wYWN0EhwuY3R4d2FyZGVuLnYxLkNvbXBhY3RSZXF1ZXN0GhguY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb24SWQoRUHJlcGFyZUNvbXBhY3Rpb24SJi5jdHh3YXJkZW4udjEuUHJlcGFyZUNvbXBhY3Rpb25SZXF1ZXN0GhwuY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25QbGFuElMKEENvbW1pdENvbXBhY3Rpb24SJS5jdHh3YXJkZW4udjEuQ29tbWl0Q29tcGFjdGlvblJlcXVlc3QaGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhJeCg9MaXN0Q29tcGFjdGlvbnMSJC5jdHh3YXJkZW4udjEuTGlzdENvbXBhY3Rpb25zUmVxdWVzdBolLmN0eHdhcmRlbi52MS5MaXN0Q29tcGFjdGlvbnNSZXNwb25zZRJYCg1HZXRUb29sT3V0cHV0EiIuY3R4d2FyZGVuLnYxLkdldFRvb2xPdXRwdXRSZXF1ZXN0GiMuY3R4d2FyZGVuLnYxLkdldFRvb2xPdXRwdXRSZXNwb25zZRJSCgtDb3VudFRva2VucxIgLmN0eHdhcmRlbi52MS5Db3VudFRva2Vuc1JlcXVlc3QaIS5jdHh3YXJkZW4udjEuQ291bnRUb2tlbnNSZXNwb25zZUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_ctxwarden_v1_message, file_ctxwarden_v1_session, file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
 
 /**
+ * Request of CreateSession.
+ *
  * @generated from message ctxwarden.v1.CreateSessionRequest
  */
 export type CreateSessionRequest = Message<"ctxwarden.v1.CreateSessionRequest"> & {
@@ -53,10 +55,14 @@ export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@_
   messageDesc(file_ctxwarden_v1_context_service, 0);
 
 /**
+ * Request of GetSession.
+ *
  * @generated from message ctxwarden.v1.GetSessionRequest
  */
 export type GetSessionRequest = Message<"ctxwarden.v1.GetSessionRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -70,6 +76,8 @@ export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE_
   messageDesc(file_ctxwarden_v1_context_service, 1);
 
 /**
+ * Request of ListSessions (AIP-158 pagination).
+ *
  * @generated from message ctxwarden.v1.ListSessionsRequest
  */
 export type ListSessionsRequest = Message<"ctxwarden.v1.ListSessionsRequest"> & {
@@ -110,10 +118,14 @@ export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__P
   messageDesc(file_ctxwarden_v1_context_service, 2);
 
 /**
+ * One page of sessions, newest first.
+ *
  * @generated from message ctxwarden.v1.ListSessionsResponse
  */
 export type ListSessionsResponse = Message<"ctxwarden.v1.ListSessionsResponse"> & {
   /**
+   * Sessions of this page.
+   *
    * @generated from field: repeated ctxwarden.v1.Session sessions = 1;
    */
   sessions: Session[];
@@ -134,6 +146,8 @@ export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@_
   messageDesc(file_ctxwarden_v1_context_service, 3);
 
 /**
+ * Request of UpdateSession (AIP-134 field-mask update).
+ *
  * @generated from message ctxwarden.v1.UpdateSessionRequest
  */
 export type UpdateSessionRequest = Message<"ctxwarden.v1.UpdateSessionRequest"> & {
@@ -168,10 +182,14 @@ export const UpdateSessionRequestSchema: GenMessage<UpdateSessionRequest> = /*@_
   messageDesc(file_ctxwarden_v1_context_service, 4);
 
 /**
+ * Request of DeleteSession.
+ *
  * @generated from message ctxwarden.v1.DeleteSessionRequest
  */
 export type DeleteSessionRequest = Message<"ctxwarden.v1.DeleteSessionRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -185,10 +203,14 @@ export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@_
   messageDesc(file_ctxwarden_v1_context_service, 5);
 
 /**
+ * Request of AppendMessages, and each request of a StreamMessages stream.
+ *
  * @generated from message ctxwarden.v1.AppendMessagesRequest
  */
 export type AppendMessagesRequest = Message<"ctxwarden.v1.AppendMessagesRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -225,6 +247,8 @@ export const AppendMessagesRequestSchema: GenMessage<AppendMessagesRequest> = /*
   messageDesc(file_ctxwarden_v1_context_service, 6);
 
 /**
+ * What an append stored.
+ *
  * @generated from message ctxwarden.v1.AppendMessagesResponse
  */
 export type AppendMessagesResponse = Message<"ctxwarden.v1.AppendMessagesResponse"> & {
@@ -258,10 +282,14 @@ export const AppendMessagesResponseSchema: GenMessage<AppendMessagesResponse> = 
   messageDesc(file_ctxwarden_v1_context_service, 7);
 
 /**
+ * Request of ListMessages (AIP-158 pagination).
+ *
  * @generated from message ctxwarden.v1.ListMessagesRequest
  */
 export type ListMessagesRequest = Message<"ctxwarden.v1.ListMessagesRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -274,6 +302,8 @@ export type ListMessagesRequest = Message<"ctxwarden.v1.ListMessagesRequest"> & 
   pageSize: number;
 
   /**
+   * next_page_token of a previous call with the same other fields; empty for the first page.
+   *
    * @generated from field: string page_token = 3;
    */
   pageToken: string;
@@ -294,15 +324,21 @@ export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest> = /*@__P
   messageDesc(file_ctxwarden_v1_context_service, 8);
 
 /**
+ * One page of the history, in seq order.
+ *
  * @generated from message ctxwarden.v1.ListMessagesResponse
  */
 export type ListMessagesResponse = Message<"ctxwarden.v1.ListMessagesResponse"> & {
   /**
+   * Messages, in order.
+   *
    * @generated from field: repeated ctxwarden.v1.Message messages = 1;
    */
   messages: Message$1[];
 
   /**
+   * Pass as page_token to get the next page; empty on the last page.
+   *
    * @generated from field: string next_page_token = 2;
    */
   nextPageToken: string;
@@ -316,10 +352,14 @@ export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse> = /*@_
   messageDesc(file_ctxwarden_v1_context_service, 9);
 
 /**
+ * Request of BuildModelInput.
+ *
  * @generated from message ctxwarden.v1.BuildModelInputRequest
  */
 export type BuildModelInputRequest = Message<"ctxwarden.v1.BuildModelInputRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -373,31 +413,43 @@ export const BuildModelInputRequestSchema: GenMessage<BuildModelInputRequest> = 
  */
 export type TokenBreakdown = Message<"ctxwarden.v1.TokenBreakdown"> & {
   /**
+   * Tokens of the system prompt.
+   *
    * @generated from field: int64 system_tokens = 1;
    */
   systemTokens: bigint;
 
   /**
+   * Tokens of the tool definitions (name, description, JSON schema).
+   *
    * @generated from field: int64 tools_tokens = 2;
    */
   toolsTokens: bigint;
 
   /**
+   * Tokens of the summary message (0 before the first compaction).
+   *
    * @generated from field: int64 summary_tokens = 3;
    */
   summaryTokens: bigint;
 
   /**
+   * Tokens of the messages after the summary, as shown (truncated outputs counted as truncated).
+   *
    * @generated from field: int64 message_tokens = 4;
    */
   messageTokens: bigint;
 
   /**
+   * The trusted total: the larger of the calibrated estimate and the usage-anchored figure (see method).
+   *
    * @generated from field: int64 total_tokens = 5;
    */
   totalTokens: bigint;
 
   /**
+   * The model's context window in tokens (policy or model table).
+   *
    * @generated from field: int64 context_window = 6;
    */
   contextWindow: bigint;
@@ -492,16 +544,22 @@ export const NoticeSchema: GenMessage<Notice> = /*@__PURE__*/
  */
 export type ModelInput = Message<"ctxwarden.v1.ModelInput"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
 
   /**
+   * The system prompt to send.
+   *
    * @generated from field: string system_prompt = 2;
    */
   systemPrompt: string;
 
   /**
+   * The tools to offer the model.
+   *
    * @generated from field: repeated ctxwarden.v1.ToolDefinition tools = 3;
    */
   tools: ToolDefinition[];
@@ -515,6 +573,8 @@ export type ModelInput = Message<"ctxwarden.v1.ModelInput"> & {
   messages: Message$1[];
 
   /**
+   * Token counts of this input.
+   *
    * @generated from field: ctxwarden.v1.TokenBreakdown tokens = 5;
    */
   tokens?: TokenBreakdown | undefined;
@@ -534,6 +594,8 @@ export type ModelInput = Message<"ctxwarden.v1.ModelInput"> & {
   firstKeptSeq: bigint;
 
   /**
+   * The session's last_seq this input reflects.
+   *
    * @generated from field: int64 last_seq = 8;
    */
   lastSeq: bigint;
@@ -554,6 +616,8 @@ export type ModelInput = Message<"ctxwarden.v1.ModelInput"> & {
   prefixHash: string;
 
   /**
+   * What the view changed relative to storage (omitted, synthetic, truncated or stubbed messages).
+   *
    * @generated from field: repeated ctxwarden.v1.Notice notices = 11;
    */
   notices: Notice[];
@@ -583,10 +647,14 @@ export const ModelInputSchema: GenMessage<ModelInput> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_context_service, 13);
 
 /**
+ * Request of RollbackTurn.
+ *
  * @generated from message ctxwarden.v1.RollbackTurnRequest
  */
 export type RollbackTurnRequest = Message<"ctxwarden.v1.RollbackTurnRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -623,6 +691,8 @@ export const RollbackTurnRequestSchema: GenMessage<RollbackTurnRequest> = /*@__P
   messageDesc(file_ctxwarden_v1_context_service, 14);
 
 /**
+ * What RollbackTurn did and what the agent should do next.
+ *
  * @generated from message ctxwarden.v1.RollbackTurnResponse
  */
 export type RollbackTurnResponse = Message<"ctxwarden.v1.RollbackTurnResponse"> & {
@@ -634,6 +704,8 @@ export type RollbackTurnResponse = Message<"ctxwarden.v1.RollbackTurnResponse"> 
   rolledBackSeqs: bigint[];
 
   /**
+   * What to do next.
+   *
    * @generated from field: ctxwarden.v1.RecoveryAction action = 2;
    */
   action: RecoveryAction;
@@ -667,11 +739,15 @@ export const RollbackTurnResponseSchema: GenMessage<RollbackTurnResponse> = /*@_
  */
 export type Compaction = Message<"ctxwarden.v1.Compaction"> & {
   /**
+   * Unique ID of the checkpoint (sortable by creation time).
+   *
    * @generated from field: string compaction_id = 1;
    */
   compactionId: string;
 
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 2;
    */
   sessionId: string;
@@ -744,11 +820,15 @@ export type Compaction = Message<"ctxwarden.v1.Compaction"> & {
   summarizer: string;
 
   /**
+   * What started the compaction.
+   *
    * @generated from field: ctxwarden.v1.CompactionTrigger trigger = 12;
    */
   trigger: CompactionTrigger;
 
   /**
+   * When the checkpoint was committed.
+   *
    * @generated from field: google.protobuf.Timestamp create_time = 13;
    */
   createTime?: Timestamp | undefined;
@@ -776,10 +856,14 @@ export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_context_service, 16);
 
 /**
+ * Request of Compact.
+ *
  * @generated from message ctxwarden.v1.CompactRequest
  */
 export type CompactRequest = Message<"ctxwarden.v1.CompactRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -856,20 +940,28 @@ export const SummaryPromptSchema: GenMessage<SummaryPrompt> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_context_service, 18);
 
 /**
+ * Request of PrepareCompaction.
+ *
  * @generated from message ctxwarden.v1.PrepareCompactionRequest
  */
 export type PrepareCompactionRequest = Message<"ctxwarden.v1.PrepareCompactionRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
 
   /**
+   * Extra focus for the summary, appended to the prompt (e.g. "keep the API decisions").
+   *
    * @generated from field: string instructions = 2;
    */
   instructions: string;
 
   /**
+   * Tokens of recent history to keep verbatim; 0 means the policy's keep_recent_tokens.
+   *
    * @generated from field: int64 keep_recent_tokens = 3;
    */
   keepRecentTokens: bigint;
@@ -889,26 +981,36 @@ export const PrepareCompactionRequestSchema: GenMessage<PrepareCompactionRequest
  */
 export type CompactionPlan = Message<"ctxwarden.v1.CompactionPlan"> & {
   /**
+   * The plan's ID, for CommitCompaction.
+   *
    * @generated from field: string plan_id = 1;
    */
   planId: string;
 
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 2;
    */
   sessionId: string;
 
   /**
+   * First message kept verbatim; everything before it is summarised.
+   *
    * @generated from field: int64 first_kept_seq = 3;
    */
   firstKeptSeq: bigint;
 
   /**
+   * Tokens of the effective context when the plan was made.
+   *
    * @generated from field: int64 tokens_before = 4;
    */
   tokensBefore: bigint;
 
   /**
+   * The cut falls inside a turn: turn_prefix_prompt must be answered too.
+   *
    * @generated from field: bool split_turn = 5;
    */
   splitTurn: boolean;
@@ -935,6 +1037,8 @@ export type CompactionPlan = Message<"ctxwarden.v1.CompactionPlan"> & {
   turnPrefixPrompt?: SummaryPrompt | undefined;
 
   /**
+   * The plan cannot be committed after this time (default 10 minutes).
+   *
    * @generated from field: google.protobuf.Timestamp expire_time = 9;
    */
   expireTime?: Timestamp | undefined;
@@ -947,6 +1051,8 @@ export type CompactionPlan = Message<"ctxwarden.v1.CompactionPlan"> & {
   summarizedFromSeq: bigint;
 
   /**
+   * Last seq the summary covers (first_kept_seq - 1).
+   *
    * @generated from field: int64 summarized_to_seq = 11;
    */
   summarizedToSeq: bigint;
@@ -960,15 +1066,21 @@ export const CompactionPlanSchema: GenMessage<CompactionPlan> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_context_service, 20);
 
 /**
+ * Request of CommitCompaction.
+ *
  * @generated from message ctxwarden.v1.CommitCompactionRequest
  */
 export type CommitCompactionRequest = Message<"ctxwarden.v1.CommitCompactionRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
 
   /**
+   * The plan's ID, for CommitCompaction.
+   *
    * @generated from field: string plan_id = 2;
    */
   planId: string;
@@ -996,10 +1108,14 @@ export const CommitCompactionRequestSchema: GenMessage<CommitCompactionRequest> 
   messageDesc(file_ctxwarden_v1_context_service, 21);
 
 /**
+ * Request of ListCompactions (AIP-158 pagination).
+ *
  * @generated from message ctxwarden.v1.ListCompactionsRequest
  */
 export type ListCompactionsRequest = Message<"ctxwarden.v1.ListCompactionsRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -1012,6 +1128,8 @@ export type ListCompactionsRequest = Message<"ctxwarden.v1.ListCompactionsReques
   pageSize: number;
 
   /**
+   * next_page_token of a previous call with the same other fields; empty for the first page.
+   *
    * @generated from field: string page_token = 3;
    */
   pageToken: string;
@@ -1025,15 +1143,21 @@ export const ListCompactionsRequestSchema: GenMessage<ListCompactionsRequest> = 
   messageDesc(file_ctxwarden_v1_context_service, 22);
 
 /**
+ * One page of checkpoints, newest first.
+ *
  * @generated from message ctxwarden.v1.ListCompactionsResponse
  */
 export type ListCompactionsResponse = Message<"ctxwarden.v1.ListCompactionsResponse"> & {
   /**
+   * Checkpoints of this page.
+   *
    * @generated from field: repeated ctxwarden.v1.Compaction compactions = 1;
    */
   compactions: Compaction[];
 
   /**
+   * Pass as page_token to get the next page; empty on the last page.
+   *
    * @generated from field: string next_page_token = 2;
    */
   nextPageToken: string;
@@ -1047,10 +1171,14 @@ export const ListCompactionsResponseSchema: GenMessage<ListCompactionsResponse> 
   messageDesc(file_ctxwarden_v1_context_service, 23);
 
 /**
+ * Request of GetToolOutput.
+ *
  * @generated from message ctxwarden.v1.GetToolOutputRequest
  */
 export type GetToolOutputRequest = Message<"ctxwarden.v1.GetToolOutputRequest"> & {
   /**
+   * The session's ID. Required.
+   *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
@@ -1085,20 +1213,28 @@ export const GetToolOutputRequestSchema: GenMessage<GetToolOutputRequest> = /*@_
   messageDesc(file_ctxwarden_v1_context_service, 24);
 
 /**
+ * A chunk of a stored tool result.
+ *
  * @generated from message ctxwarden.v1.GetToolOutputResponse
  */
 export type GetToolOutputResponse = Message<"ctxwarden.v1.GetToolOutputResponse"> & {
   /**
+   * The chunk, valid UTF-8 (never split inside a character).
+   *
    * @generated from field: string content = 1;
    */
   content: string;
 
   /**
+   * Size of the whole output in UTF-8 bytes.
+   *
    * @generated from field: int64 total_bytes = 2;
    */
   totalBytes: bigint;
 
   /**
+   * Lines of the whole output.
+   *
    * @generated from field: int64 total_lines = 3;
    */
   totalLines: bigint;
@@ -1119,6 +1255,8 @@ export const GetToolOutputResponseSchema: GenMessage<GetToolOutputResponse> = /*
   messageDesc(file_ctxwarden_v1_context_service, 25);
 
 /**
+ * Request of CountTokens: what to count and with which tokenizer.
+ *
  * @generated from message ctxwarden.v1.CountTokensRequest
  */
 export type CountTokensRequest = Message<"ctxwarden.v1.CountTokensRequest"> & {
@@ -1138,11 +1276,15 @@ export type CountTokensRequest = Message<"ctxwarden.v1.CountTokensRequest"> & {
   tokenizer: string;
 
   /**
+   * Messages, in order.
+   *
    * @generated from field: repeated ctxwarden.v1.Message messages = 3;
    */
   messages: Message$1[];
 
   /**
+   * The tools to offer the model.
+   *
    * @generated from field: repeated ctxwarden.v1.ToolDefinition tools = 4;
    */
   tools: ToolDefinition[];
@@ -1163,6 +1305,8 @@ export const CountTokensRequestSchema: GenMessage<CountTokensRequest> = /*@__PUR
   messageDesc(file_ctxwarden_v1_context_service, 26);
 
 /**
+ * Token counts of a CountTokens request.
+ *
  * @generated from message ctxwarden.v1.CountTokensResponse
  */
 export type CountTokensResponse = Message<"ctxwarden.v1.CountTokensResponse"> & {
@@ -1278,6 +1422,8 @@ export const ModelInputFormatSchema: GenEnum<ModelInputFormat> = /*@__PURE__*/
  */
 export enum TokenCountMethod {
   /**
+   * Unset; rejected where a value is required, else the default described on the field.
+   *
    * @generated from enum value: TOKEN_COUNT_METHOD_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
@@ -1317,6 +1463,8 @@ export const TokenCountMethodSchema: GenEnum<TokenCountMethod> = /*@__PURE__*/
  */
 export enum RecoveryAction {
   /**
+   * Unset; rejected where a value is required, else the default described on the field.
+   *
    * @generated from enum value: RECOVERY_ACTION_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
@@ -1356,6 +1504,8 @@ export const RecoveryActionSchema: GenEnum<RecoveryAction> = /*@__PURE__*/
  */
 export enum CompactionTrigger {
   /**
+   * Unset; rejected where a value is required, else the default described on the field.
+   *
    * @generated from enum value: COMPACTION_TRIGGER_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,

@@ -21,6 +21,8 @@ export const file_ctxwarden_v1_message: GenFile = /*@__PURE__*/
  */
 export type TextContent = Message$1<"ctxwarden.v1.TextContent"> & {
   /**
+   * The text.
+   *
    * @generated from field: string text = 1;
    */
   text: string;
@@ -68,6 +70,8 @@ export const ImageContentSchema: GenMessage<ImageContent> = /*@__PURE__*/
  */
 export type ThinkingContent = Message$1<"ctxwarden.v1.ThinkingContent"> & {
   /**
+   * The reasoning text (empty when redacted).
+   *
    * @generated from field: string thinking = 1;
    */
   thinking: string;
@@ -136,28 +140,38 @@ export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
  */
 export type ContentBlock = Message$1<"ctxwarden.v1.ContentBlock"> & {
   /**
+   * Exactly one kind of content.
+   *
    * @generated from oneof ctxwarden.v1.ContentBlock.block
    */
   block: {
     /**
+     * The text.
+     *
      * @generated from field: ctxwarden.v1.TextContent text = 1;
      */
     value: TextContent;
     case: "text";
   } | {
     /**
+     * An inline image.
+     *
      * @generated from field: ctxwarden.v1.ImageContent image = 2;
      */
     value: ImageContent;
     case: "image";
   } | {
     /**
+     * The reasoning text (empty when redacted).
+     *
      * @generated from field: ctxwarden.v1.ThinkingContent thinking = 3;
      */
     value: ThinkingContent;
     case: "thinking";
   } | {
     /**
+     * A tool call (assistant messages only).
+     *
      * @generated from field: ctxwarden.v1.ToolCall tool_call = 4;
      */
     value: ToolCall;
@@ -179,26 +193,36 @@ export const ContentBlockSchema: GenMessage<ContentBlock> = /*@__PURE__*/
  */
 export type Usage = Message$1<"ctxwarden.v1.Usage"> & {
   /**
+   * Uncached input tokens (OpenAI: prompt_tokens minus cached_tokens).
+   *
    * @generated from field: int64 input_tokens = 1;
    */
   inputTokens: bigint;
 
   /**
+   * Output tokens, including reasoning.
+   *
    * @generated from field: int64 output_tokens = 2;
    */
   outputTokens: bigint;
 
   /**
+   * Input tokens read from the provider's prompt cache.
+   *
    * @generated from field: int64 cache_read_tokens = 3;
    */
   cacheReadTokens: bigint;
 
   /**
+   * Input tokens written to the provider's prompt cache.
+   *
    * @generated from field: int64 cache_write_tokens = 4;
    */
   cacheWriteTokens: bigint;
 
   /**
+   * Input plus output as the provider reported it (0 if not reported).
+   *
    * @generated from field: int64 total_tokens = 5;
    */
   totalTokens: bigint;
@@ -348,6 +372,8 @@ export const MessageSchema: GenMessage<Message> = /*@__PURE__*/
  */
 export enum Role {
   /**
+   * Unset; rejected where a value is required, else the default described on the field.
+   *
    * @generated from enum value: ROLE_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
@@ -387,6 +413,8 @@ export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
  */
 export enum StopReason {
   /**
+   * Unset; rejected where a value is required, else the default described on the field.
+   *
    * @generated from enum value: STOP_REASON_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
@@ -441,6 +469,8 @@ export const StopReasonSchema: GenEnum<StopReason> = /*@__PURE__*/
  */
 export enum MessageState {
   /**
+   * Unset; rejected where a value is required, else the default described on the field.
+   *
    * @generated from enum value: MESSAGE_STATE_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
