@@ -1,0 +1,22 @@
+// Package ctxwarden is a thin Go client for the ctxwarden sidecar
+// (gRPC service ctxwarden.v1.ContextService).
+//
+// The generated API lives in package ctxwardenv1; this package adds only what
+// every caller would otherwise rewrite:
+//
+//   - Dial: a connection with sidecar defaults (plaintext for a loopback
+//     sidecar, a default per-call deadline, retries of UNAVAILABLE through the
+//     gRPC service config, keepalive settings the server accepts, and message
+//     size limits matching the server's).
+//   - Message builders: User, Assistant, FailedAssistant, ToolCall, ToolResult.
+//   - ErrorReason: the stable ErrorInfo.reason (e.g. "SESSION_NOT_FOUND") of a
+//     failed call.
+//
+// Client embeds ctxwardenv1.ContextServiceClient, so every RPC is called
+// directly with the generated request types:
+//
+//	c, err := ctxwarden.Dial(ctx, "127.0.0.1:50051")
+//	...
+//	defer c.Close()
+//	s, err := c.CreateSession(ctx, &ctxwardenv1.CreateSessionRequest{...})
+package ctxwarden
