@@ -68,3 +68,20 @@ def test_agent_side_compaction_example_runs(server_target: str, tmp_path: Path) 
     before, after = (int(x) for x in out[0].removesuffix(" tokens").split(" -> "))
     assert after < before
     assert out[1] == "True"
+
+
+def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:
+    text = README.read_text()
+    root = README.parent
+    go_src = (root / "client/go/example/agentloop/agentloop.go").read_text()
+    ts_src = (root / "client/ts/examples/agent-loop.ts").read_text()
+    go_blocks = re.findall(r"```go\n(.*?)```", text, flags=re.S)
+    ts_blocks = re.findall(r"```ts\n(.*?)```", text, flags=re.S)
+    assert go_blocks and ts_blocks
+    for block in go_blocks:
+        assert block in go_src, block[:80]
+    def flat(code: str) -> str:  # the example indents the flow inside a function
+        return "\n".join(line.strip() for line in code.splitlines())
+
+    for block in ts_blocks:
+        assert flat(block) in flat(ts_src), block[:80]
