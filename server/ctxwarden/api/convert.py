@@ -326,6 +326,7 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
         prefix_hash=v.prefix_hash,
         notices=[svc_pb.Notice(code=n.code, seq=n.seq, detail=n.detail) for n in v.notices],
         summary=v.summary,
+        rendered_json=v.rendered_json,
     )
 
 

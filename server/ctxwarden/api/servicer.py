@@ -214,7 +214,11 @@ class ContextServicer:
         """Returns the encoded ModelInput (see model_input_bytes)."""
         as_of = request.as_of_seq if request.HasField("as_of_seq") else None
         view = await self.manager.build_model_input(
-            request.session_id, request.max_output_tokens, request.auto_compact, as_of
+            request.session_id,
+            request.max_output_tokens,
+            request.auto_compact,
+            as_of,
+            int(request.format),
         )
         return model_input_bytes(view)
 

@@ -70,6 +70,8 @@ class ModelInputView:
     compaction_id: str
     prefix_hash: str
     summary: str
+    rendered_json: str = ""
+    """The input in a provider's wire schema (when a format was asked for)."""
     render_cache: dict[int, tuple[object, bytes]] = field(default_factory=dict, compare=False)
     """Opaque per-session cache for the api layer's encoding of stored messages."""
 

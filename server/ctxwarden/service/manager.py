@@ -27,6 +27,7 @@ from ctxwarden.core.errors import (
 from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.models import lookup_model
 from ctxwarden.core.recovery import RecoveryAction, decide_recovery
+from ctxwarden.core.render import Format, render_view
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tokens import Tokenizer, count_message, count_text
@@ -482,6 +483,28 @@ class SessionManager:
         max_output_tokens: int,
         auto_compact: bool = False,
         as_of_seq: int | None = None,
+        fmt: int = 0,
+    ) -> ModelInputView:
+        view = await self._build_model_input(session_id, max_output_tokens, auto_compact, as_of_seq)
+        if fmt in (0, Format.NATIVE):
+            return view
+        try:
+            target = Format(fmt)
+        except ValueError:
+            raise InvalidArgument(
+                f"format {fmt} is unknown", reason="INVALID_FORMAT", field="format"
+            ) from None
+        rendered = await asyncio.to_thread(render_view, target, view)
+        return replace(
+            view, rendered_json=rendered.json, notices=view.notices + tuple(rendered.notices)
+        )
+
+    async def _build_model_input(
+        self,
+        session_id: str,
+        max_output_tokens: int,
+        auto_compact: bool,
+        as_of_seq: int | None,
     ) -> ModelInputView:
         if max_output_tokens < 0:
             raise InvalidArgument(
