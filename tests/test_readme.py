@@ -80,6 +80,7 @@ def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:
     assert go_blocks and ts_blocks
     for block in go_blocks:
         assert block in go_src, block[:80]
+
     def flat(code: str) -> str:  # the example indents the flow inside a function
         return "\n".join(line.strip() for line in code.splitlines())
 
