@@ -35,3 +35,26 @@ class Settings:
     summarizer_api_key_env: str = ""
     summarizer_timeout: float = 60.0
     summarizer_max_output_tokens: int = 16384
+    # observability
+    log_format: str = "json"
+    metrics_listen: str = ""
+    otel_endpoint: str = ""
+    health_interval_seconds: float = 2.0
+    max_sessions_per_tenant: int = 0
+    """0: unlimited."""
+    api_keys_file: str = ""
+    jwt_jwks_file: str = ""
+    jwt_issuer: str = ""
+    jwt_audience: str = ""
+    jwt_tenant_claim: str = "tenant"
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    reflection: bool = True
+    insecure_allow_unauthenticated: bool = False
+    rate_limit_rps: float = 0.0
+    """Requests per second per tenant (burst: 2 s worth); 0: unlimited."""
+    max_concurrent_streams: int = 100
+    hf_tokenizer_dirs: tuple[str, ...] = ()
+    """Directories clients may name hf: tokenizers in (policy.tokenizer)."""
+    model_table_file: str = ""

@@ -20,7 +20,8 @@ def test_count_tokens_with_model_and_spec(stub) -> None:
     r = stub.CountTokens(req)
     assert r.tokenizer == "tiktoken:o200k_base" and r.exact
     assert r.text_tokens == 2 and r.message_tokens[0] >= 2
-    assert r.total_tokens == sum(r.message_tokens) + r.tools_tokens + r.text_tokens
+    # + 3 tokens that prime the reply, billed once per request
+    assert r.total_tokens == sum(r.message_tokens) + r.tools_tokens + r.text_tokens + 3
     h = stub.CountTokens(pb.CountTokensRequest(model="some-unknown-model", text="x" * 40))
     assert (h.tokenizer, h.exact, h.total_tokens) == ("heuristic", False, 10)
     c = stub.CountTokens(

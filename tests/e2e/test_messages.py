@@ -267,7 +267,7 @@ def test_roundtrip_of_every_field(stub, new_session: NewSession) -> None:
             m.ContentBlock(
                 thinking=m.ThinkingContent(thinking="hmm", signature="sig", redacted=True)
             ),
-            m.ContentBlock(text=m.TextContent(text="ünïcödé ✓ \x00 nul")),
+            m.ContentBlock(text=m.TextContent(text="ünïcödé ✓ \t tab")),
             m.ContentBlock(
                 tool_call=m.ToolCall(id="t1", name="read", arguments_json=json.dumps({"p": 1}))
             ),
@@ -302,3 +302,22 @@ def test_roundtrip_of_every_field(stub, new_session: NewSession) -> None:
         assert getattr(got, field) == getattr(msg, field), field
     assert listed[2].content[1].image.data == bytes(range(256)) and listed[2].is_error
     assert listed[2].token_count == 3 + 1200
+
+
+def test_hostile_input_is_refused_cleanly(stub, new_session: NewSession) -> None:
+    sid = new_session().session_id
+    deep = "[" * 100_000 + "]" * 100_000
+    nested = m.Message(
+        role=m.ROLE_ASSISTANT,
+        content=[m.ContentBlock(tool_call=m.ToolCall(id="c", name="t", arguments_json=deep))],
+    )
+    expect_error(INVALID, "INVALID_JSON", append, stub, sid, nested)
+    deep_obj = '{"a":' * 50_000 + "1" + "}" * 50_000
+    nested.content[0].tool_call.arguments_json = deep_obj
+    expect_error(INVALID, "INVALID_JSON", append, stub, sid, nested)
+    expect_error(INVALID, "NUL_CHARACTER", append, stub, sid, user("bad \x00 byte"))
+    bogus = assistant("hi")
+    bogus.usage.CopyFrom(m.Usage(input_tokens=5_000_000_000))
+    expect_error(INVALID, "INVALID_USAGE", append, stub, sid, bogus)
+    # The server is still fine afterwards.
+    assert append(stub, sid, user("still here")).last_seq == 1

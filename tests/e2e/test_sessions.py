@@ -162,9 +162,10 @@ def test_update_model_switches_tokenizer(stub, new_session: NewSession) -> None:
     )
     after = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=s.session_id))
     assert not after.tokens.estimated
-    assert after.messages[0].token_count == 101  # o200k: "hello world " x50 -> 101 tokens
+    # o200k: "hello world " x50 -> 101 tokens, + 3 for OpenAI's per-message framing
+    assert after.messages[0].token_count == 104
     listed = stub.ListMessages(pb.ListMessagesRequest(session_id=s.session_id))
-    assert listed.messages[0].token_count == 101  # recounts are persisted
+    assert listed.messages[0].token_count == 104  # recounts are persisted
 
 
 def test_delete_is_soft(stub, new_session: NewSession, backend_url: str) -> None:

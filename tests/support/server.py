@@ -59,7 +59,17 @@ def migrate_database(url: str) -> None:
 class ServerProcess:
     """One ``ctxwarden serve`` child process on a free loopback port."""
 
-    def __init__(self, database_url: str, log_dir: Path, extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        database_url: str,
+        log_dir: Path,
+        extra_args: list[str] | None = None,
+        *,
+        tls_ca: bytes | None = None,
+        tls_client: tuple[bytes, bytes] | None = None,
+    ):
+        self.tls_ca = tls_ca
+        self.tls_client = tls_client
         self.database_url = database_url
         self.log_dir = log_dir
         self.extra_args = extra_args or []
@@ -103,7 +113,14 @@ class ServerProcess:
             raise RuntimeError(f"server did not start: {self.log_text()}")
         self.target = line.split()[-1]
         self.port = int(self.target.rsplit(":", 1)[1])
-        with grpc.insecure_channel(self.target) as ch:
+        if self.tls_ca is None:
+            with grpc.insecure_channel(self.target) as ch:
+                grpc.channel_ready_future(ch).result(timeout=10)
+            return
+        key, cert = self.tls_client or (None, None)
+        creds = grpc.ssl_channel_credentials(self.tls_ca, key, cert)
+        opts = (("grpc.ssl_target_name_override", "localhost"),)
+        with grpc.secure_channel(self.target, creds, options=opts) as ch:
             grpc.channel_ready_future(ch).result(timeout=10)
 
     def log_text(self) -> str:

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.types import SummaryPrompt
 from ctxwarden.core.context import ModelInputView
@@ -115,7 +116,7 @@ def session_from_pb(s: ses_pb.Session) -> Session:
 def session_to_pb(s: Session) -> ses_pb.Session:
     p = s.policy
     return ses_pb.Session(
-        session_id=s.session_id,
+        session_id=outer_id(s.session_id),
         user_id=s.user_id,
         project_id=s.project_id,
         title=s.title,
@@ -302,7 +303,7 @@ def model_input_bytes(v: ModelInputView) -> bytes:
 def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
     t = v.tokens
     return svc_pb.ModelInput(
-        session_id=v.session.session_id,
+        session_id=outer_id(v.session.session_id),
         system_prompt=v.session.system_prompt,
         tools=[tool_to_pb(x) for x in v.session.tools],
         messages=[message_to_pb(m) for m in v.messages],
@@ -336,7 +337,7 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
 def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
     return svc_pb.Compaction(
         compaction_id=c.compaction_id,
-        session_id=c.session_id,
+        session_id=outer_id(c.session_id),
         summary=c.summary,
         turn_prefix_summary=c.turn_prefix_summary,
         first_kept_seq=c.first_kept_seq,
@@ -362,7 +363,7 @@ def _prompt_to_pb(p: SummaryPrompt | None) -> svc_pb.SummaryPrompt | None:
 def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPlan:
     return svc_pb.CompactionPlan(
         plan_id=plan_id,
-        session_id=plan.session_id,
+        session_id=outer_id(plan.session_id),
         first_kept_seq=plan.first_kept_seq,
         tokens_before=plan.tokens_before,
         split_turn=plan.split_turn,

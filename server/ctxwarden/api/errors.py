@@ -37,11 +37,16 @@ def rich_status(
     reason: str,
     metadata: dict[str, str] | None = None,
     field: str = "",
+    retry_after: float = 0.0,
 ) -> tuple[grpc.StatusCode, str, tuple[tuple[str, bytes], ...]]:
     """Code, message and the trailing metadata that carries google.rpc.Status."""
     details = [
         _pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata or {}))
     ]
+    if retry_after > 0:
+        info = error_details_pb2.RetryInfo()
+        info.retry_delay.FromNanoseconds(int(retry_after * 1e9))
+        details.append(_pack(info))
     if field:
         details.append(
             _pack(

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -25,6 +26,7 @@ from ctxwarden.api.convert import (
 )
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.handlers import Malformed, generic_handler
+from ctxwarden.api.tenancy import current_tenant, inner_id
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
@@ -87,19 +89,26 @@ class ContextServicer:
     @unary
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> ses_pb.Session:
         session = session_from_pb(request.session)
-        created = await self.manager.create_session(session, request.session_id, _key(request))
+        sid = inner_id(request.session_id) if request.session_id else ""
+        created = await self.manager.create_session(
+            session, sid, _key(request), tenant=current_tenant.get()
+        )
         return session_to_pb(created)
 
     @unary
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> ses_pb.Session:
-        return session_to_pb(await self.manager.get_session(request.session_id))
+        return session_to_pb(await self.manager.get_session(inner_id(request.session_id)))
 
     @unary
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Any
     ) -> pb.ListSessionsResponse:
         sessions, token = await self.manager.list_sessions(
-            request.user_id, request.project_id, request.page_size, request.page_token
+            request.user_id,
+            request.project_id,
+            request.page_size,
+            request.page_token,
+            tenant=current_tenant.get(),
         )
         return pb.ListSessionsResponse(
             sessions=[session_to_pb(s) for s in sessions], next_page_token=token
@@ -125,6 +134,7 @@ class ContextServicer:
                     field="update_mask",
                 )
         session = session_from_pb(request.session)
+        session = replace(session, session_id=inner_id(session.session_id, "session.session_id"))
         updated = await self.manager.update_session(session, paths, request.etag)
         return session_to_pb(updated)
 
@@ -132,7 +142,7 @@ class ContextServicer:
     async def DeleteSession(
         self, request: pb.DeleteSessionRequest, context: Any
     ) -> empty_pb2.Empty:
-        await self.manager.delete_session(request.session_id)
+        await self.manager.delete_session(inner_id(request.session_id))
         return empty_pb2.Empty()
 
     # -- messages -------------------------------------------------------------
@@ -162,7 +172,7 @@ class ContextServicer:
             )
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append(
-            request.session_id, self._messages(request), expected, _key(request)
+            inner_id(request.session_id), self._messages(request), expected, _key(request)
         )
         return pb.AppendMessagesResponse(
             messages=[message_to_pb(m) for m in result.messages],
@@ -198,7 +208,7 @@ class ContextServicer:
         self, request: pb.ListMessagesRequest, context: Any
     ) -> pb.ListMessagesResponse:
         messages, token = await self.manager.list_messages(
-            request.session_id,
+            inner_id(request.session_id),
             request.page_size,
             request.page_token,
             request.include_rolled_back,
@@ -214,7 +224,7 @@ class ContextServicer:
         """Returns the encoded ModelInput (see model_input_bytes)."""
         as_of = request.as_of_seq if request.HasField("as_of_seq") else None
         view = await self.manager.build_model_input(
-            request.session_id,
+            inner_id(request.session_id),
             request.max_output_tokens,
             request.auto_compact,
             as_of,
@@ -228,7 +238,7 @@ class ContextServicer:
     ) -> pb.RollbackTurnResponse:
         to_seq = request.to_seq if request.HasField("to_seq") else None
         result = await self.manager.rollback(
-            request.session_id, to_seq, request.error_message, _key(request)
+            inner_id(request.session_id), to_seq, request.error_message, _key(request)
         )
         retry = Duration()
         retry.FromNanoseconds(int(result.retry_after_seconds * 1e9))
@@ -249,7 +259,7 @@ class ContextServicer:
                 f"trigger {trigger} is unknown", reason="INVALID_TRIGGER", field="trigger"
             )
         checkpoint = await self.manager.compactor.compact(
-            request.session_id,
+            inner_id(request.session_id),
             request.instructions,
             request.keep_recent_tokens,
             _key(request),
@@ -262,7 +272,7 @@ class ContextServicer:
         self, request: pb.PrepareCompactionRequest, context: Any
     ) -> pb.CompactionPlan:
         handle = await self.manager.compactor.prepare(
-            request.session_id, request.instructions, request.keep_recent_tokens
+            inner_id(request.session_id), request.instructions, request.keep_recent_tokens
         )
         return plan_to_pb(handle.plan_id, handle.plan, handle.expire_time_us)
 
@@ -271,7 +281,10 @@ class ContextServicer:
         self, request: pb.CommitCompactionRequest, context: Any
     ) -> pb.Compaction:
         checkpoint = await self.manager.compactor.commit(
-            request.session_id, request.plan_id, request.summary, request.turn_prefix_summary
+            inner_id(request.session_id),
+            request.plan_id,
+            request.summary,
+            request.turn_prefix_summary,
         )
         return checkpoint_to_pb(checkpoint)
 
@@ -280,7 +293,7 @@ class ContextServicer:
         self, request: pb.ListCompactionsRequest, context: Any
     ) -> pb.ListCompactionsResponse:
         rows, token = await self.manager.compactor.list(
-            request.session_id, request.page_size, request.page_token
+            inner_id(request.session_id), request.page_size, request.page_token
         )
         return pb.ListCompactionsResponse(
             compactions=[checkpoint_to_pb(c) for c in rows], next_page_token=token
@@ -291,7 +304,7 @@ class ContextServicer:
         self, request: pb.GetToolOutputRequest, context: Any
     ) -> pb.GetToolOutputResponse:
         content, total, lines, next_offset = await self.manager.get_tool_output(
-            request.session_id, request.seq, request.offset, request.limit
+            inner_id(request.session_id), request.seq, request.offset, request.limit
         )
         return pb.GetToolOutputResponse(
             content=content, total_bytes=total, total_lines=lines, next_offset=next_offset

@@ -19,9 +19,10 @@ from ctxwarden.core.compaction.planner import TRIMMED_MARKER
 from ctxwarden.core.compaction.types import FileLists
 from ctxwarden.core.errors import FailedPrecondition, InvalidArgument
 from ctxwarden.core.messages import ContentBlock, Message, MessageState, Role
+from ctxwarden.core.models import lookup_model
 from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
-from ctxwarden.core.tokens import Tokenizer, count_message, count_text
+from ctxwarden.core.tokens import CountingProfile, Tokenizer, count_text
 from ctxwarden.core.view import (
     SYNTHETIC_RESULT_TEXT,
     Notice,
@@ -143,6 +144,8 @@ class SessionContext:
         checkpoint: Checkpoint | None,
         kept: Iterable[Message],
         tokenizer: Tokenizer,
+        *,
+        recount: bool = False,
     ) -> None:
         self.checkpoint = checkpoint
         self.tokenizer = tokenizer
@@ -153,12 +156,12 @@ class SessionContext:
         self.session = session
         self.policy = effective_policy(session.policy, session.model)
         self._refresh_fixed_costs()
-        spec = tokenizer.spec
+        key = self.profile.key
         for message in kept:
-            if message.counted_with and message.counted_with != spec:
-                # Counted by an earlier tokenizer of this session (e.g. a message
-                # that comes back into view after a rollback across a checkpoint).
-                message = replace(message, token_count=self.count(message), counted_with=spec)
+            if recount or (message.counted_with and message.counted_with != key):
+                # Counted with an earlier tokenizer or model of this session (e.g.
+                # a message back in view after a rollback across a checkpoint).
+                message = replace(message, token_count=self.count(message), counted_with=key)
             self._add(message)
         self._message_tokens = sum(e.token_count for e in self._entries)
 
@@ -166,15 +169,21 @@ class SessionContext:
 
     def _refresh_fixed_costs(self) -> None:
         tok = self.tokenizer
-        self.system_tokens = count_text(self.session.system_prompt, tok)
+        info = lookup_model(self.session.model)
+        self.profile = CountingProfile(tok, info.framing_tokens, info.reply_tokens, info.image_rule)
+        system = count_text(self.session.system_prompt, tok)
+        if system:
+            system += info.framing_tokens
+        # The reply priming is billed once per request; it lives with the system part.
+        self.system_tokens = system + info.reply_tokens
         self.tools_tokens = count_text(tools_text(self.session), tok)
         self._summary: Message | None = None
         self.summary_tokens = 0
         if self.checkpoint is not None:
             self._summary = summary_message(self.checkpoint, self.session.pinned_state)
-            self.summary_tokens = count_message(self._summary, tok)
+            self.summary_tokens = self.profile.message(self._summary)
             self._summary = replace(self._summary, token_count=self.summary_tokens)
-        self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok)
+        self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok) + info.framing_tokens
         self._prefix_hash = prefix_hash(
             self.session, self._summary.text if self._summary is not None else ""
         )
@@ -190,7 +199,7 @@ class SessionContext:
         self._refresh_fixed_costs()
         if tokenizer is not None or self.policy != old_policy:
             self._entries = [
-                make_entry(self._stored(e), self.policy, self.tokenizer) for e in self._entries
+                make_entry(self._stored(e), self.policy, self.profile) for e in self._entries
             ]
             self._message_tokens = sum(e.token_count for e in self._entries)
 
@@ -242,7 +251,7 @@ class SessionContext:
         return self._by_message_id[entry.message.message_id]
 
     def count(self, message: Message) -> int:
-        return count_message(message, self.tokenizer)
+        return self.profile.message(message)
 
     # -- append -----------------------------------------------------------
 
@@ -303,7 +312,7 @@ class SessionContext:
                 create_time_us=now_us,
             )
             message = replace(
-                message, token_count=self.count(message), counted_with=self.tokenizer.spec
+                message, token_count=self.count(message), counted_with=self.profile.key
             )
             if message.role is Role.ASSISTANT:
                 for block in message.tool_calls:
@@ -313,7 +322,7 @@ class SessionContext:
                     # The usage measured the context this reply was made from.
                     calibration = calibration.observe(prompt_tokens(message.usage), fixed + tokens)
                     message = replace(message, calibration=(calibration.ratio, calibration.samples))
-            tokens += make_entry(message, self.policy, self.tokenizer).token_count
+            tokens += make_entry(message, self.policy, self.profile).token_count
             out.append(message)
             new.append(message)
         return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, calibration)
@@ -341,7 +350,7 @@ class SessionContext:
         return count
 
     def _add(self, message: Message) -> None:
-        self._entries.append(make_entry(message, self.policy, self.tokenizer))
+        self._entries.append(make_entry(message, self.policy, self.profile))
         self._by_message_id[message.message_id] = message
         if message.role is Role.ASSISTANT:
             for block in message.tool_calls:
@@ -398,7 +407,7 @@ class SessionContext:
         seq = entry.message.seq
         stub = self._stubs.get(seq)
         if stub is None:
-            stub = self._stubs[seq] = make_stub(self._stored(entry), self.tokenizer)
+            stub = self._stubs[seq] = make_stub(self._stored(entry), self.profile)
         return stub
 
     def view_tokens(self) -> int:

@@ -7,8 +7,10 @@ building the model input only sums stored counts.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
+from ctxwarden.core.images import image_tokens
 from ctxwarden.core.messages import ContentKind, Message
 
 IMAGE_TOKENS = 1200
@@ -67,10 +69,37 @@ def message_text(message: Message) -> str:
     return "".join(parts)
 
 
-def count_message(message: Message, tokenizer: Tokenizer) -> int:
-    """Tokens one message costs: its text plus a flat charge per image."""
-    images = sum(1 for b in message.content if b.kind is ContentKind.IMAGE)
-    return tokenizer.count(message_text(message)) + IMAGE_TOKENS * images
+def count_message(
+    message: Message, tokenizer: Tokenizer, *, framing: int = 0, image_rule: str = "default"
+) -> int:
+    """Tokens one message costs: its text (thinking and tool calls included),
+    the provider's per-message framing, and each image by the provider's rule."""
+    images = sum(
+        image_tokens(image_rule, b.data) for b in message.content if b.kind is ContentKind.IMAGE
+    )
+    return tokenizer.count(message_text(message)) + framing + images
+
+
+@dataclass(frozen=True, slots=True)
+class CountingProfile:
+    """Everything that determines a stored token count."""
+
+    tokenizer: Tokenizer
+    framing: int = 0
+    reply: int = 0
+    image_rule: str = "default"
+
+    @property
+    def key(self) -> str:
+        """Recorded with each count; a different key means "recount"."""
+        if self.framing == 0 and self.image_rule == "default":
+            return self.tokenizer.spec
+        return f"{self.tokenizer.spec}|{self.framing}|{self.image_rule}"
+
+    def message(self, message: Message) -> int:
+        return count_message(
+            message, self.tokenizer, framing=self.framing, image_rule=self.image_rule
+        )
 
 
 def count_text(text: str, tokenizer: Tokenizer) -> int:

@@ -10,6 +10,10 @@ from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import ContentKind, Message, Role
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+INTERNAL_SESSION_ID_RE = re.compile(
+    r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,63}~)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+)
+"""Internally a tenant's session IDs carry a ``TENANT~`` prefix (see api.tenancy)."""
 KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
 """message_id and request_id: 1-128 printable ASCII characters."""
 
@@ -20,10 +24,11 @@ _ALLOWED_BLOCKS: dict[Role, frozenset[ContentKind]] = {
 }
 
 
-def check_session_id(session_id: str, field: str = "session_id") -> None:
+def check_session_id(session_id: str, field: str = "session_id", *, internal: bool = True) -> None:
     if not session_id:
         raise InvalidArgument(f"{field} is required", reason="MISSING_FIELD", field=field)
-    if not SESSION_ID_RE.fullmatch(session_id):
+    pattern = INTERNAL_SESSION_ID_RE if internal else SESSION_ID_RE
+    if not pattern.fullmatch(session_id):
         raise InvalidArgument(
             f"{field} {session_id[:140]!r} is malformed: use 1-128 characters of "
             "[A-Za-z0-9._:-], starting with a letter or digit",
@@ -59,8 +64,29 @@ def check_json_object(text: str, field: str) -> None:
         )
 
 
+MAX_USAGE_TOKENS = 100_000_000
+"""No single model call reports more tokens than this; a larger claim is bogus."""
+
+
+def _check_no_nul(value: str, field: str) -> None:
+    if "\x00" in value:
+        raise InvalidArgument(
+            f"{field} contains a NUL character (U+0000), which providers and databases reject",
+            reason="NUL_CHARACTER",
+            field=field,
+        )
+
+
 def check_message(message: Message, field: str) -> None:
     check_key(message.message_id, f"{field}.message_id")
+    for name in ("model", "provider", "error_message", "tool_call_id", "tool_name"):
+        _check_no_nul(getattr(message, name), f"{field}.{name}")
+    for key, value in message.metadata.items():
+        _check_no_nul(key, f"{field}.metadata")
+        _check_no_nul(value, f"{field}.metadata[{key!r}]")
+    for i, block in enumerate(message.content):
+        for name in ("text", "tool_call_id", "tool_name", "arguments_json", "signature"):
+            _check_no_nul(getattr(block, name), f"{field}.content[{i}].{name}")
     if not message.content and not message.failed:
         raise InvalidArgument(
             f"{field}.content is empty; only an assistant message that ended in "
@@ -122,6 +148,12 @@ def check_message(message: Message, field: str) -> None:
         if any(v < 0 for v in values):
             raise InvalidArgument(
                 f"{field}.usage has a negative count",
+                reason="INVALID_USAGE",
+                field=f"{field}.usage",
+            )
+        if any(v > MAX_USAGE_TOKENS for v in values):
+            raise InvalidArgument(
+                f"{field}.usage claims more than {MAX_USAGE_TOKENS:,} tokens for one call",
                 reason="INVALID_USAGE",
                 field=f"{field}.usage",
             )

@@ -13,7 +13,14 @@ from dataclasses import dataclass, replace
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
 from ctxwarden.core.session import EffectivePolicy
-from ctxwarden.core.tokens import Tokenizer, count_message
+from ctxwarden.core.tokens import CountingProfile, Tokenizer, count_message
+
+
+def _count(message: Message, counter: Tokenizer | CountingProfile) -> int:
+    if isinstance(counter, CountingProfile):
+        return counter.message(message)
+    return count_message(message, counter)
+
 
 SYNTHETIC_RESULT_TEXT = "No result provided"
 SYNTHETIC_METADATA_KEY = "ctxwarden.synthetic"
@@ -62,7 +69,9 @@ def _preview(text: str, max_bytes: int, max_lines: int) -> str:
     return head.decode("utf-8", errors="ignore")
 
 
-def make_entry(message: Message, policy: EffectivePolicy, tokenizer: Tokenizer) -> ViewEntry:
+def make_entry(
+    message: Message, policy: EffectivePolicy, tokenizer: Tokenizer | CountingProfile
+) -> ViewEntry:
     """The view entry of a stored message; tool output over budget is truncated."""
     if message.role is not Role.TOOL_RESULT:
         return ViewEntry(message, message.token_count)
@@ -81,7 +90,7 @@ def make_entry(message: Message, policy: EffectivePolicy, tokenizer: Tokenizer) 
     )
     others = tuple(b for b in message.content if b.kind is not ContentKind.TEXT)
     cut = replace(message, content=(ContentBlock.of_text(preview + marker), *others))
-    cut = replace(cut, token_count=count_message(cut, tokenizer))
+    cut = replace(cut, token_count=_count(cut, tokenizer))
     notice = Notice(
         TOOL_OUTPUT_TRUNCATED,
         message.seq,
@@ -91,7 +100,7 @@ def make_entry(message: Message, policy: EffectivePolicy, tokenizer: Tokenizer) 
     return ViewEntry(cut, cut.token_count, notice)
 
 
-def make_stub(message: Message, tokenizer: Tokenizer) -> ViewEntry:
+def make_stub(message: Message, tokenizer: Tokenizer | CountingProfile) -> ViewEntry:
     """An old tool result reduced to one line that says how to read it back."""
     text = message.text
     size = len(text.encode("utf-8"))
@@ -100,7 +109,7 @@ def make_stub(message: Message, tokenizer: Tokenizer) -> ViewEntry:
         f"read it with GetToolOutput(seq={message.seq})]"
     )
     stub = replace(message, content=(ContentBlock.of_text(line),))
-    stub = replace(stub, token_count=count_message(stub, tokenizer))
+    stub = replace(stub, token_count=_count(stub, tokenizer))
     notice = Notice(TOOL_OUTPUT_STUBBED, message.seq, f"tool output of {size} bytes stubbed")
     return ViewEntry(stub, stub.token_count, notice)
 

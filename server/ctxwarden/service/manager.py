@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import base64
 import json
 import logging
@@ -22,6 +23,7 @@ from ctxwarden.core.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     Unavailable,
 )
 from ctxwarden.core.messages import Message, Role
@@ -30,6 +32,7 @@ from ctxwarden.core.recovery import RecoveryAction, decide_recovery
 from ctxwarden.core.render import Format, render_view
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.session import Session, effective_policy
+from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.tokens import Tokenizer, count_message, count_text
 from ctxwarden.core.validation import check_key, check_messages, check_session_id
 from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
@@ -98,6 +101,24 @@ def _page_size(requested: int, default: int, maximum: int = 1000) -> int:
 
 def _chars(messages: Sequence[Message]) -> int:
     return sum(len(b.text) + len(b.arguments_json) for m in messages for b in m.content)
+
+
+def check_client_tokenizer(spec: str, allowed_dirs: Sequence[str]) -> None:
+    """A client may name an ``hf:`` tokenizer only inside an operator-allowed directory
+    (otherwise a client could make the server open arbitrary paths)."""
+    if not spec.startswith("hf:"):
+        return
+    path = os.path.realpath(spec[3:])
+    for base in allowed_dirs:
+        root = os.path.realpath(base)
+        if path == root or path.startswith(root + os.sep):
+            return
+    raise InvalidArgument(
+        "hf: tokenizers must live under a directory the operator allowed with "
+        "--hf-tokenizer-dir (or be configured in the model table)",
+        reason="TOKENIZER_NOT_ALLOWED",
+        field="policy.tokenizer",
+    )
 
 
 async def _tokenizer(spec: str) -> Tokenizer:
@@ -172,18 +193,20 @@ class SessionManager:
 
     @staticmethod
     def _not_found(session_id: str) -> NotFound:
+        shown = visible_id(session_id)
         return NotFound(
-            f"session {session_id!r} does not exist (or was deleted)",
+            f"session {shown!r} does not exist (or was deleted)",
             reason="SESSION_NOT_FOUND",
-            metadata={"session_id": session_id},
+            metadata={"session_id": shown},
         )
 
     def _concurrent(self, session_id: str) -> Aborted:
         self.hot.evict(session_id)
+        shown = visible_id(session_id)
         return Aborted(
-            f"session {session_id!r} was changed by another writer; reload it and retry",
+            f"session {shown!r} was changed by another writer; reload it and retry",
             reason="CONCURRENT_MODIFICATION",
-            metadata={"session_id": session_id},
+            metadata={"session_id": shown},
         )
 
     async def _replay(self, scope: str, key: IdempotencyKey | None) -> StoredRequest | None:
@@ -209,13 +232,25 @@ class SessionManager:
     # -- sessions -------------------------------------------------------------
 
     async def create_session(
-        self, session: Session, session_id: str, key: IdempotencyKey | None
+        self, session: Session, session_id: str, key: IdempotencyKey | None, tenant: str = ""
     ) -> Session:
+        """``session_id`` is internal (tenant-prefixed); "" makes a sortable one."""
         if key is not None:
             check_key(key.request_id, "request_id")
         if session_id:
             check_session_id(session_id)
-        sid = session_id or ids.new_id()
+        check_client_tokenizer(session.policy.tokenizer, self.settings.hf_tokenizer_dirs)
+        sid = session_id or scoped_id(tenant, ids.new_id())
+        limit = self.settings.max_sessions_per_tenant
+        if limit > 0:
+            live = await self._db(lambda: self.repo.count_sessions(tenant))
+            if live >= limit:
+                raise ResourceExhausted(
+                    f"this tenant already has {live} sessions, the quota is {limit}; delete "
+                    "sessions you no longer need",
+                    reason="SESSION_QUOTA_EXCEEDED",
+                    metadata={"quota": str(limit)},
+                )
         policy = effective_policy(session.policy, session.model)
         tokenizer = await _tokenizer(policy.tokenizer)
         now = ids.now_us()
@@ -232,7 +267,7 @@ class SessionManager:
         ctx = SessionContext(fresh, None, (), tokenizer)
         fresh = replace(fresh, context_tokens=ctx.context_tokens)
         ctx.session = fresh
-        scope = "CreateSession"
+        scope = f"CreateSession/{tenant}" if tenant else "CreateSession"
         try:
             await self._db(
                 lambda: self.repo.create_session(
@@ -244,9 +279,9 @@ class SessionManager:
             if stored is not None:
                 return await self.get_session(str(stored.outcome["session_id"]))
             raise AlreadyExists(
-                f"session {sid!r} already exists",
+                f"session {visible_id(sid)!r} already exists",
                 reason="SESSION_ALREADY_EXISTS",
-                metadata={"session_id": sid},
+                metadata={"session_id": visible_id(sid)},
             ) from None
         self.hot.put(sid, ctx)
         return fresh
@@ -262,7 +297,7 @@ class SessionManager:
         return session
 
     async def list_sessions(
-        self, user_id: str, project_id: str, page_size: int, page_token: str
+        self, user_id: str, project_id: str, page_size: int, page_token: str, tenant: str = ""
     ) -> tuple[list[Session], str]:
         size = _page_size(page_size, 50)
         before: tuple[int, str] | None = None
@@ -277,7 +312,11 @@ class SessionManager:
             before = (int(tok["t"]), str(tok["i"]))
         rows = await self._db(
             lambda: self.repo.list_sessions(
-                user_id=user_id, project_id=project_id, limit=size + 1, before=before
+                tenant=tenant,
+                user_id=user_id,
+                project_id=project_id,
+                limit=size + 1,
+                before=before,
             )
         )
         token = ""
@@ -304,22 +343,30 @@ class SessionManager:
                     metadata={"etag": current.etag},
                 )
             changes: dict[str, Any] = {p: getattr(updated, p) for p in paths}
+            if "policy" in changes:
+                check_client_tokenizer(updated.policy.tokenizer, self.settings.hf_tokenizer_dirs)
             now = ids.now_us()
             new = replace(current, **changes, revision=current.revision + 1, update_time_us=now)
-            old_spec = ctx.policy.tokenizer
             new_spec = effective_policy(new.policy, new.model).tokenizer
-            if new_spec != old_spec:
+            tokenizer = ctx.tokenizer if new_spec == ctx.tokenizer.spec else None
+            if tokenizer is None:
                 tokenizer = await _tokenizer(new_spec)
+            probe_profile = SessionContext(new, ctx.checkpoint, (), tokenizer).profile
+            if probe_profile.key != ctx.profile.key:
                 active = ctx.active_messages
                 checkpoint = ctx.checkpoint
-                # A new tokenizer: every kept message is recounted (once, here) and
-                # the new counts are stored with the settings.
-                rebuilt = await asyncio.to_thread(
-                    lambda: SessionContext(new, checkpoint, active, tokenizer)
+                tok = tokenizer
+                # A new tokenizer or model: every kept message is recounted (once,
+                # here) and the new counts are stored with the settings.
+                rebuilt: SessionContext | None = await asyncio.to_thread(
+                    lambda: SessionContext(new, checkpoint, active, tok, recount=True)
                 )
+                assert rebuilt is not None
                 new = replace(new, context_tokens=rebuilt.context_tokens)
                 rebuilt.session = new
-                counts = [(m.seq, m.token_count, new_spec) for m in rebuilt.active_messages]
+                counts = [
+                    (m.seq, m.token_count, probe_profile.key) for m in rebuilt.active_messages
+                ]
             else:
                 rebuilt = None
                 probe = SessionContext(new, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
@@ -545,12 +592,10 @@ class SessionManager:
         tokenizer = await _tokenizer(effective_policy(s.policy, s.model).tokenizer)
 
         def build() -> ModelInputView:
-            # Counts are recomputed with the tokenizer of that time (a later
-            # tokenizer change re-counted the stored ones).
-            kept = [replace(m, token_count=count_message(m, tokenizer)) for m in snap.kept]
-            return SessionContext(s, snap.checkpoint, kept, tokenizer).model_input(
-                max_output_tokens
-            )
+            # Counts are recomputed with the tokenizer and model of that time
+            # (a later change of either re-counted the stored ones).
+            ctx = SessionContext(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
+            return ctx.model_input(max_output_tokens)
 
         return await asyncio.to_thread(build)
 
@@ -673,11 +718,14 @@ class SessionManager:
         tokenizer = await _tokenizer(spec)
 
         def count() -> tuple[list[int], int, int]:
-            per = [count_message(m, tokenizer) for m in messages]
+            per = [
+                count_message(m, tokenizer, framing=info.framing_tokens, image_rule=info.image_rule)
+                for m in messages
+            ]
             return per, count_text(tools_text, tokenizer), count_text(text, tokenizer)
 
         per, tools, text_tokens = await asyncio.to_thread(count)
-        total = sum(per) + tools + text_tokens
+        total = sum(per) + tools + text_tokens + (info.reply_tokens if messages else 0)
         return total, per, tokenizer.spec, tokenizer.exact and info.known, tools, text_tokens
 
     # -- tool output ------------------------------------------------------------
@@ -699,7 +747,7 @@ class SessionManager:
             message = await self._db(lambda: self.repo.get_message(session_id, seq))
         if message is None:
             raise NotFound(
-                f"session {session_id!r} has no message with seq {seq}",
+                f"session {visible_id(session_id)!r} has no message with seq {seq}",
                 reason="MESSAGE_NOT_FOUND",
             )
         if message.role is not Role.TOOL_RESULT:

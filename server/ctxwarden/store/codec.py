@@ -16,6 +16,7 @@ from ctxwarden.core.messages import (
     Usage,
 )
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
 
 
@@ -153,6 +154,7 @@ def _policy_json(p: ContextPolicy) -> str:
 def session_row_values(s: Session) -> dict[str, Any]:
     return {
         "session_id": s.session_id,
+        "tenant_id": tenant_of(s.session_id),
         "user_id": s.user_id,
         "project_id": s.project_id,
         "title": s.title,

@@ -43,6 +43,10 @@ def text_col(length: int) -> TypeEngine[str]:
     )
 
 
+SESSION_KEY_LENGTH = 200
+"""Internal session keys: ``TENANT~`` (up to 65) + a client session ID (up to 128)."""
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(
         naming_convention={
@@ -56,7 +60,7 @@ class Base(DeclarativeBase):
 class SessionRow(Base):
     __tablename__ = "sessions"
 
-    session_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
     user_id: Mapped[str] = mapped_column(text_col(128), default="")
     project_id: Mapped[str] = mapped_column(text_col(128), default="")
@@ -91,7 +95,7 @@ class SessionRow(Base):
 class MessageRow(Base):
     __tablename__ = "messages"
 
-    session_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     message_id: Mapped[str] = mapped_column(ascii_id(128))
     role: Mapped[int] = mapped_column(SmallInteger)
@@ -113,7 +117,7 @@ class CompactionRow(Base):
     __tablename__ = "compactions"
 
     compaction_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
-    session_id: Mapped[str] = mapped_column(ascii_id(128))
+    session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH))
     summary: Mapped[str] = mapped_column(long_text())
     first_kept_seq: Mapped[int] = mapped_column(BigInteger)
     tokens_before: Mapped[int] = mapped_column(BigInteger)
@@ -134,7 +138,7 @@ class RequestRow(Base):
 
     __tablename__ = "request_log"
 
-    scope: Mapped[str] = mapped_column(ascii_id(200), primary_key=True)
+    scope: Mapped[str] = mapped_column(ascii_id(255), primary_key=True)
     request_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
     request_hash: Mapped[str] = mapped_column(ascii_id(64))
     outcome: Mapped[bytes] = mapped_column(long_blob())
@@ -147,7 +151,7 @@ class CompactionPlanRow(Base):
     __tablename__ = "compaction_plans"
 
     plan_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
-    session_id: Mapped[str] = mapped_column(ascii_id(128))
+    session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH))
     payload: Mapped[str] = mapped_column(long_text())
     expire_time_us: Mapped[int] = mapped_column(BigInteger)
     committed_compaction_id: Mapped[str] = mapped_column(ascii_id(64), default="")
@@ -161,7 +165,7 @@ class SessionRevisionRow(Base):
 
     __tablename__ = "session_revisions"
 
-    session_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH), primary_key=True)
     revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     at_seq: Mapped[int] = mapped_column(BigInteger)
     """The session's last_seq when this revision was made."""

@@ -141,16 +141,28 @@ class Repository:
             row = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
         return session_from_row(row) if row is not None else None
 
+    async def count_sessions(self, tenant: str) -> int:
+        async with self.engine.connect() as conn:
+            value = (
+                await conn.execute(
+                    select(func.count())
+                    .select_from(S)
+                    .where(S.c.tenant_id == tenant, S.c.delete_time_us == 0)
+                )
+            ).scalar_one()
+        return int(value)
+
     async def list_sessions(
         self,
         *,
+        tenant: str = "",
         user_id: str,
         project_id: str,
         limit: int,
         before: tuple[int, str] | None,
     ) -> list[Session]:
         """Live sessions, newest first; ``before`` is the last (create_time, id) seen."""
-        q = select(S).where(S.c.tenant_id == "", S.c.delete_time_us == 0)
+        q = select(S).where(S.c.tenant_id == tenant, S.c.delete_time_us == 0)
         if user_id:
             q = q.where(S.c.user_id == user_id)
         if project_id:
