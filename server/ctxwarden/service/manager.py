@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import base64
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
