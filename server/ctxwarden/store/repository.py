@@ -655,3 +655,33 @@ class Repository:
                 )
             ).scalar_one()
         return int(value)
+
+
+async def purge_deleted(repo: Repository, *, deleted_before_us: int, batch: int = 100) -> int:
+    """Remove soft-deleted sessions (and all their rows) deleted before the cutoff.
+
+    Live sessions are never touched: every statement is restricted to
+    sessions whose delete_time_us is set and older than the cutoff. Works in
+    batches so a large purge never holds long locks. Returns sessions purged.
+    """
+    purged = 0
+    while True:
+        async with repo.engine.begin() as conn:
+            ids = [
+                str(r.session_id)
+                for r in (
+                    await conn.execute(
+                        select(S.c.session_id)
+                        .where(S.c.delete_time_us > 0, S.c.delete_time_us < deleted_before_us)
+                        .limit(batch)
+                    )
+                ).all()
+            ]
+            if not ids:
+                return purged
+            for table in (M, C, P, V):
+                await conn.execute(table.delete().where(table.c.session_id.in_(ids)))
+            for sid in ids:
+                await conn.execute(R.delete().where(R.c.scope.like(f"%/{sid}")))
+            await conn.execute(S.delete().where(S.c.session_id.in_(ids), S.c.delete_time_us > 0))
+        purged += len(ids)
