@@ -3,18 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ctxwarden.api.auth import (
+    Authenticator,
+    GuardInterceptor,
+    JwtConfig,
+    RateLimiter,
+    describe,
+    load_api_keys,
+    load_jwks,
+)
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
+from ctxwarden.observability.db import instrument_engine
+from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
+from ctxwarden.observability.interceptor import RpcObserver
+from ctxwarden.observability.logging import configure_logging
+from ctxwarden.observability.metrics import (
+    Metrics,
+    MetricsServer,
+    disable_created_series,
+    start_metrics_server,
+)
+from ctxwarden.observability.metrics import metrics as hooks
+from ctxwarden.observability.tracing import Tracing, setup_tracing
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.store import migrate
 from ctxwarden.store.engine import make_engine
@@ -22,6 +45,8 @@ from ctxwarden.store.repository import Repository
 from ctxwarden.store.urls import is_sqlite
 
 log = logging.getLogger("ctxwarden")
+
+HEALTH_SERVICES = ("", SERVICE_NAME)
 
 
 class SchemaOutdated(RuntimeError):
@@ -65,48 +90,182 @@ def make_summarizer(settings: Settings) -> Summarizer | None:
         raise BadConfig(str(exc)) from exc
 
 
+def make_authenticator(settings: Settings) -> Authenticator:
+    try:
+        auth = Authenticator(
+            api_keys=load_api_keys(settings.api_keys_file) if settings.api_keys_file else {},
+            jwt=JwtConfig(
+                load_jwks(settings.jwt_jwks_file),
+                settings.jwt_issuer,
+                settings.jwt_audience,
+                settings.jwt_tenant_claim,
+            )
+            if settings.jwt_jwks_file
+            else None,
+            mtls_tenants=bool(settings.tls_client_ca),
+        )
+    except (OSError, ValueError) as exc:
+        raise BadConfig(str(exc)) from exc
+    host = settings.listen.rsplit(":", 1)[0].strip("[]")
+    if not auth.enabled and not _is_loopback(host) and not settings.insecure_allow_unauthenticated:
+        raise BadConfig(
+            f"refusing to listen on {settings.listen} without authentication: configure "
+            "--api-keys-file, --jwt-jwks-file or --tls-client-ca, listen on 127.0.0.1, or pass "
+            "--insecure-allow-unauthenticated if the network is trusted"
+        )
+    return auth
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    if not settings.tls_cert and not settings.tls_key:
+        return None
+    if not settings.tls_cert or not settings.tls_key:
+        raise BadConfig("--tls-cert and --tls-key go together")
+    try:
+        cert = Path(settings.tls_cert).read_bytes()
+        key = Path(settings.tls_key).read_bytes()
+        ca = Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+    except OSError as exc:
+        raise BadConfig(f"cannot read TLS files: {exc}") from exc
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
 async def serve(settings: Settings) -> None:
+    if settings.model_table_file:
+        from ctxwarden.modeltable import load_model_table
+
+        try:
+            load_model_table(settings.model_table_file)
+        except (OSError, ValueError) as exc:
+            raise BadConfig(str(exc)) from exc
     await asyncio.to_thread(ensure_schema, settings.database_url)
     summarizer = make_summarizer(settings)
-    repo = Repository(make_engine(settings.database_url, pool_size=settings.db_pool_size))
+    auth = make_authenticator(settings)
+    credentials = _server_credentials(settings)
+    disable_created_series()
+    obs = Metrics()
+    tracing = setup_tracing(settings.otel_endpoint) if settings.otel_endpoint else None
+    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+    instrument_engine(engine, obs, tracing)
+    repo = Repository(engine)
     manager = SessionManager(repo, settings, summarizer)
+    obs.watch_manager(manager)
+    hooks.install(obs, tracing)
+    metrics_server: MetricsServer | None = None
+    try:
+        if settings.metrics_listen:
+            try:
+                metrics_server = start_metrics_server(settings.metrics_listen, obs.registry)
+            except (OSError, ValueError) as exc:
+                raise BadConfig(
+                    f"cannot serve metrics on {settings.metrics_listen}: {exc}"
+                ) from exc
+        await _serve_grpc(settings, manager, auth, credentials, obs, tracing, metrics_server)
+    finally:
+        hooks.uninstall(obs)
+        if metrics_server is not None:
+            metrics_server.close()
+        if tracing is not None:
+            tracing.shutdown()
+
+
+def _interceptors(
+    settings: Settings, auth: Authenticator, obs: Metrics, tracing: Tracing | None
+) -> list[grpc.aio.ServerInterceptor]:
+    # The observer comes first (outermost), so it times, logs and counts every
+    # call, including the ones authentication or rate limiting rejects. The
+    # guard covers ContextService only: health and reflection stay open.
+    return [
+        RpcObserver(obs, tracing),
+        GuardInterceptor(auth, RateLimiter(settings.rate_limit_rps)),
+    ]
+
+
+async def _serve_grpc(
+    settings: Settings,
+    manager: SessionManager,
+    auth: Authenticator,
+    credentials: grpc.ServerCredentials | None,
+    obs: Metrics,
+    tracing: Tracing | None,
+    metrics_server: MetricsServer | None,
+) -> None:
     servicer = ContextServicer(manager, settings.limits)
     max_bytes = settings.limits.max_request_bytes
     server = grpc.aio.server(
+        interceptors=_interceptors(settings, auth, obs, tracing),
         options=[
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", max_bytes),
-        ]
+            ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        ],
     )
     server.add_generic_rpc_handlers((servicer.handler(),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (
-            SERVICE_NAME,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ),
-        server,
-    )
-    port = server.add_insecure_port(settings.listen)
+    if settings.reflection:
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+    if credentials is not None:
+        port = server.add_secure_port(settings.listen, credentials)
+    else:
+        port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise OSError(f"cannot listen on {settings.listen}")
+    monitor = HealthMonitor(
+        health_servicer,
+        HEALTH_SERVICES,
+        DatabaseProbe(manager.repo.ping, settings.database_url),
+        interval=settings.health_interval_seconds,
+        metrics=obs,
+    )
     await server.start()
-    for name in ("", SERVICE_NAME):
+    for name in HEALTH_SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    monitor.start()
     host = settings.listen.rsplit(":", 1)[0]
     # Tests and supervisors read this line to learn the bound port.
     print(f"ctxwarden listening on {host}:{port}", flush=True)
-    log.info("serving on %s:%d, database %s", host, port, _redact(settings.database_url))
+    if metrics_server is not None:
+        # ... and this one (always after the first) for the metrics port.
+        print(f"ctxwarden metrics on {metrics_server.address}", flush=True)
+    log.info(
+        "serving on %s:%d (%s), database %s, authentication: %s%s",
+        host,
+        port,
+        "TLS" if credentials is not None else "plaintext",
+        _redact(settings.database_url),
+        describe(auth),
+        f", metrics on {metrics_server.address}" if metrics_server else "",
+    )
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()
-    log.info("shutting down: no new calls, finishing in-flight ones")
+    log.info("shutting down: NOT_SERVING, no new calls, finishing in-flight ones")
+    # Order matters: report NOT_SERVING first (load balancers stop sending), stop
+    # the probe (it can no longer flip health back), then drain, then close the pool.
     await health_servicer.enter_graceful_shutdown()
+    await monitor.stop()
     await server.stop(settings.shutdown_grace_seconds)
     await manager.close()
     log.info("stopped")
@@ -119,6 +278,11 @@ def _redact(url: str) -> str:
 
 
 def run(settings: Settings) -> int:
+    try:
+        configure_logging(settings.log_level, settings.log_format)
+    except ValueError as exc:
+        print(f"ctxwarden: {exc}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(serve(settings))
     except (SchemaOutdated, BadConfig) as exc:

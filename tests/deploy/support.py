@@ -43,24 +43,8 @@ EXPECTED_KUSTOMIZATIONS = (
 # 1.29) and the newest schema the pinned kubernetes-validate ships.
 OLDEST_KUBERNETES = "1.29.0"
 
-# `ctxwarden serve` flags the manifests use that are being added in parallel
-# with these manifests. Once cli.py has them they are checked like any other
-# flag (values parsed by the real parser); until then only their names are
-# accepted. Value-taking ones map to True.
-UPCOMING_SERVE_FLAGS: dict[str, bool] = {
-    "--metrics-listen": True,
-    "--api-keys-file": True,
-    "--jwt-jwks-file": True,
-    "--jwt-issuer": True,
-    "--jwt-audience": True,
-    "--jwt-tenant-claim": True,
-    "--tls-cert": True,
-    "--tls-key": True,
-    "--tls-client-ca": True,
-    "--config": True,
-    "--no-reflection": False,
-    "--insecure-allow-unauthenticated": False,
-}
+# Every flag the manifests use must exist in cli.py (none is pending any more).
+UPCOMING_SERVE_FLAGS: dict[str, bool] = {}
 
 # Environment variables read inside the ctxwarden container that are not
 # server settings: the image's HEALTHCHECK target.

@@ -22,6 +22,7 @@ from google.rpc import code_pb2
 from ctxwarden.api.errors import rich_status
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.tenancy import current_tenant
+from ctxwarden.observability.logging import note_tenant
 
 TENANT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 READ_METHODS = frozenset(
@@ -310,7 +311,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer
             )
-        return current_tenant.set(tenant)
+        return note_tenant(tenant)
 
 
 def describe(auth: Authenticator) -> str:

@@ -9,12 +9,11 @@ Without authentication the tenant is "" and IDs are unchanged.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
-
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.validation import check_session_id
+from ctxwarden.observability.logging import current_tenant
 
-current_tenant: ContextVar[str] = ContextVar("ctxwarden_tenant", default="")
+__all__ = ["current_tenant", "inner_id", "outer_id"]
 
 
 def inner_id(session_id: str, field: str = "session_id") -> str:

@@ -32,6 +32,7 @@ from ctxwarden.core.errors import (
     Unavailable,
 )
 from ctxwarden.core.session import Checkpoint
+from ctxwarden.observability.metrics import metrics
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 
 if TYPE_CHECKING:
@@ -172,6 +173,7 @@ class Compactor:
                 self.m.hot.evict(session_id)
                 raise
             ctx.apply_checkpoint(checkpoint)
+            metrics.observe_compaction(checkpoint)
             log.info(
                 "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",
                 session_id,
@@ -302,7 +304,9 @@ class Compactor:
             ctx = await self.m._context_locked(session_id)
             plan = self._plan(ctx, keep_recent_tokens, instructions)
             pinned = ctx.session.pinned_state
-        summary, prefix = await self._summarize(summarizer, plan, pinned, instructions)
+        summary, prefix = await metrics.timed_summarize(
+            summarizer.name, self._summarize(summarizer, plan, pinned, instructions)
+        )
         try:
             return await self._commit(
                 session_id,

@@ -35,6 +35,7 @@ from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.tokens import Tokenizer, count_message, count_text
 from ctxwarden.core.validation import check_key, check_messages, check_session_id
+from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
 from ctxwarden.service.hot import HotSessions
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
@@ -463,6 +464,7 @@ class SessionManager:
                     stored_dups = found
                     continue
                 ctx.apply_append(plan, now)
+                metrics.observe_append(len(plan.new))
                 return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
             raise self._concurrent(session_id)
 
@@ -571,6 +573,7 @@ class SessionManager:
                     raise
             ctx = await self._context(session_id)
             view = ctx.model_input(max_output_tokens)
+        metrics.observe_model_input(view.tokens)
         return view
 
     async def _replay_input(

@@ -657,7 +657,13 @@ class Repository:
         return int(value)
 
 
-async def purge_deleted(repo: Repository, *, deleted_before_us: int, batch: int = 100) -> int:
+async def purge_deleted(
+    repo: Repository,
+    *,
+    deleted_before_us: int,
+    batch: int = 100,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Remove soft-deleted sessions (and all their rows) deleted before the cutoff.
 
     Live sessions are never touched: every statement is restricted to
@@ -685,3 +691,5 @@ async def purge_deleted(repo: Repository, *, deleted_before_us: int, batch: int 
                 await conn.execute(R.delete().where(R.c.scope.like(f"%/{sid}")))
             await conn.execute(S.delete().where(S.c.session_id.in_(ids), S.c.delete_time_us > 0))
         purged += len(ids)
+        if progress is not None:
+            progress(purged)
