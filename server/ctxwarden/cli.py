@@ -222,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="live sessions per tenant; 0 = unlimited (env CTXWARDEN_MAX_SESSIONS_PER_TENANT)",
     )
     sec.add_argument(
+        "--max-stored-bytes-per-tenant",
+        type=int,
+        default=_env_int("CTXWARDEN_MAX_STORED_BYTES_PER_TENANT", 0),
+        help="content bytes stored per tenant (live sessions); 0 = unlimited "
+        "(env CTXWARDEN_MAX_STORED_BYTES_PER_TENANT)",
+    )
+    sec.add_argument(
         "--max-concurrent-streams",
         type=int,
         default=_env_int("CTXWARDEN_MAX_CONCURRENT_STREAMS", 100),
@@ -464,6 +471,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         insecure_allow_unauthenticated=args.insecure_allow_unauthenticated,
         rate_limit_rps=args.rate_limit_rps,
         max_sessions_per_tenant=args.max_sessions_per_tenant,
+        max_stored_bytes_per_tenant=args.max_stored_bytes_per_tenant,
         max_concurrent_streams=args.max_concurrent_streams,
         log_format=args.log_format,
         metrics_listen=args.metrics_listen,

@@ -42,6 +42,8 @@ class Settings:
     health_interval_seconds: float = 2.0
     max_sessions_per_tenant: int = 0
     """0: unlimited."""
+    max_stored_bytes_per_tenant: int = 0
+    """0: unlimited."""
     api_keys_file: str = ""
     jwt_jwks_file: str = ""
     jwt_issuer: str = ""

@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -32,7 +33,7 @@ from ctxwarden.core.recovery import RecoveryAction, decide_recovery
 from ctxwarden.core.render import Format, render_view
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.session import Session, effective_policy
-from ctxwarden.core.tenancy import scoped_id, visible_id
+from ctxwarden.core.tenancy import scoped_id, tenant_of, visible_id
 from ctxwarden.core.tokens import Tokenizer, count_message, count_text
 from ctxwarden.core.validation import check_key, check_messages, check_session_id
 from ctxwarden.observability.metrics import metrics
@@ -100,6 +101,17 @@ def _page_size(requested: int, default: int, maximum: int = 1000) -> int:
     return min(requested or default, maximum)
 
 
+STORAGE_REFRESH_SECONDS = 10.0
+
+
+def _content_bytes(m: Message) -> int:
+    """Approximate stored size of a message's content."""
+    return sum(
+        len(b.text.encode()) + len(b.arguments_json) + len(b.data) + len(b.signature)
+        for b in m.content
+    )
+
+
 def _chars(messages: Sequence[Message]) -> int:
     return sum(len(b.text) + len(b.arguments_json) for m in messages for b in m.content)
 
@@ -140,6 +152,8 @@ class SessionManager:
         self.hot = HotSessions(settings.max_hot_sessions)
         self.restores = 0
         self.compactor = Compactor(self, summarizer)
+        self._storage: dict[str, tuple[int, float]] = {}
+        """Per-tenant stored bytes, refreshed from the database every few seconds."""
 
     # -- plumbing -------------------------------------------------------------
 
@@ -441,10 +455,16 @@ class SessionManager:
                     "context_tokens": plan.context_tokens,
                 }
                 record = self._record(scope, key, outcome)
+                added = sum(_content_bytes(m) for m in plan.new)
+                await self._check_storage(session_id, added)
                 try:
                     await self._db(
-                        lambda s=new_session, p=plan, r=record: self.repo.append(  # type: ignore[misc]
-                            s, expected_last_seq=ctx.session.last_seq, messages=p.new, record=r
+                        lambda s=new_session, p=plan, r=record, b=added: self.repo.append(  # type: ignore[misc]
+                            s,
+                            expected_last_seq=ctx.session.last_seq,
+                            messages=p.new,
+                            record=r,
+                            added_bytes=b,
                         )
                     )
                 except ConcurrentWrite:
@@ -464,6 +484,7 @@ class SessionManager:
                     stored_dups = found
                     continue
                 ctx.apply_append(plan, now)
+                self._note_storage(session_id, added)
                 metrics.observe_append(len(plan.new))
                 return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
             raise self._concurrent(session_id)
@@ -704,6 +725,34 @@ class SessionManager:
             self.hot.evict(sid)
         log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, current)
         return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)
+
+    # -- storage quota ------------------------------------------------------------
+
+    async def _check_storage(self, session_id: str, added: int) -> None:
+        limit = self.settings.max_stored_bytes_per_tenant
+        if limit <= 0:
+            return
+        tenant = tenant_of(session_id)
+        cached = self._storage.get(tenant)
+        now = time.monotonic()
+        if cached is None or now - cached[1] > STORAGE_REFRESH_SECONDS:
+            used = await self._db(lambda: self.repo.tenant_stored_bytes(tenant))
+            self._storage[tenant] = (used, now)
+        else:
+            used = cached[0]
+        if used + added > limit:
+            raise ResourceExhausted(
+                f"this tenant stores {used:,} bytes and the quota is {limit:,}; delete (and "
+                "purge) sessions you no longer need",
+                reason="STORAGE_QUOTA_EXCEEDED",
+                metadata={"quota_bytes": str(limit), "used_bytes": str(used)},
+            )
+
+    def _note_storage(self, session_id: str, added: int) -> None:
+        tenant = tenant_of(session_id)
+        cached = self._storage.get(tenant)
+        if cached is not None:
+            self._storage[tenant] = (cached[0] + added, cached[1])
 
     # -- token counting ---------------------------------------------------------
 

@@ -80,6 +80,8 @@ class SessionRow(Base):
     delete_time_us: Mapped[int] = mapped_column(BigInteger, default=0)
     compaction_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
     """The checkpoint in effect ("" before the first compaction)."""
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Approximate content bytes of every message stored (for per-tenant quotas)."""
     calibration_json: Mapped[str] = mapped_column(
         ascii_id(64), default='{"n":0,"r":1.0}', server_default='{"n":0,"r":1.0}'
     )

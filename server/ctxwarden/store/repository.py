@@ -152,6 +152,17 @@ class Repository:
             ).scalar_one()
         return int(value)
 
+    async def tenant_stored_bytes(self, tenant: str) -> int:
+        async with self.engine.connect() as conn:
+            value = (
+                await conn.execute(
+                    select(func.coalesce(func.sum(S.c.stored_bytes), 0)).where(
+                        S.c.tenant_id == tenant, S.c.delete_time_us == 0
+                    )
+                )
+            ).scalar_one()
+        return int(value)
+
     async def list_sessions(
         self,
         *,
@@ -233,6 +244,7 @@ class Repository:
         expected_last_seq: int,
         messages: Sequence[Message],
         record: RequestRecord | None,
+        added_bytes: int = 0,
     ) -> None:
         """Insert messages and advance the session row, atomically.
 
@@ -257,6 +269,7 @@ class Repository:
                         calibration_json=calibration_json(
                             session.estimate_ratio, session.estimate_samples
                         ),
+                        stored_bytes=S.c.stored_bytes + added_bytes,
                     )
                 )
                 if result.rowcount != 1:
