@@ -141,3 +141,23 @@ def test_tokenizer_in_policy(stub, new_session: NewSession) -> None:
         stub.CreateSession,
         pb.CreateSessionRequest(session=ses.Session(policy=ses.ContextPolicy(tokenizer="bogus"))),
     )
+
+
+def test_per_model_calibration_seeds_new_sessions(stub, new_session: NewSession) -> None:
+    from ctxwarden.v1 import message_pb2 as m
+
+    model = f"house-model-{id(stub)}"
+    first = new_session(model=model).session_id
+    append(stub, first, user("x" * 400))  # 100 heuristic tokens
+    answer = assistant("y" * 40)
+    answer.usage.CopyFrom(m.Usage(input_tokens=150, output_tokens=10))  # provider: 1.5x
+    append(stub, first, answer)
+    learned = build(stub, first).tokens.estimate_error_ratio
+    assert learned == 1.5
+    second = new_session(model=model).session_id
+    append(stub, second, user("z" * 400))
+    mi = build(stub, second)
+    assert mi.tokens.estimate_error_ratio == learned  # the model's factor, before any usage
+    assert mi.tokens.total_tokens == 150
+    other = new_session(model="another-model").session_id
+    assert build(stub, other).tokens.estimate_error_ratio == 1.0

@@ -40,6 +40,30 @@ class Calibration:
         return Calibration(round(ratio, 6), self.samples + 1)
 
 
+class ModelCalibration:
+    """Per-model correction factors, learned from every session of that model.
+
+    A new session starts from its model's factor instead of 1.0, so even its
+    first estimates are corrected; from its own first reported usage on, the
+    session's own factor takes over.
+    """
+
+    def __init__(self) -> None:
+        self._by_model: dict[str, Calibration] = {}
+
+    def prior(self, model: str) -> Calibration:
+        known = self._by_model.get(model)
+        return Calibration(known.ratio, 0) if known is not None else Calibration()
+
+    def learn(self, model: str, session_ratio: float) -> None:
+        current = self._by_model.get(model, Calibration())
+        if current.samples == 0:
+            self._by_model[model] = Calibration(session_ratio, 1)
+        else:
+            ratio = (1 - SMOOTHING) * current.ratio + SMOOTHING * session_ratio
+            self._by_model[model] = Calibration(round(ratio, 6), current.samples + 1)
+
+
 def prompt_tokens(usage: Usage) -> int:
     """The input context the provider billed for: uncached + cached input.
 

@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ctxwarden import ids
 from ctxwarden.config import Settings
+from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.core.context import AppendPlan, ModelInputView, SessionContext
 from ctxwarden.core.errors import (
@@ -152,6 +153,7 @@ class SessionManager:
         self.hot = HotSessions(settings.max_hot_sessions)
         self.restores = 0
         self.compactor = Compactor(self, summarizer)
+        self.model_calibration = ModelCalibration()
         self._storage: dict[str, tuple[int, float]] = {}
         """Per-tenant stored bytes, refreshed from the database every few seconds."""
 
@@ -269,8 +271,11 @@ class SessionManager:
         policy = effective_policy(session.policy, session.model)
         tokenizer = await _tokenizer(policy.tokenizer)
         now = ids.now_us()
+        prior = self.model_calibration.prior(session.model)
         fresh = replace(
             session,
+            estimate_ratio=prior.ratio,
+            estimate_samples=0,
             session_id=sid,
             last_seq=0,
             revision=1,
@@ -483,7 +488,10 @@ class SessionManager:
                         raise self._concurrent(session_id) from None
                     stored_dups = found
                     continue
+                samples_before = ctx.session.estimate_samples
                 ctx.apply_append(plan, now)
+                if plan.calibration.samples > samples_before:
+                    self.model_calibration.learn(ctx.session.model, plan.calibration.ratio)
                 self._note_storage(session_id, added)
                 metrics.observe_append(len(plan.new))
                 return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)

@@ -189,6 +189,7 @@ SETTINGS_FIELDS = (
     "policy_json",
     "pinned_state",
     "labels_json",
+    "calibration_json",
 )
 
 

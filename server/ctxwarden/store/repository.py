@@ -648,7 +648,9 @@ class Repository:
         if vrow is not None:
             session = session_with_settings(base, vrow.settings_json)
             session = replace(session, revision=int(vrow.revision))
-        ratio, samples = 1.0, 0
+        ratio, samples = session.estimate_ratio, session.estimate_samples
+        if vrow is None or calib is not None:
+            ratio, samples = 1.0, 0
         if calib is not None:
             ratio, samples = json.loads(calib.body)["calib"]
         session = replace(
