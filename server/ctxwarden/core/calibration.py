@@ -52,10 +52,12 @@ class ModelCalibration:
         self._by_model: dict[str, Calibration] = {}
 
     def prior(self, model: str) -> Calibration:
-        known = self._by_model.get(model)
+        known = self._by_model.get(model) if model else None
         return Calibration(known.ratio, 0) if known is not None else Calibration()
 
     def learn(self, model: str, session_ratio: float) -> None:
+        if not model:
+            return  # sessions that name no model have nothing in common
         current = self._by_model.get(model, Calibration())
         if current.samples == 0:
             self._by_model[model] = Calibration(session_ratio, 1)
