@@ -24,7 +24,6 @@ from ctxwarden.core.view import (
     ViewEntry,
     build_view,
     make_entry,
-    sum_tokens,
 )
 
 TOK = HeuristicTokenizer()
@@ -142,12 +141,6 @@ def test_message_tokens_come_from_entries_not_messages() -> None:
     m = user(1)
     v = build_view([ViewEntry(m, 777)], SYN)
     assert v.message_tokens == 777
-
-
-def test_sum_tokens() -> None:
-    es = entries(user(1), assistant(2))
-    assert sum_tokens(es) == es[0].token_count + es[1].token_count
-    assert sum_tokens([]) == 0
 
 
 # -- failed assistant messages ------------------------------------------------

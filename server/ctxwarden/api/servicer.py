@@ -320,7 +320,7 @@ class ContextServicer:
             request.model,
             request.tokenizer,
             messages,
-            "".join(t.name + t.description + t.parameters_json for t in tools),
+            tools,
             request.text,
         )
         return pb.CountTokensResponse(

@@ -21,7 +21,7 @@ from ctxwarden.core.errors import FailedPrecondition, InvalidArgument
 from ctxwarden.core.messages import ContentBlock, Message, MessageState, Role
 from ctxwarden.core.models import lookup_model
 from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
-from ctxwarden.core.session import Checkpoint, Session, effective_policy
+from ctxwarden.core.session import Checkpoint, Session, ToolDefinition, effective_policy
 from ctxwarden.core.tokens import CountingProfile, Tokenizer, count_text
 from ctxwarden.core.view import (
     SYNTHETIC_RESULT_TEXT,
@@ -96,8 +96,15 @@ class _CallState:
     answered: bool
 
 
-def tools_text(session: Session) -> str:
-    return "".join(t.name + t.description + t.parameters_json for t in session.tools)
+def tools_text(tools: Iterable[ToolDefinition]) -> str:
+    """The text of tool definitions a tokenizer is charged for."""
+    return "".join(t.name + t.description + t.parameters_json for t in tools)
+
+
+def counting_profile(model: str, tokenizer: Tokenizer) -> CountingProfile:
+    """How a model's messages are counted: its tokenizer, framing and image rule."""
+    info = lookup_model(model)
+    return CountingProfile(tokenizer, info.framing_tokens, info.reply_tokens, info.image_rule)
 
 
 def prefix_hash(session: Session, summary: str) -> str:
@@ -169,21 +176,20 @@ class SessionContext:
 
     def _refresh_fixed_costs(self) -> None:
         tok = self.tokenizer
-        info = lookup_model(self.session.model)
-        self.profile = CountingProfile(tok, info.framing_tokens, info.reply_tokens, info.image_rule)
+        self.profile = counting_profile(self.session.model, tok)
         system = count_text(self.session.system_prompt, tok)
         if system:
-            system += info.framing_tokens
+            system += self.profile.framing
         # The reply priming is billed once per request; it lives with the system part.
-        self.system_tokens = system + info.reply_tokens
-        self.tools_tokens = count_text(tools_text(self.session), tok)
+        self.system_tokens = system + self.profile.reply
+        self.tools_tokens = count_text(tools_text(self.session.tools), tok)
         self._summary: Message | None = None
         self.summary_tokens = 0
         if self.checkpoint is not None:
             self._summary = summary_message(self.checkpoint, self.session.pinned_state)
             self.summary_tokens = self.profile.message(self._summary)
             self._summary = replace(self._summary, token_count=self.summary_tokens)
-        self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok) + info.framing_tokens
+        self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok) + self.profile.framing
         self._prefix_hash = prefix_hash(
             self.session, self._summary.text if self._summary is not None else ""
         )

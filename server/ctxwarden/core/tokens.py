@@ -13,9 +13,6 @@ from typing import Protocol
 from ctxwarden.core.images import image_tokens
 from ctxwarden.core.messages import ContentKind, Message
 
-IMAGE_TOKENS = 1200
-"""Flat per-image estimate until provider-specific image rules land."""
-
 
 class Tokenizer(Protocol):
     @property

@@ -194,7 +194,3 @@ def build_view(
             notices.append(entry.notice)
     close_open_calls()
     return View(tuple(out), tuple(notices), tokens)
-
-
-def sum_tokens(entries: Sequence[ViewEntry]) -> int:
-    return sum(e.token_count for e in entries)

@@ -18,7 +18,13 @@ from ctxwarden import ids
 from ctxwarden.config import Settings
 from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.compaction.types import Summarizer
-from ctxwarden.core.context import AppendPlan, ModelInputView, SessionContext
+from ctxwarden.core.context import (
+    AppendPlan,
+    ModelInputView,
+    SessionContext,
+    counting_profile,
+    tools_text,
+)
 from ctxwarden.core.errors import (
     Aborted,
     AlreadyExists,
@@ -33,9 +39,9 @@ from ctxwarden.core.models import lookup_model
 from ctxwarden.core.recovery import RecoveryAction, decide_recovery
 from ctxwarden.core.render import Format, render_view
 from ctxwarden.core.rollback import last_failure_message
-from ctxwarden.core.session import Session, effective_policy
+from ctxwarden.core.session import Session, ToolDefinition, effective_policy
 from ctxwarden.core.tenancy import scoped_id, tenant_of, visible_id
-from ctxwarden.core.tokens import Tokenizer, count_message, count_text
+from ctxwarden.core.tokens import Tokenizer, count_text
 from ctxwarden.core.validation import check_key, check_messages, check_session_id
 from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
@@ -371,7 +377,7 @@ class SessionManager:
             tokenizer = ctx.tokenizer if new_spec == ctx.tokenizer.spec else None
             if tokenizer is None:
                 tokenizer = await _tokenizer(new_spec)
-            probe_profile = SessionContext(new, ctx.checkpoint, (), tokenizer).profile
+            probe_profile = counting_profile(new.model, tokenizer)
             if probe_profile.key != ctx.profile.key:
                 active = ctx.active_messages
                 checkpoint = ctx.checkpoint
@@ -769,24 +775,21 @@ class SessionManager:
         model: str,
         tokenizer_spec: str,
         messages: Sequence[Message],
-        tools_text: str,
+        tools: Sequence[ToolDefinition],
         text: str,
     ) -> tuple[int, list[int], str, bool, int, int]:
         """(total, per message, tokenizer spec, exact, tools, text) for a model."""
         info = lookup_model(model)
-        spec = tokenizer_spec or info.tokenizer
-        tokenizer = await _tokenizer(spec)
+        tokenizer = await _tokenizer(tokenizer_spec or info.tokenizer)
+        profile = counting_profile(model, tokenizer)
 
         def count() -> tuple[list[int], int, int]:
-            per = [
-                count_message(m, tokenizer, framing=info.framing_tokens, image_rule=info.image_rule)
-                for m in messages
-            ]
-            return per, count_text(tools_text, tokenizer), count_text(text, tokenizer)
+            per = [profile.message(m) for m in messages]
+            return per, count_text(tools_text(tools), tokenizer), count_text(text, tokenizer)
 
-        per, tools, text_tokens = await asyncio.to_thread(count)
-        total = sum(per) + tools + text_tokens + (info.reply_tokens if messages else 0)
-        return total, per, tokenizer.spec, tokenizer.exact and info.known, tools, text_tokens
+        per, tools_tokens, text_tokens = await asyncio.to_thread(count)
+        total = sum(per) + tools_tokens + text_tokens + (profile.reply if messages else 0)
+        return total, per, tokenizer.spec, tokenizer.exact and info.known, tools_tokens, text_tokens
 
     # -- tool output ------------------------------------------------------------
 

@@ -662,15 +662,6 @@ class Repository:
         kept = [replace(message_from_row(r), state=MessageState.ACTIVE) for r in rows]
         return Snapshot(session, checkpoint, kept)
 
-    async def count_messages(self, session_id: str) -> int:
-        async with self.engine.connect() as conn:
-            value = (
-                await conn.execute(
-                    select(func.count()).select_from(M).where(M.c.session_id == session_id)
-                )
-            ).scalar_one()
-        return int(value)
-
 
 async def purge_deleted(
     repo: Repository,
