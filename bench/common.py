@@ -1,0 +1,161 @@
+"""Shared pieces of the benchmarks: result records, statistics, databases, sessions."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+from tests.support.server import drop_mysql_database, make_mysql_database, migrate_database
+
+from bench.workload import MODEL, SYSTEM_PROMPT, TOOLS
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from ctxwarden.v1 import session_pb2 as ses
+
+MYSQL_ENV = "CTXWARDEN_BENCH_MYSQL_URL"
+DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"
+BACKENDS = ("sqlite", "mysql")
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+TIMEOUT = 120.0
+
+
+@dataclass
+class Result:
+    backend: str
+    metric: str
+    n: int
+    median_ms: float | None = None
+    p99_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    throughput: float | None = None
+    throughput_unit: str = ""
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of already sorted values."""
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def summarize(
+    backend: str,
+    metric: str,
+    samples_ns: Sequence[int],
+    *,
+    count: int | None = None,
+    wall_ns: int | None = None,
+    unit: str = "",
+    note: str = "",
+    extra: dict[str, Any] | None = None,
+) -> Result:
+    """Latency stats of ``samples_ns``; throughput is ``count`` items over ``wall_ns``."""
+    ms = sorted(s / 1e6 for s in samples_ns)
+    throughput = None
+    if wall_ns is not None and count is not None and wall_ns > 0:
+        throughput = count / (wall_ns / 1e9)
+    return Result(
+        backend=backend,
+        metric=metric,
+        n=len(ms),
+        median_ms=statistics.median(ms),
+        p99_ms=percentile(ms, 99),
+        min_ms=ms[0],
+        max_ms=ms[-1],
+        throughput=throughput,
+        throughput_unit=unit,
+        note=note,
+        extra=extra or {},
+    )
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- backends ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def backend_database(name: str, workdir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A fresh, migrated database URL for ``name``, removed afterwards."""
+    if name == "sqlite":
+        url = f"sqlite:///{workdir / 'ctxwarden.db'}"
+        migrate_database(url)
+        yield url, {"sqlite_path": str(workdir / "ctxwarden.db")}
+        return
+    base = os.environ.get(MYSQL_ENV, DEFAULT_MYSQL_URL)
+    db = f"ctxw_bench_{os.getpid()}_{secrets.token_hex(3)}"
+    url = make_mysql_database(base, db)
+    try:
+        migrate_database(url)
+        yield url, {"mysql_database": db, **mysql_info(base)}
+    finally:
+        drop_mysql_database(base, db)
+
+
+def mysql_info(base_url: str) -> dict[str, Any]:
+    """Server version and the durability settings that dominate append latency."""
+    import pymysql
+
+    url = make_url(base_url)
+    conn = pymysql.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 3306,
+        user=url.username or "root",
+        password=url.password or "",
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin"
+            )
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    assert row is not None
+    return {
+        "mysql_version": row[0],
+        "innodb_flush_log_at_trx_commit": row[1],
+        "sync_binlog": row[2],
+        "log_bin": row[3],
+    }
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def create_session(stub: pb_grpc.ContextServiceStub, kind: str) -> str:
+    session_id = f"bench-{kind}-{secrets.token_hex(4)}"
+    stub.CreateSession(
+        pb.CreateSessionRequest(
+            session_id=session_id,
+            session=ses.Session(
+                user_id="bench",
+                project_id="ctxwarden-bench",
+                title=f"benchmark {kind}",
+                system_prompt=SYSTEM_PROMPT,
+                tools=TOOLS,
+                model=MODEL,
+            ),
+        ),
+        timeout=TIMEOUT,
+    )
+    return session_id
