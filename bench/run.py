@@ -37,6 +37,12 @@ from bench.common import (
     log,
     summarize,
 )
+from bench.concurrency import run_agents
+from bench.memory import measure_memory
+from bench.scale import HistoryScaling
+from bench.targets import evaluate
+from bench.targets import render as render_targets
+from bench.tokenizers import tokenizer_throughput
 from bench.workload import MODEL, Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
@@ -52,18 +58,20 @@ PIPELINE_WINDOW = 16
 class Config:
     appends: int
     stream_messages: int
-    concurrent_streams: int
+    concurrent_sessions: int
     concurrent_messages: int
     build_session_messages: int
     build_calls: int
-    restore_sizes: tuple[int, ...]
-    restarts: int
+    history_sizes: tuple[int, ...]
+    history_reps: int
+    memory_sessions: int
+    memory_messages: int
 
     @classmethod
     def make(cls, quick: bool) -> Config:
         if quick:
-            return cls(200, 200, 20, 50, 1000, 60, (1000, 10000), 1)
-        return cls(1000, 1000, 20, 200, 1000, 300, (1000, 10000), 3)
+            return cls(200, 200, 100, 20, 1000, 60, (100, 1000, 10_000), 3, 1000, 50)
+        return cls(1000, 1000, 100, 100, 1000, 300, (100, 1000, 10_000, 100_000), 7, 10_000, 50)
 
 
 def append_batched(
@@ -174,9 +182,9 @@ class BackendBench:
         self.warm_up()
         self.unary_appends()
         self.streaming()
-        self.concurrent_streams()
+        self.concurrent_sessions()
         self.build_model_input()
-        self.restore()
+        self.prepare_compaction()
         return self.results
 
     def warm_up(self) -> None:
@@ -242,47 +250,51 @@ class BackendBench:
                 )
             )
 
-    def concurrent_streams(self) -> None:
-        k, n = self.cfg.concurrent_streams, self.cfg.concurrent_messages
-        log(f"{self.backend}: {k} concurrent StreamMessages x{n}")
+    def concurrent_sessions(self) -> None:
+        k, n = self.cfg.concurrent_sessions, self.cfg.concurrent_messages
         conv = self.conversation(50)
-        sids = [create_session(self.stub, f"conc{i}") for i in range(k)]
-        work = [one_message_requests(sid, conv.alternating(n)) for sid in sids]
-        barrier = threading.Barrier(k)
-        outcomes: list[tuple[list[int], int, int] | BaseException | None] = [None] * k
-
-        def worker(i: int) -> None:
-            try:
-                outcomes[i] = stream_appends(self.stub, work[i], 1, barrier)
-            except BaseException as exc:
-                outcomes[i] = exc
-                barrier.abort()
-
-        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(k)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        lat: list[int] = []
-        starts, ends = [], []
-        for outcome in outcomes:
-            if not isinstance(outcome, tuple):
-                raise RuntimeError(f"a concurrent stream failed: {outcome!r}")
-            lat.extend(outcome[0])
-            starts.append(outcome[1])
-            ends.append(outcome[2])
-        self.add(
-            summarize(
-                self.backend,
-                "stream_append_concurrent",
-                lat,
-                count=k * n,
-                wall_ns=max(ends) - min(starts),
-                unit="msgs/s",
-                note=f"{k} threads x 1 stream x {n} msgs, lock-step",
-                extra={"streams": k, "messages_per_stream": n},
-            )
+        variants = (
+            ("append_concurrent_stream", "stream", 1, 1),
+            ("append_concurrent_stream_pipelined", "stream", 4, 1),
+            ("append_concurrent_unary", "unary", 1, 1),
+            ("append_concurrent_stream_batch10", "stream", 1, 10),
         )
+        for metric, mode, window, per_request in variants:
+            log(f"{self.backend}: {k} sessions x {n} msgs, {mode}, window {window}")
+            sids = [create_session(self.stub, f"conc{i}") for i in range(k)]
+            work = []
+            for sid in sids:
+                msgs = conv.alternating(n)
+                work.append(
+                    [
+                        pb.AppendMessagesRequest(session_id=sid, messages=msgs[i : i + per_request])
+                        for i in range(0, n, per_request)
+                    ]
+                )
+            out = run_agents(self.server.target, work, mode, window)
+            for sid in sids[:3]:  # every acknowledged message is there
+                got = self.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=TIMEOUT)
+                assert got.last_seq == n, (got.last_seq, n)
+            shape = "1 stream each" if mode == "stream" else "unary calls"
+            flight = f", {window} in flight" if window > 1 else ", lock-step"
+            size = f", {per_request} msgs/request" if per_request > 1 else ", 1 msg/request"
+            self.add(
+                summarize(
+                    self.backend,
+                    metric,
+                    out.latencies_ns,
+                    count=out.messages,
+                    wall_ns=out.wall_ns,
+                    unit="msgs/s",
+                    note=f"{k} sessions x {n} msgs, {shape}{flight}{size}",
+                    extra={
+                        "sessions": k,
+                        "messages_per_session": n,
+                        "window": window,
+                        "messages_per_request": per_request,
+                    },
+                )
+            )
 
     def build_model_input(self) -> None:
         size, calls = self.cfg.build_session_messages, self.cfg.build_calls
@@ -322,7 +334,7 @@ class BackendBench:
                 wall_ns=sum(bmi),
                 unit="calls/s",
                 note=(
-                    f"{size} msgs, {info['response_bytes'] / 1e6:.2f} MB, "
+                    f"{size} msgs, whole input: {info['response_bytes'] / 1e6:.2f} MB, "
                     f"{info['total_tokens']} tok, client decode {decode / 1e6:.1f} ms; "
                     f"/get_session {ratio:.1f}x"
                 ),
@@ -340,79 +352,72 @@ class BackendBench:
                 note="same session, interleaved with build_model_input",
             )
         )
+        self.incremental_inputs(sid, first, calls)
 
-    def restore(self) -> None:
-        sizes, restarts = self.cfg.restore_sizes, self.cfg.restarts
-        log(f"{self.backend}: building restore sessions {sizes} in batches of {BATCH}")
-        tiny = create_session(self.stub, "tiny")
-        append_batched(self.stub, tiny, self.conversation(4).alternating(2))
-        sessions: dict[int, str] = {}
-        batch_lat: list[int] = []
-        for size in sizes:
-            sid = create_session(self.stub, f"restore{size}")
-            batch_lat += append_batched(self.stub, sid, self.conversation(size).agent_history(size))
-            sessions[size] = sid
+    def incremental_inputs(self, sid: str, held: pb.ModelInput, calls: int) -> None:
+        """The agent loop: append the new message, then ask for the input with the
+        resume token of the one held; measured: BuildModelInput alone."""
+        conv = self.conversation(9)
+        get_req = pb.GetSessionRequest(session_id=sid)
+        bmi, get, sizes = [], [], []
+        for msg in conv.alternating(calls):
+            self.stub.AppendMessages(
+                pb.AppendMessagesRequest(session_id=sid, messages=[msg]), timeout=TIMEOUT
+            )
+            req = pb.BuildModelInputRequest(session_id=sid, resume_token=held.resume_token)
+            ns, delta = timed(lambda req=req: self.stub.BuildModelInput(req, timeout=TIMEOUT))
+            bmi.append(ns)
+            get.append(timed(lambda: self.stub.GetSession(get_req, timeout=TIMEOUT))[0])
+            assert delta.messages_offset > 0, "the server did not resume"
+            sizes.append(delta.ByteSize())
+            del held.messages[delta.messages_offset :]
+            held.messages.extend(delta.messages)
+            held.resume_token = delta.resume_token
+        ratio = statistics.median(bmi) / statistics.median(get)
         self.add(
             summarize(
                 self.backend,
-                "append_batch_500",
-                batch_lat,
-                count=len(batch_lat) * BATCH,
-                wall_ns=sum(batch_lat),
-                unit="msgs/s",
-                note=f"AppendMessages of {BATCH} agent msgs (building the restore sessions)",
+                "build_model_input_incremental",
+                bmi,
+                count=calls,
+                wall_ns=sum(bmi),
+                unit="calls/s",
+                note=(
+                    f"{len(held.messages)} msgs held, resume_token: "
+                    f"{statistics.median(sizes) / 1e3:.1f} KB sent; /get_session {ratio:.1f}x"
+                ),
+                extra={
+                    "response_bytes_median": statistics.median(sizes),
+                    "ratio_to_get_session_median": ratio,
+                    "get_session_median_ms": statistics.median(get) / 1e6,
+                },
             )
         )
-        first: dict[int, list[int]] = {size: [] for size in sizes}
-        second: dict[int, list[int]] = {size: [] for size in sizes}
-        cold: list[int] = []
-        restart_ns: list[int] = []
-        for r in range(restarts):
-            log(f"{self.backend}: restart {r + 1}/{restarts}")
-            self.close()
-            t0 = time.perf_counter_ns()
-            self.server.stop()
-            self.server.start()
-            self.reconnect()
-            restart_ns.append(time.perf_counter_ns() - t0)
-            # The first call of a fresh process also loads the tokenizer and opens the
-            # database pool; take that on a tiny session so the big ones measure restore.
-            cold.append(
-                timed(
-                    lambda: self.stub.BuildModelInput(
-                        pb.BuildModelInputRequest(session_id=tiny), timeout=TIMEOUT
-                    )
-                )[0]
-            )
-            order = list(sizes) if r % 2 == 0 else list(reversed(sizes))
-            for size in order:
-                req = pb.BuildModelInputRequest(session_id=sessions[size])
-                ns, resp = timed(lambda req=req: self.stub.BuildModelInput(req, timeout=TIMEOUT))
-                assert len(resp.messages) == size, (len(resp.messages), size)
-                first[size].append(ns)
-                second[size].append(
-                    timed(lambda req=req: self.stub.BuildModelInput(req, timeout=TIMEOUT))[0]
-                )
+
+    def prepare_compaction(self) -> None:
+        size = 10_000 if self.cfg.build_calls > 100 else 2_000
+        log(f"{self.backend}: PrepareCompaction on a hot {size}-message session")
+        sid = create_session(self.stub, "prepare")
+        append_batched(self.stub, sid, self.conversation(11).agent_history(size))
+        req = pb.PrepareCompactionRequest(session_id=sid)
+        self.stub.PrepareCompaction(req, timeout=TIMEOUT)
+        lat = []
+        plan = pb.CompactionPlan()
+        for _ in range(5):
+            ns, plan = timed(lambda: self.stub.PrepareCompaction(req, timeout=TIMEOUT))
+            lat.append(ns)
         self.add(
             summarize(
                 self.backend,
-                "restore_first_call_tiny",
-                cold,
-                note="first call after restart, 2-msg session (tokenizer + DB pool)",
-                extra={"restart_ms": [ns / 1e6 for ns in restart_ns]},
+                "prepare_compaction",
+                lat,
+                note=(
+                    f"hot {size}-msg session, plan {plan.ByteSize() / 1e6:.1f} MB "
+                    f"(summariser prompt included)"
+                ),
+                extra={"session_messages": size, "plan_bytes": plan.ByteSize()},
             )
         )
-        for size in sizes:
-            hot = statistics.median(second[size]) / 1e6
-            self.add(
-                summarize(
-                    self.backend,
-                    f"restore_build_model_input_{size}",
-                    first[size],
-                    note=f"first call after restart, {size} msgs; 2nd call {hot:.1f} ms",
-                    extra={"second_call_median_ms": hot, "second_call_ns": second[size]},
-                )
-            )
 
 
 # -- driver --------------------------------------------------------------------
@@ -437,6 +442,12 @@ def run_backend(name: str, cfg: Config, seed: int) -> tuple[list[Result], dict[s
             finally:
                 bench.close()
                 server.stop()
+            results += HistoryScaling(
+                name, url, log_dir, cfg.history_sizes, cfg.history_reps, seed
+            ).run()
+            results.append(
+                measure_memory(name, url, log_dir, cfg.memory_sessions, cfg.memory_messages, seed)
+            )
             shown = make_url(url).render_as_string(hide_password=True)
             return results, {"database_url": shown, **info}
 
@@ -450,7 +461,14 @@ def render_table(results: Sequence[Result]) -> str:
     for r in results:
         if r.metric not in metric_order:
             metric_order.append(r.metric)
-    rows = sorted(results, key=lambda r: (metric_order.index(r.metric), BACKENDS.index(r.backend)))
+    order = [*BACKENDS, "-"]
+    rows = sorted(
+        results,
+        key=lambda r: (
+            metric_order.index(r.metric),
+            order.index(r.backend) if r.backend in order else len(order),
+        ),
+    )
     header = ("backend", "metric", "n", "median ms", "p99 ms", "throughput", "notes")
     table = [header]
     for r in rows:
@@ -481,6 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     parser.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
+    parser.add_argument(
+        "--no-peers", action="store_true", help="skip the side-by-side runs of the peers"
+    )
     args = parser.parse_args(argv)
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -502,8 +523,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             failures[name] = repr(exc)
         log(f"{name}: done in {time.monotonic() - t0:.1f} s")
 
+    log("tokenizer throughput")
+    results += tokenizer_throughput(args.seed, args.quick)
+    if not args.no_peers:
+        try:
+            from bench.peers import run_peers
+        except ImportError as exc:
+            log(f"peers: not run ({exc}); install with pip install -e '.[bench]'")
+        else:
+            try:
+                results += run_peers(backends, args.quick, args.seed)
+            except Exception as exc:
+                log(f"peers: FAILED: {exc!r}")
+                failures["peers"] = repr(exc)
+
     print()
     print(render_table(results) if results else "(no results)")
+    verdicts = evaluate(results, backends)
+    print()
+    print(render_targets(verdicts))
     for name, err in failures.items():
         print(f"\n{name}: FAILED: {err}")
     elapsed = time.time() - started
@@ -525,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "backends": backend_info,
             },
             "results": [asdict(r) for r in results],
+            "targets": [asdict(v) for v in verdicts],
             "failures": failures,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

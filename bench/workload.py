@@ -7,11 +7,17 @@ backends in one run) send byte-identical sessions.
 from __future__ import annotations
 
 import json
+import math
 import random
+import struct
+import zlib
 from collections.abc import Iterator
 
 from ctxwarden.v1 import message_pb2 as m
 from ctxwarden.v1 import session_pb2 as ses
+
+IMAGE_SHARE = 0.05
+"""Share of user turns that attach a screenshot."""
 
 MODEL = "gpt-4.1"
 PROVIDER = "openai"
@@ -234,6 +240,24 @@ def _tool_output(rng: random.Random, tool: str, size: int) -> str:
     return "\n".join(lines)[:size]
 
 
+def screenshot(rng: random.Random, size: int = 24_000) -> m.ImageContent:
+    """A PNG of a common screen size: a real header and ``size`` bytes of image data.
+
+    Token counting reads only the header; the data is incompressible bytes of
+    the size a compressed screenshot has.
+    """
+    width, height = rng.choice(((1280, 800), (1440, 900), (1920, 1080), (800, 600)))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    data = rng.randbytes(size)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body) & 0xFFFFFFFF
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+    return m.ImageContent(mime_type="image/png", data=png)
+
+
 class Conversation:
     """Generates protobuf messages of one coding-agent conversation."""
 
@@ -325,7 +349,8 @@ class Conversation:
             )
         ]
         for block, tool in calls:
-            size = self.rng.randint(200, 5000)
+            # 0.2-20 KB, log-uniform: most outputs are small, some are whole files.
+            size = int(math.exp(self.rng.uniform(math.log(200), math.log(20_000))))
             text = _tool_output(self.rng, tool, size) if tool != "edit_file" else "OK: 1 edit"
             out.append(
                 m.Message(
@@ -341,7 +366,10 @@ class Conversation:
     def _turn_messages(self) -> Iterator[list[m.Message]]:
         """One agent turn as atomic groups: user ask, 1-5 tool rounds, final answer."""
         self._turn += 1
-        yield [self.text_message(m.ROLE_USER, self.rng.randint(150, 1200))]
+        ask = self.text_message(m.ROLE_USER, self.rng.randint(150, 1200))
+        if self.rng.random() < IMAGE_SHARE:
+            ask.content.append(m.ContentBlock(image=screenshot(self.rng)))
+        yield [ask]
         for _ in range(self.rng.randint(1, 5)):
             yield self._tool_round()
         yield [self._assistant_text(self.rng.randint(300, 1500))]

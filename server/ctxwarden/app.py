@@ -22,6 +22,7 @@ from ctxwarden.api.auth import (
     load_api_keys,
     load_jwks,
 )
+from ctxwarden.api.convert import encoding_cache
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
@@ -158,7 +159,8 @@ async def serve(settings: Settings) -> None:
     tracing = setup_tracing(settings.otel_endpoint) if settings.otel_endpoint else None
     engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
     instrument_engine(engine, obs, tracing)
-    repo = Repository(engine)
+    encoding_cache.limit_bytes = max(0, settings.encoding_cache_mb) * 1024 * 1024
+    repo = Repository(engine, append_writers=settings.append_writers, observe=hooks.observe_db)
     manager = SessionManager(repo, settings, summarizer)
     obs.watch_manager(manager)
     hooks.install(obs, tracing)

@@ -80,6 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="sessions kept in memory (LRU) (env CTXWARDEN_MAX_HOT_SESSIONS; default %(default)s)",
     )
     serve.add_argument(
+        "--encoding-cache-mb",
+        type=int,
+        default=_env_int("CTXWARDEN_ENCODING_CACHE_MB", 64),
+        help="memory for encoded messages of recently built sessions, which makes "
+        "BuildModelInput of long sessions fast (LRU by session; env "
+        "CTXWARDEN_ENCODING_CACHE_MB; default %(default)s; 0 turns it off)",
+    )
+    serve.add_argument(
+        "--append-writers",
+        type=int,
+        default=_env_int("CTXWARDEN_APPEND_WRITERS", -1),
+        help="database connections that group-commit appends: concurrent appends share "
+        "one transaction (env CTXWARDEN_APPEND_WRITERS; default: 1 on SQLite, 2 on "
+        "MySQL; 0 turns group commit off)",
+    )
+    serve.add_argument(
         "--max-message-bytes",
         type=int,
         default=_env_int("CTXWARDEN_MAX_MESSAGE_BYTES", Limits().max_message_bytes),
@@ -440,6 +456,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         listen=args.listen,
         database_url=args.database_url,
         max_hot_sessions=args.max_hot_sessions,
+        append_writers=None if args.append_writers < 0 else args.append_writers,
+        encoding_cache_mb=args.encoding_cache_mb,
         max_retries=args.max_retries,
         limits=Limits(
             max_message_bytes=args.max_message_bytes,

@@ -21,6 +21,7 @@ from ctxwarden.core.view import (
     SYNTHETIC_METADATA_KEY,
     SYNTHETIC_TOOL_RESULT,
     TOOL_OUTPUT_TRUNCATED,
+    build_view,
 )
 
 SESSIONS = {
@@ -254,6 +255,13 @@ def check_invariants(h: Harness) -> None:
     ctx = h.ctx
     mi = ctx.model_input()
     assert ctx.model_input() == mi  # deterministic
+    # The view resumed from earlier calls equals one built from scratch.
+    fresh = build_view(ctx.entries, ctx.synthetic_tokens, ctx.policy.keep_tool_results, None)
+    summary = 1 if ctx.checkpoint is not None else 0
+    assert len(mi.messages) == summary + len(fresh.messages)
+    assert mi.messages[summary:] == fresh.messages
+    assert mi.notices == fresh.notices
+    assert mi.tokens.message_tokens == fresh.message_tokens
     msgs = mi.messages
     active = ctx.active_messages
     by_seq = {m.seq: m for m in active}

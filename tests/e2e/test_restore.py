@@ -91,6 +91,23 @@ def test_evicted_sessions_restore_identically(own_server: ServerProcess) -> None
     ch.close()
 
 
+def test_resume_tokens_survive_eviction(own_server: ServerProcess) -> None:
+    ch, stub = _stub(own_server.target)
+    sids = [_scripted_session(stub) for _ in range(6)]  # more than --max-hot-sessions 3
+    held = {sid: stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid)) for sid in sids}
+    for sid in sids:
+        stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[user("next")]))
+    for sid in sids:  # every call restores an evicted session
+        token = held[sid].resume_token
+        delta = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid, resume_token=token))
+        full = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid))
+        assert delta.messages_offset > 0
+        assert [*held[sid].messages[: delta.messages_offset], *delta.messages] == list(
+            full.messages
+        )
+    ch.close()
+
+
 def test_kill_9_while_streaming_loses_no_acknowledged_message(own_server: ServerProcess) -> None:
     ch, stub = _stub(own_server.target)
     sid = f"k-{uuid.uuid4().hex[:12]}"

@@ -50,11 +50,16 @@ class Client:
         if retries < 0:
             raise ValueError("retries must be >= 0")
         self._owns_channel = channel is None
-        self._channel = grpc.insecure_channel(target) if channel is None else channel
+        self._channel = (
+            grpc.insecure_channel(target, options=_common.CHANNEL_OPTIONS)
+            if channel is None
+            else channel
+        )
         self._stub = context_service_pb2_grpc.ContextServiceStub(self._channel)
         self._timeout = timeout
         self._metadata = _common.normalize_metadata(metadata)
         self._retry = RetryPolicy(retries)
+        self._inputs = _common.InputCache()
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------
@@ -229,14 +234,26 @@ class Client:
         max_output_tokens: int = 0,
         *,
         auto_compact: bool = False,
+        incremental: bool = False,
         timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
         """Returns exactly what to send to the model next (compacting first with
-        ``auto_compact`` when the input would cross the threshold)."""
+        ``auto_compact`` when the input would cross the threshold).
+
+        ``incremental``: the client keeps the session's last input and the
+        server sends only the messages it does not hold yet (a few KB instead
+        of the whole history). The result is the same complete input; it is
+        the cached object, updated in place by the next incremental call for
+        this session, so copy it if you keep it longer."""
         request = context_service_pb2.BuildModelInputRequest(
             session_id=session_id, max_output_tokens=max_output_tokens, auto_compact=auto_compact
         )
-        return self._call(self._stub.BuildModelInput, request, timeout=timeout, safe=True)
+        if incremental:
+            request.resume_token = self._inputs.token(session_id)
+        received = self._call(self._stub.BuildModelInput, request, timeout=timeout, safe=True)
+        if not incremental:
+            return received
+        return self._inputs.merge(session_id, received)
 
     def rollback_turn(
         self,

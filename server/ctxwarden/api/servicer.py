@@ -20,6 +20,7 @@ from ctxwarden.api.convert import (
     message_to_pb,
     model_input_bytes,
     plan_to_pb,
+    resume_offset,
     session_from_pb,
     session_to_pb,
     tool_from_pb,
@@ -230,7 +231,8 @@ class ContextServicer:
             as_of,
             int(request.format),
         )
-        return model_input_bytes(view)
+        offset = resume_offset(request.resume_token, view) if request.resume_token else 0
+        return model_input_bytes(view, offset)
 
     @unary
     async def RollbackTurn(

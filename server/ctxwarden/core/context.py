@@ -26,7 +26,10 @@ from ctxwarden.core.tokens import CountingProfile, Tokenizer, count_text
 from ctxwarden.core.view import (
     SYNTHETIC_RESULT_TEXT,
     Notice,
+    View,
+    ViewBuilder,
     ViewEntry,
+    base_digest,
     build_view,
     make_entry,
     make_stub,
@@ -75,6 +78,13 @@ class ModelInputView:
     """The input in a provider's wire schema (when a format was asked for)."""
     render_cache: dict[int, tuple[object, bytes]] = field(default_factory=dict, compare=False)
     """Opaque per-session cache for the api layer's encoding of stored messages."""
+    stable_messages: int = 0
+    """Leading messages that later inputs start with, until history is rewritten."""
+    summary_messages: int = 0
+    """1 when messages[0] is the summary of compacted history."""
+    digests: Sequence[int] = field(default=(), compare=False)
+    """digests[i] fingerprints the first i messages after the summary (the api
+    layer turns them into resume tokens); empty: the input cannot be resumed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +167,13 @@ class SessionContext:
         self.checkpoint = checkpoint
         self.tokenizer = tokenizer
         self._entries: list[ViewEntry] = []
+        # The view so far; valid while _entries is the same list and only grew.
+        self._builder: ViewBuilder | None = None
+        self._builder_source: list[ViewEntry] | None = None
         self.render_cache: dict[int, tuple[object, bytes]] = {}
-        self._by_message_id: dict[str, Message] = {}
+        # message_id -> stored message, built on first use: most clients never
+        # send message_ids, and thousands of hot sessions need not pay for it.
+        self._by_message_id: dict[str, Message] | None = None
         self._calls: dict[str, _CallState] = {}
         self.session = session
         self.policy = effective_policy(session.policy, session.model)
@@ -194,6 +209,7 @@ class SessionContext:
             self.session, self._summary.text if self._summary is not None else ""
         )
         self._stubs: dict[int, ViewEntry] = {}
+        self._builder = None  # the summary or the synthetic result may have changed
 
     def replace_session(self, session: Session, tokenizer: Tokenizer | None = None) -> None:
         """Install new settings; a new tokenizer or policy re-derives the view entries."""
@@ -253,8 +269,9 @@ class SessionContext:
         """Kept active messages as stored (untruncated), in seq order."""
         return [self._stored(e) for e in self._entries]
 
-    def _stored(self, entry: ViewEntry) -> Message:
-        return self._by_message_id[entry.message.message_id]
+    @staticmethod
+    def _stored(entry: ViewEntry) -> Message:
+        return entry.original
 
     def count(self, message: Message) -> int:
         return self.profile.message(message)
@@ -262,7 +279,11 @@ class SessionContext:
     # -- append -----------------------------------------------------------
 
     def find_duplicate(self, message_id: str) -> Message | None:
-        return self._by_message_id.get(message_id) if message_id else None
+        if not message_id:
+            return None
+        if self._by_message_id is None:
+            self._by_message_id = {e.original.message_id: e.original for e in self._entries}
+        return self._by_message_id.get(message_id)
 
     def plan_append(
         self,
@@ -357,7 +378,8 @@ class SessionContext:
 
     def _add(self, message: Message) -> None:
         self._entries.append(make_entry(message, self.policy, self.profile))
-        self._by_message_id[message.message_id] = message
+        if self._by_message_id is not None:
+            self._by_message_id[message.message_id] = message
         if message.role is Role.ASSISTANT:
             for block in message.tool_calls:
                 self._calls[block.tool_call_id] = _CallState(message.seq, False)
@@ -392,9 +414,7 @@ class SessionContext:
     def apply_rollback(self, seqs: Sequence[int], consecutive_failures: int, now_us: int) -> None:
         gone = set(seqs)
         kept = [self._stored(e) for e in self._entries if e.message.seq not in gone]
-        for e in self._entries:
-            if e.message.seq in gone:
-                self._by_message_id.pop(e.message.message_id, None)
+        self._by_message_id = None
         self._entries = []
         self._calls = {}
         for message in kept:
@@ -420,10 +440,29 @@ class SessionContext:
         """Total tokens of the current model input (what compaction shrinks)."""
         return self.model_input().tokens.total_tokens
 
+    def _view(self) -> View:
+        """build_view of the entries, resumed from the last call while they only grew."""
+        if self.policy.keep_tool_results > 0:
+            # Stubbing depends on the newest results: any append can change old entries.
+            return build_view(
+                self._entries, self.synthetic_tokens, self.policy.keep_tool_results, self._stub
+            )
+        builder = self._builder
+        if (
+            builder is None
+            or self._builder_source is not self._entries
+            or builder.synthetic_tokens != self.synthetic_tokens
+            or builder.fed > len(self._entries)
+        ):
+            base = base_digest(self.session.session_id, self._prefix_hash, self.session.revision)
+            builder = self._builder = ViewBuilder(self.synthetic_tokens, base)
+            self._builder_source = self._entries
+        for entry in self._entries[builder.fed :]:
+            builder.feed(entry)
+        return builder.view()
+
     def model_input(self, max_output_tokens: int = 0) -> ModelInputView:
-        view = build_view(
-            self._entries, self.synthetic_tokens, self.policy.keep_tool_results, self._stub
-        )
+        view = self._view()
         messages = view.messages
         if self._summary is not None:
             messages = (self._summary, *messages)
@@ -464,6 +503,9 @@ class SessionContext:
             prefix_hash=self._prefix_hash,
             summary=self.checkpoint.carried_summary if self.checkpoint else "",
             render_cache=self.render_cache,
+            stable_messages=view.stable + (1 if self._summary is not None else 0),
+            summary_messages=1 if self._summary is not None else 0,
+            digests=view.digests,
         )
 
     # -- compaction ---------------------------------------------------------
@@ -476,7 +518,7 @@ class SessionContext:
         kept = [m for m in self.active_messages if m.seq >= checkpoint.first_kept_seq]
         self.checkpoint = checkpoint
         self._entries = []
-        self._by_message_id = {}
+        self._by_message_id = None
         self._calls = {}
         self._refresh_fixed_costs()
         for message in kept:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 
 class Role(enum.IntEnum):
@@ -79,6 +80,10 @@ class Usage:
     total_tokens: int = 0
 
 
+EMPTY_METADATA: Mapping[str, str] = MappingProxyType({})
+"""Shared by every message without metadata (most of them)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """A stored message. ``seq`` is 0 until the server assigns it."""
@@ -98,7 +103,7 @@ class Message:
     state: MessageState = MessageState.ACTIVE
     token_count: int = 0
     create_time_us: int = 0
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = field(default_factory=lambda: EMPTY_METADATA)
     counted_with: str = ""
     """Server-side: the tokenizer spec that computed token_count ("" = unknown)."""
     calibration: tuple[float, int] | None = None

@@ -8,6 +8,8 @@ have no call to answer, and cuts oversized tool output to a preview.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -50,6 +52,13 @@ class ViewEntry:
     message: Message
     token_count: int
     notice: Notice | None = None
+    stored: Message | None = None
+    """The stored message when ``message`` is a shortened copy of it."""
+
+    @property
+    def original(self) -> Message:
+        """The message as stored (untruncated)."""
+        return self.stored if self.stored is not None else self.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,28 @@ class View:
     messages: tuple[Message, ...]
     notices: tuple[Notice, ...]
     message_tokens: int
+    stable: int = 0
+    """Leading messages that every later view of the same builder starts with."""
+    digests: Sequence[int] = ()
+    """digests[i] fingerprints the first i messages (see ViewBuilder); empty when
+    the view cannot be resumed."""
+
+
+def _digest(previous: int, message: Message, entry_tokens: int) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    h.update(previous.to_bytes(8, "little"))
+    h.update(
+        f"{message.seq}\x00{message.message_id}\x00{message.tool_call_id}\x00"
+        f"{int(message.role)}\x00{entry_tokens}".encode()
+    )
+    return int.from_bytes(h.digest(), "little")
+
+
+def base_digest(*parts: object) -> int:
+    """The fingerprint of what comes before the messages (settings, summary)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update("\x00".join(str(p) for p in parts).encode())
+    return int.from_bytes(h.digest(), "little")
 
 
 def _line_count(text: str) -> int:
@@ -97,7 +128,7 @@ def make_entry(
         f"tool output of {total_bytes} bytes / {total_lines} lines cut to "
         f"{shown_bytes} bytes / {shown_lines} lines",
     )
-    return ViewEntry(cut, cut.token_count, notice)
+    return ViewEntry(cut, cut.token_count, notice, message)
 
 
 def make_stub(message: Message, tokenizer: Tokenizer | CountingProfile) -> ViewEntry:
@@ -111,7 +142,7 @@ def make_stub(message: Message, tokenizer: Tokenizer | CountingProfile) -> ViewE
     stub = replace(message, content=(ContentBlock.of_text(line),))
     stub = replace(stub, token_count=_count(stub, tokenizer))
     notice = Notice(TOOL_OUTPUT_STUBBED, message.seq, f"tool output of {size} bytes stubbed")
-    return ViewEntry(stub, stub.token_count, notice)
+    return ViewEntry(stub, stub.token_count, notice, message)
 
 
 def synthetic_result(call: ContentBlock, token_count: int) -> Message:
@@ -143,16 +174,46 @@ def build_view(
         results = [i for i, e in enumerate(entries) if e.message.role is Role.TOOL_RESULT]
         if len(results) > keep_tool_results:
             stub_before = results[-keep_tool_results]
-    out: list[Message] = []
-    notices: list[Notice] = []
-    tokens = 0
-    open_calls: dict[str, tuple[int, ContentBlock]] = {}
+    builder = ViewBuilder(synthetic_tokens)
+    for index, entry in enumerate(entries):
+        if index < stub_before and stub is not None and entry.message.role is Role.TOOL_RESULT:
+            entry = stub(entry)
+        builder.feed(entry)
+    # Stubs change as results arrive: nothing later can resume from this view.
+    return replace(builder.view(), stable=0, digests=())
 
-    def close_open_calls() -> None:
-        nonlocal tokens
-        for call_id, (seq, call) in open_calls.items():
-            out.append(synthetic_result(call, synthetic_tokens))
-            tokens += synthetic_tokens
+
+class ViewBuilder:
+    """build_view's state, fed one entry at a time.
+
+    Feeding only appends to the output, so a session whose entries only grow
+    (appends between compactions) resumes where it stopped instead of walking
+    its whole history for every model input. ``view()`` does not change the
+    state: calls left open are answered by synthetic results in the returned
+    view only, and the real result may still arrive.
+    """
+
+    def __init__(self, synthetic_tokens: int, base: int = 0) -> None:
+        self.synthetic_tokens = synthetic_tokens
+        self.fed = 0
+        # A chain of fingerprints of the output so far: digests[i] covers the
+        # first i messages (digests[0] is ``base``). Two builders that show the
+        # same first i messages agree on digests[i], whatever happened around
+        # them (a restart, a rollback of later messages, another replica), so
+        # a client can prove cheaply which prefix of an input it holds.
+        self._digests = array("Q", [base])
+        self._out: list[Message] = []
+        self._notices: list[Notice] = []
+        self._tokens = 0
+        self._open: dict[str, tuple[int, ContentBlock]] = {}
+
+    def _close_open_calls(
+        self, out: list[Message], notices: list[Notice], chain: bool = False
+    ) -> int:
+        for call_id, (seq, call) in self._open.items():
+            out.append(synthetic_result(call, self.synthetic_tokens))
+            if chain:
+                self._digests.append(_digest(self._digests[-1], out[-1], self.synthetic_tokens))
             notices.append(
                 Notice(
                     SYNTHETIC_TOOL_RESULT,
@@ -161,15 +222,14 @@ def build_view(
                     f"added {SYNTHETIC_RESULT_TEXT!r}",
                 )
             )
-        open_calls.clear()
+        return len(self._open) * self.synthetic_tokens
 
-    for index, entry in enumerate(entries):
-        if index < stub_before and stub is not None and entry.message.role is Role.TOOL_RESULT:
-            entry = stub(entry)
+    def feed(self, entry: ViewEntry) -> None:
+        self.fed += 1
         message = entry.message
         if message.role is Role.TOOL_RESULT:
-            if open_calls.pop(message.tool_call_id, None) is None:
-                notices.append(
+            if self._open.pop(message.tool_call_id, None) is None:
+                self._notices.append(
                     Notice(
                         ORPHANED_TOOL_RESULT_OMITTED,
                         message.seq,
@@ -177,20 +237,30 @@ def build_view(
                         "call in the view",
                     )
                 )
-                continue
+                return
         elif message.failed:
             reason = message.error_message or message.stop_reason.name.lower()
-            notices.append(
+            self._notices.append(
                 Notice(FAILED_MESSAGE_OMITTED, message.seq, f"failed assistant message: {reason}")
             )
-            continue
+            return
         else:
-            close_open_calls()
+            if self._open:
+                self._tokens += self._close_open_calls(self._out, self._notices, chain=True)
+                self._open.clear()
             for call in message.tool_calls:
-                open_calls[call.tool_call_id] = (message.seq, call)
-        out.append(message)
-        tokens += entry.token_count
+                self._open[call.tool_call_id] = (message.seq, call)
+        self._out.append(message)
+        self._digests.append(_digest(self._digests[-1], message, entry.token_count))
+        self._tokens += entry.token_count
         if entry.notice is not None:
-            notices.append(entry.notice)
-    close_open_calls()
-    return View(tuple(out), tuple(notices), tokens)
+            self._notices.append(entry.notice)
+
+    def view(self) -> View:
+        stable = len(self._out)
+        if not self._open:
+            return View(tuple(self._out), tuple(self._notices), self._tokens, stable, self._digests)
+        out: list[Message] = []
+        notices = list(self._notices)
+        extra = self._close_open_calls(out, notices)
+        return View((*self._out, *out), tuple(notices), self._tokens + extra, stable, self._digests)

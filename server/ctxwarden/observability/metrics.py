@@ -256,6 +256,15 @@ class ServiceMetrics:
         if m is not None and messages > 0:
             m.messages_appended.inc(messages)
 
+    def observe_db(self, operation: str, seconds: float, ok: bool) -> None:
+        """A statement run outside the engine's events (the append group commit)."""
+        m = self._m
+        if m is None:
+            return
+        m.db_duration.labels(operation).observe(seconds)
+        if not ok:
+            m.db_errors.labels(operation).inc()
+
     def observe_model_input(self, tokens: TokenBreakdown) -> None:
         """One input built by BuildModelInput (its TokenBreakdown)."""
         m = self._m

@@ -48,7 +48,7 @@ from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
 from ctxwarden.service.hot import HotSessions
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.repository import Repository, RequestRecord, StoredRequest
-from ctxwarden.tokenizers import load_tokenizer
+from ctxwarden.tokenizers import cached_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -142,6 +142,9 @@ def check_client_tokenizer(spec: str, allowed_dirs: Sequence[str]) -> None:
 
 
 async def _tokenizer(spec: str) -> Tokenizer:
+    cached = cached_tokenizer(spec)
+    if cached is not None:
+        return cached  # no thread hop for the common case
     try:
         return await asyncio.to_thread(load_tokenizer, spec)
     except ValueError as exc:
@@ -480,8 +483,9 @@ class SessionManager:
                     )
                 except ConcurrentWrite:
                     raise self._concurrent(session_id) from None
-                except Unavailable:
-                    # The commit may or may not have happened: forget our copy.
+                except (Unavailable, asyncio.CancelledError):
+                    # The commit may or may not have happened (a cancelled
+                    # caller's write still goes on): forget our copy.
                     self.hot.evict(session_id)
                     raise
                 except DuplicateKey:

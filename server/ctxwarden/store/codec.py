@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from typing import Any
 
 from ctxwarden.core.messages import (
+    EMPTY_METADATA,
     ContentBlock,
     ContentKind,
     Message,
@@ -16,6 +18,7 @@ from ctxwarden.core.messages import (
     Usage,
 )
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.sharing import shared
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
 
@@ -122,17 +125,17 @@ def message_from_row(row: MessageRow | Any) -> Message:
         message_id=row.message_id,
         stop_reason=StopReason(row.stop_reason),
         usage=Usage(*usage) if usage is not None else None,
-        model=body.get("model", ""),
-        provider=body.get("provider", ""),
+        model=sys.intern(body.get("model", "")),
+        provider=sys.intern(body.get("provider", "")),
         error_message=body.get("error_message", ""),
         tool_call_id=body.get("tool_call_id", ""),
-        tool_name=body.get("tool_name", ""),
+        tool_name=sys.intern(body.get("tool_name", "")),
         is_error=body.get("is_error", False),
         state=MessageState(row.state),
         token_count=row.token_count,
         counted_with=row.counted_with,
         create_time_us=row.create_time_us,
-        metadata=body.get("metadata", {}),
+        metadata=body.get("metadata") or EMPTY_METADATA,
         calibration=(float(body["calib"][0]), int(body["calib"][1])) if "calib" in body else None,
     )
 
@@ -220,8 +223,11 @@ def session_from_row(row: SessionRow | Any) -> Session:
         user_id=row.user_id,
         project_id=row.project_id,
         title=row.title,
-        system_prompt=row.system_prompt,
-        tools=tuple(ToolDefinition(*t) for t in json.loads(row.tools_json)),
+        system_prompt=shared(row.system_prompt),
+        tools=tuple(
+            ToolDefinition(name, shared(description), shared(parameters))
+            for name, description, parameters in json.loads(row.tools_json)
+        ),
         model=row.model,
         policy=ContextPolicy(**json.loads(row.policy_json)),
         pinned_state=row.pinned_state,

@@ -6,6 +6,7 @@ of the session row followed by INSERTs, in one transaction.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ from ctxwarden.store.codec import (
     settings_json,
 )
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.group_commit import AppendOp, GroupCommitter
 from ctxwarden.store.models import (
     CompactionPlanRow,
     CompactionRow,
@@ -72,11 +74,46 @@ class Snapshot:
     kept: list[Message]
 
 
+def _record_values(record: RequestRecord) -> dict[str, Any]:
+    return {
+        "scope": record.scope,
+        "request_id": record.request_id,
+        "request_hash": record.request_hash,
+        "outcome": json.dumps(record.outcome, separators=(",", ":")).encode(),
+        "create_time_us": record.create_time_us,
+    }
+
+
 class Repository:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        append_writers: int | None = None,
+        observe: Callable[[str, float, bool], None] | None = None,
+    ) -> None:
+        """``append_writers``: connections that group-commit appends (None: one on
+        SQLite, which has a single writer anyway, two elsewhere; 0: no group
+        commit, every append is its own transaction). ``observe(operation, seconds,
+        ok)`` times the group commit's statements, which bypass the engine's events."""
         self.engine = engine
+        if append_writers is None:
+            append_writers = 1 if engine.dialect.name == "sqlite" else 2
+        self._committer = (
+            GroupCommitter(
+                engine, S, M, R, self._append_one, writers=append_writers, observe=observe
+            )
+            if append_writers > 0
+            else None
+        )
+
+    @property
+    def committer(self) -> GroupCommitter | None:
+        return self._committer
 
     async def close(self) -> None:
+        if self._committer is not None:
+            await self._committer.close()
         await self.engine.dispose()
 
     async def ping(self) -> None:
@@ -89,15 +126,7 @@ class Repository:
     async def _record(conn: AsyncConnection, record: RequestRecord | None) -> None:
         if record is None:
             return
-        await conn.execute(
-            insert(R).values(
-                scope=record.scope,
-                request_id=record.request_id,
-                request_hash=record.request_hash,
-                outcome=json.dumps(record.outcome, separators=(",", ":")).encode(),
-                create_time_us=record.create_time_us,
-            )
-        )
+        await conn.execute(insert(R).values(**_record_values(record)))
 
     async def get_request(self, scope: str, request_id: str) -> StoredRequest | None:
         async with self.engine.connect() as conn:
@@ -251,14 +280,30 @@ class Repository:
         ``session`` carries the new last_seq, context_tokens, update time and
         failure count. Raises ConcurrentWrite when another writer advanced the
         session first, DuplicateKey when a message_id or request_id exists.
+        Concurrent appends share transactions (see group_commit); each returns
+        only after its own transaction committed.
         """
+        values = None if record is None else _record_values(record)
+        if self._committer is None:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        else:
+            future = self._committer.new_future()
+        op = AppendOp(session, expected_last_seq, messages, values, added_bytes, future)
+        if self._committer is None:
+            await self._append_one(op)
+        else:
+            await self._committer.submit(op)
+
+    async def _append_one(self, op: AppendOp) -> None:
+        """One append in its own transaction (no group commit, or a batch's fallback)."""
+        session = op.session
         try:
             async with self.engine.begin() as conn:
                 result = await conn.execute(
                     update(S)
                     .where(
                         S.c.session_id == session.session_id,
-                        S.c.last_seq == expected_last_seq,
+                        S.c.last_seq == op.expected_last_seq,
                         S.c.delete_time_us == 0,
                     )
                     .values(
@@ -269,17 +314,18 @@ class Repository:
                         calibration_json=calibration_json(
                             session.estimate_ratio, session.estimate_samples
                         ),
-                        stored_bytes=S.c.stored_bytes + added_bytes,
+                        stored_bytes=S.c.stored_bytes + op.added_bytes,
                     )
                 )
                 if result.rowcount != 1:
                     raise ConcurrentWrite(session.session_id)
-                if messages:
+                if op.messages:
                     await conn.execute(
                         insert(M),
-                        [message_row_values(session.session_id, m) for m in messages],
+                        [message_row_values(session.session_id, m) for m in op.messages],
                     )
-                await self._record(conn, record)
+                if op.record_values is not None:
+                    await conn.execute(insert(R).values(**op.record_values))
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
 

@@ -67,6 +67,11 @@ def _build(spec: str) -> Tokenizer:
     return load_tiktoken_tokenizer(spec.removeprefix(_TIKTOKEN_PREFIX))
 
 
+def cached_tokenizer(spec: str) -> Tokenizer | None:
+    """The tokenizer for ``spec`` if it was already built (no I/O)."""
+    return _cache.get(spec)
+
+
 def load_tokenizer(spec: str) -> Tokenizer:
     """The shared tokenizer for ``spec``, built on first use.
 

@@ -467,6 +467,7 @@ class BuildModelInputRequest(_message.Message):
     AUTO_COMPACT_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     AS_OF_SEQ_FIELD_NUMBER: _builtins.int
+    RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     max_output_tokens: _builtins.int
@@ -487,6 +488,13 @@ class BuildModelInputRequest(_message.Message):
     """Replay: the input exactly as BuildModelInput returned it just before
     message as_of_seq was appended (as_of_seq = last_seq + 1 means now).
     """
+    resume_token: _builtins.str
+    """The resume_token of a ModelInput this client still holds. When the new
+    input's messages begin with messages of that input, only the rest is
+    sent and ModelInput.messages_offset says how many of the held input's
+    messages to keep in front of them. An unknown, stale or foreign token
+    is not an error: the whole input comes back (messages_offset 0).
+    """
     def __init__(
         self,
         *,
@@ -495,10 +503,11 @@ class BuildModelInputRequest(_message.Message):
         auto_compact: _builtins.bool = ...,
         format: Global___ModelInputFormat.ValueType = ...,
         as_of_seq: _builtins.int | None = ...,
+        resume_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "resume_token", b"resume_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__as_of_seq: _TypeAlias = _typing.Literal["as_of_seq"]  # noqa: Y015
     _WhichOneofArgType__as_of_seq: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq"]  # noqa: Y015
@@ -625,6 +634,8 @@ class ModelInput(_message.Message):
     NOTICES_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
     RENDERED_JSON_FIELD_NUMBER: _builtins.int
+    RESUME_TOKEN_FIELD_NUMBER: _builtins.int
+    MESSAGES_OFFSET_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     system_prompt: _builtins.str
@@ -647,6 +658,16 @@ class ModelInput(_message.Message):
     """With BuildModelInputRequest.format set: the request-body fragment
     (system, messages/input/contents, tools) in that provider's wire schema,
     as JSON, ready to merge with the agent's own parameters.
+    """
+    resume_token: _builtins.str
+    """Pass this as BuildModelInputRequest.resume_token next time to receive
+    only what changed. Empty when the input cannot be resumed (replays,
+    policies with keep_tool_results).
+    """
+    messages_offset: _builtins.int
+    """When > 0, messages holds only the messages from this index on: the first
+    messages_offset messages are those of the input whose resume_token the
+    request named (the client keeps them). 0: messages is complete.
     """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]:
@@ -682,10 +703,12 @@ class ModelInput(_message.Message):
         notices: _abc.Iterable[Global___Notice] | None = ...,
         summary: _builtins.str = ...,
         rendered_json: _builtins.str = ...,
+        resume_token: _builtins.str = ...,
+        messages_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "messages", b"messages", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "messages", b"messages", "messages_offset", b"messages_offset", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "resume_token", b"resume_token", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

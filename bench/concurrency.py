@@ -1,0 +1,112 @@
+"""Many agents at once: appends from 100 concurrent sessions, one asyncio client.
+
+Each simulated agent owns one session. ``streams`` keeps one StreamMessages
+call per session and sends one request at a time (or ``window`` in flight),
+``unary`` makes one AppendMessages call per request. Every acknowledgement
+arrives only after the append committed, so the throughput is of durable
+messages. The client is a single asyncio loop (grpc.aio), so it costs one core
+at most on the machine it shares with the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from bench.common import CHANNEL_OPTIONS, TIMEOUT
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+
+
+@dataclass
+class Outcome:
+    latencies_ns: list[int]
+    wall_ns: int
+    messages: int
+
+
+async def _stream_agent(
+    stub: pb_grpc.ContextServiceStub,
+    requests: Sequence[pb.AppendMessagesRequest],
+    window: int,
+    start: asyncio.Event,
+    latencies: list[int],
+) -> int:
+    await start.wait()
+    call = stub.StreamMessages(timeout=TIMEOUT * 5)
+    sent: list[int] = []
+    credit = asyncio.Semaphore(window)
+
+    async def writer() -> None:
+        for req in requests:
+            await credit.acquire()
+            sent.append(time.perf_counter_ns())
+            await call.write(req)
+        await call.done_writing()
+
+    task = asyncio.create_task(writer())
+    last = 0
+    for i in range(len(requests)):
+        resp = await call.read()
+        if resp is grpc.aio.EOF:
+            raise RuntimeError(f"stream ended after {i} of {len(requests)} acks")
+        latencies.append(time.perf_counter_ns() - sent[i])
+        credit.release()
+        if last and resp.last_seq != last + len(requests[i].messages):
+            raise RuntimeError(f"acks out of order: {last} -> {resp.last_seq}")
+        last = resp.last_seq
+    await task
+    return sum(len(r.messages) for r in requests)
+
+
+async def _unary_agent(
+    stub: pb_grpc.ContextServiceStub,
+    requests: Sequence[pb.AppendMessagesRequest],
+    start: asyncio.Event,
+    latencies: list[int],
+) -> int:
+    await start.wait()
+    n = 0
+    for req in requests:
+        t0 = time.perf_counter_ns()
+        await stub.AppendMessages(req, timeout=TIMEOUT)
+        latencies.append(time.perf_counter_ns() - t0)
+        n += len(req.messages)
+    return n
+
+
+async def _run(
+    target: str, work: Sequence[Sequence[pb.AppendMessagesRequest]], mode: str, window: int
+) -> Outcome:
+    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        stub = pb_grpc.ContextServiceStub(channel)
+        await channel.channel_ready()
+        start = asyncio.Event()
+        latencies: list[int] = []
+        if mode == "stream":
+            agents = [_stream_agent(stub, reqs, window, start, latencies) for reqs in work]
+        else:
+            agents = [_unary_agent(stub, reqs, start, latencies) for reqs in work]
+        tasks = [asyncio.create_task(a) for a in agents]
+        await asyncio.sleep(0.05)
+        t0 = time.perf_counter_ns()
+        start.set()
+        counts = await asyncio.gather(*tasks)
+        wall = time.perf_counter_ns() - t0
+    return Outcome(latencies, wall, sum(counts))
+
+
+def run_agents(
+    target: str,
+    work: Sequence[Sequence[pb.AppendMessagesRequest]],
+    mode: str,
+    window: int = 1,
+) -> Outcome:
+    """Send every session's requests concurrently; ``mode`` is "stream" or "unary"."""
+    if mode not in ("stream", "unary"):
+        raise ValueError(mode)
+    return asyncio.run(_run(target, work, mode, window))

@@ -1,0 +1,141 @@
+"""The performance targets, checked against one run's results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from bench.common import Result
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    measured: str
+    met: bool | None
+    """None: not measured in this run."""
+
+
+def _find(results: Sequence[Result], backend: str, metric: str) -> Result | None:
+    for r in results:
+        if r.backend == backend and r.metric == metric:
+            return r
+    return None
+
+
+def _check(
+    results: Sequence[Result],
+    target: str,
+    backend: str,
+    metrics: Sequence[str],
+    judge: Callable[[list[Result]], tuple[str, bool]],
+) -> Verdict:
+    found = [_find(results, backend, m) for m in metrics]
+    if any(r is None for r in found):
+        return Verdict(f"{target} [{backend}]", "not measured", None)
+    measured, met = judge([r for r in found if r is not None])
+    return Verdict(f"{target} [{backend}]", measured, met)
+
+
+def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict]:
+    out: list[Verdict] = []
+    for b in backends:
+        out.append(
+            _check(
+                results,
+                "unary append median <= 2 ms",
+                b,
+                ["append_unary"],
+                lambda r: (f"{r[0].median_ms:.2f} ms", (r[0].median_ms or 0) <= 2.0),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                ">= 5,000 durable msgs/s across 100 sessions, streaming, 1 msg/request",
+                b,
+                ["append_concurrent_stream"],
+                lambda r: (f"{r[0].throughput:,.0f} msgs/s", (r[0].throughput or 0) >= 5000),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                "BuildModelInput hot 1,000 msgs < 2 ms and <= 3x GetSession (whole input)",
+                b,
+                ["build_model_input_hot", "get_session_hot"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms = "
+                    f"{(r[0].median_ms or 0) / (r[1].median_ms or 1):.1f}x "
+                    f"GetSession ({r[1].median_ms:.2f} ms)",
+                    (r[0].median_ms or 0) < 2
+                    and (r[0].median_ms or 0) <= 3 * (r[1].median_ms or 0),
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                "BuildModelInput hot 1,000 msgs < 2 ms and <= 3x GetSession (resume_token)",
+                b,
+                ["build_model_input_incremental"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms = "
+                    f"{r[0].extra['ratio_to_get_session_median']:.1f}x GetSession",
+                    (r[0].median_ms or 0) < 2 and r[0].extra["ratio_to_get_session_median"] <= 3,
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                "restore 100,000 msgs with checkpoint <= 2x restore of 100 msgs",
+                b,
+                ["restore_checkpoint_100000", "restore_no_checkpoint_100"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms vs {r[1].median_ms:.2f} ms = "
+                    f"{(r[0].median_ms or 0) / (r[1].median_ms or 1):.2f}x",
+                    (r[0].median_ms or 0) <= 2 * (r[1].median_ms or 0),
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                "BuildModelInput flat with a checkpoint: 100k vs 100 msgs history <= 2x",
+                b,
+                ["build_model_input_checkpoint_100000", "build_model_input_checkpoint_100"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms vs {r[1].median_ms:.2f} ms",
+                    (r[0].median_ms or 0) <= 2 * (r[1].median_ms or 0),
+                ),
+            )
+        )
+        mem = [r for r in results if r.backend == b and r.metric.startswith("memory_")]
+        if mem:
+            r = mem[0]
+            sessions = r.extra["sessions"]
+            rss = r.extra["rss_after_bytes"]
+            out.append(
+                Verdict(
+                    f"10,000 hot sessions x 50 msgs within 1 GiB RSS [{b}]",
+                    f"{rss / GIB:.2f} GiB with {sessions:,} sessions",
+                    rss <= GIB if sessions >= 10_000 else None,
+                )
+            )
+    return out
+
+
+def render(verdicts: Sequence[Verdict]) -> str:
+    rows = [("target", "measured", "met")]
+    for v in verdicts:
+        rows.append((v.target, v.measured, {True: "yes", False: "NO", None: "-"}[v.met]))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = []
+    for j, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""Group commit: concurrent appends share transactions, each gets its own outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import func, select, text, update
+
+from ctxwarden import ids
+from ctxwarden.core.messages import ContentBlock, Message, Role
+from ctxwarden.core.session import Session
+from ctxwarden.store.engine import make_engine
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.models import MessageRow, RequestRow, SessionRow
+from ctxwarden.store.repository import Repository, RequestRecord
+from tests.conftest import MYSQL_ENV
+from tests.support.server import drop_mysql_database, make_mysql_database, migrate_database
+
+SESSIONS = 40
+
+
+def _msg(seq: int, message_id: str = "") -> Message:
+    return Message(
+        role=Role.USER,
+        content=(ContentBlock.of_text(f"message {seq} " + "y" * 300),),
+        seq=seq,
+        message_id=message_id or ids.new_id(),
+        token_count=80,
+        create_time_us=ids.now_us(),
+    )
+
+
+def _advanced(sid: str, last_seq: int) -> Session:
+    return Session(session_id=sid, last_seq=last_seq, update_time_us=ids.now_us())
+
+
+@pytest.fixture
+async def repo(backend_url: str) -> AsyncIterator[Repository]:
+    r = Repository(make_engine(backend_url), append_writers=2)
+    yield r
+    await r.close()
+
+
+async def _sessions(repo: Repository, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        sid = f"gc-{ids.new_id()}"
+        now = ids.now_us()
+        await repo.create_session(Session(session_id=sid, create_time_us=now), None)
+        out.append(sid)
+    return out
+
+
+async def _count(repo: Repository, sid: str) -> int:
+    async with repo.engine.connect() as conn:
+        n = await conn.scalar(
+            select(func.count()).select_from(MessageRow).where(MessageRow.session_id == sid)
+        )
+    return int(n or 0)
+
+
+async def _last_seq(repo: Repository, sid: str) -> int:
+    async with repo.engine.connect() as conn:
+        n = await conn.scalar(select(SessionRow.last_seq).where(SessionRow.session_id == sid))
+    return int(n or 0)
+
+
+async def test_concurrent_appends_share_transactions(repo: Repository) -> None:
+    sids = await _sessions(repo, SESSIONS)
+    rounds = 5
+
+    async def agent(sid: str) -> None:
+        for seq in range(1, rounds + 1):
+            await repo.append(
+                _advanced(sid, seq), expected_last_seq=seq - 1, messages=[_msg(seq)], record=None
+            )
+
+    assert repo.committer is not None
+    before = repo.committer.batches
+    await asyncio.gather(*(agent(s) for s in sids))
+    batches = repo.committer.batches - before
+    # 200 appends, at most two batches in flight: far fewer commits than appends.
+    assert batches < SESSIONS * rounds / 2, batches
+    for sid in sids:
+        assert await _count(repo, sid) == rounds
+        assert await _last_seq(repo, sid) == rounds
+
+
+async def test_a_conflict_fails_only_its_own_append(repo: Repository) -> None:
+    sids = await _sessions(repo, 12)
+    victim = sids[5]
+    # Another writer moved the victim on behind our back.
+    async with repo.engine.begin() as conn:
+        await conn.execute(
+            update(SessionRow).where(SessionRow.session_id == victim).values(last_seq=7)
+        )
+    results = await asyncio.gather(
+        *(
+            repo.append(_advanced(s, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+            for s in sids
+        ),
+        return_exceptions=True,
+    )
+    for sid, result in zip(sids, results, strict=True):
+        if sid == victim:
+            assert isinstance(result, ConcurrentWrite)
+            assert await _count(repo, sid) == 0
+            assert await _last_seq(repo, sid) == 7
+        else:
+            assert result is None
+            assert await _count(repo, sid) == 1
+
+
+async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
+    sids = await _sessions(repo, 10)
+    scope = f"scope-{ids.new_id()}"
+    await repo.append(
+        _advanced(sids[0], 1),
+        expected_last_seq=0,
+        messages=[_msg(1)],
+        record=RequestRecord(scope, "req-1", "h", {"ok": 1}, ids.now_us()),
+    )
+    records = [
+        RequestRecord(scope, "req-1" if i == 3 else f"req-x{i}", "h", {}, ids.now_us())
+        for i in range(len(sids))
+    ]
+    results = await asyncio.gather(
+        *(
+            repo.append(
+                _advanced(s, 2 if i == 0 else 1),
+                expected_last_seq=1 if i == 0 else 0,
+                messages=[_msg(2 if i == 0 else 1)],
+                record=records[i],
+            )
+            for i, s in enumerate(sids)
+        ),
+        return_exceptions=True,
+    )
+    for i, (sid, result) in enumerate(zip(sids, results, strict=True)):
+        if i == 3:
+            assert isinstance(result, DuplicateKey)
+            assert await _count(repo, sid) == 0
+            assert await _last_seq(repo, sid) == 0  # the UPDATE was rolled back too
+        else:
+            assert result is None, result
+            assert await _count(repo, sid) == (2 if i == 0 else 1)
+    async with repo.engine.connect() as conn:
+        n = await conn.scalar(
+            select(func.count()).select_from(RequestRow).where(RequestRow.scope == scope)
+        )
+    assert n == len(sids)  # req-1 once, plus the nine others
+
+
+async def test_a_cancelled_caller_does_not_cancel_the_write(repo: Repository) -> None:
+    (sid,) = await _sessions(repo, 1)
+    task = asyncio.create_task(
+        repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+    )
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        if await _count(repo, sid) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert await _count(repo, sid) == 1
+    assert await _last_seq(repo, sid) == 1
+
+
+async def test_without_group_commit_appends_still_work(backend_url: str) -> None:
+    repo = Repository(make_engine(backend_url), append_writers=0)
+    try:
+        assert repo.committer is None
+        (sid,) = await _sessions(repo, 1)
+        await repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+        with pytest.raises(ConcurrentWrite):
+            await repo.append(
+                _advanced(sid, 2), expected_last_seq=0, messages=[_msg(2)], record=None
+            )
+        assert await _count(repo, sid) == 1
+    finally:
+        await repo.close()
+
+
+@pytest.mark.parametrize("backend", ["mysql"])
+async def test_writer_reconnects_after_losing_its_connection(backend: str) -> None:
+    """MySQL only: SQLite has no server connection to lose."""
+    base = os.environ.get(MYSQL_ENV)
+    if not base:
+        pytest.skip(f"{MYSQL_ENV} is not set")
+    db = f"ctxw_gc_{os.getpid()}_{secrets.token_hex(3)}"
+    url = make_mysql_database(base, db)
+    repo = None
+    try:
+        migrate_database(url)
+        repo = Repository(make_engine(url), append_writers=2)
+        (sid,) = await _sessions(repo, 1)
+        await repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+        # Kill every server connection of this database (the writers' included).
+        killer = make_engine(url, pool_size=1)
+        try:
+            async with killer.connect() as conn:
+                me = await conn.scalar(text("SELECT CONNECTION_ID()"))
+                rows = (
+                    await conn.execute(
+                        text("SELECT id FROM information_schema.processlist WHERE db = :db"),
+                        {"db": db},
+                    )
+                ).all()
+                killed = [pid for (pid,) in rows if pid != me]
+                for pid in killed:
+                    await conn.execute(text(f"KILL CONNECTION {int(pid)}"))
+        finally:
+            await killer.dispose()
+        assert killed
+        # Nothing was in flight: the next append reconnects instead of failing.
+        await repo.append(_advanced(sid, 2), expected_last_seq=1, messages=[_msg(2)], record=None)
+        assert await _count(repo, sid) == 2
+    finally:
+        if repo is not None:
+            await repo.close()
+        drop_mysql_database(base, db)
