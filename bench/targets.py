@@ -104,6 +104,19 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
         out.append(
             _check(
                 results,
+                "restore 100,000 msgs with checkpoint >= 100x faster than ADK get_session, 10k",
+                b,
+                ["restore_checkpoint_100000", "restore_10000.adk_full"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms vs ADK {r[1].median_ms:,.0f} ms = "
+                    f"{(r[1].median_ms or 0) / (r[0].median_ms or 1):,.0f}x faster",
+                    (r[1].median_ms or 0) >= 100 * (r[0].median_ms or 0),
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
                 "BuildModelInput flat with a checkpoint: 100k vs 100 msgs history <= 2x",
                 b,
                 ["build_model_input_checkpoint_100000", "build_model_input_checkpoint_100"],

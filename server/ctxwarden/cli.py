@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--encoding-cache-mb",
         type=int,
-        default=_env_int("CTXWARDEN_ENCODING_CACHE_MB", 64),
+        default=_env_int("CTXWARDEN_ENCODING_CACHE_MB", 32),
         help="memory for encoded messages of recently built sessions, which makes "
         "BuildModelInput of long sessions fast (LRU by session; env "
         "CTXWARDEN_ENCODING_CACHE_MB; default %(default)s; 0 turns it off)",

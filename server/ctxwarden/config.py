@@ -24,7 +24,7 @@ class Settings:
     max_hot_sessions: int = 1000
     max_retries: int = 3
     db_pool_size: int = 10
-    encoding_cache_mb: int = 64
+    encoding_cache_mb: int = 32
     """Budget for cached message encodings (BuildModelInput); 0: no cache."""
     append_writers: int | None = None
     """Group-commit connections for appends; None: per backend; 0: off."""

@@ -321,3 +321,16 @@ def test_hostile_input_is_refused_cleanly(stub, new_session: NewSession) -> None
     expect_error(INVALID, "INVALID_USAGE", append, stub, sid, bogus)
     # The server is still fine afterwards.
     assert append(stub, sid, user("still here")).last_seq == 1
+
+
+def test_basic_view_leaves_out_the_content(stub, new_session: NewSession) -> None:
+    sid = new_session().session_id
+    full = append(stub, sid, user("hello there"), assistant("hi", [("c1", "read", {"path": "a"})]))
+    basic = append(stub, sid, user("again"), view=pb.MESSAGE_VIEW_BASIC)
+    assert [len(m.content) for m in full.messages] == [1, 2]
+    (stored,) = basic.messages
+    assert list(stored.content) == [] and stored.seq == 3 and stored.token_count > 0
+    assert stored.message_id and stored.role == m.ROLE_USER and basic.last_seq == 3
+    # What is stored is complete all the same.
+    listed = stub.ListMessages(pb.ListMessagesRequest(session_id=sid))
+    assert listed.messages[2].content[0].text.text == "again"

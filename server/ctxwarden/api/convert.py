@@ -294,7 +294,7 @@ class EncodingCache:
     history in memory.
     """
 
-    def __init__(self, limit_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, limit_bytes: int = 32 * 1024 * 1024) -> None:
         self.limit_bytes = limit_bytes
         self.total_bytes = 0
         self._sessions: OrderedDict[str, tuple[dict[int, tuple[object, bytes]], int]] = (

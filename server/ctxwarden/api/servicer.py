@@ -175,10 +175,12 @@ class ContextServicer:
         result = await self.manager.append(
             inner_id(request.session_id), self._messages(request), expected, _key(request)
         )
+        if request.view == pb.MESSAGE_VIEW_BASIC:
+            stored = [message_to_pb(replace(m, content=())) for m in result.messages]
+        else:
+            stored = [message_to_pb(m) for m in result.messages]
         return pb.AppendMessagesResponse(
-            messages=[message_to_pb(m) for m in result.messages],
-            last_seq=result.last_seq,
-            context_tokens=result.context_tokens,
+            messages=stored, last_seq=result.last_seq, context_tokens=result.context_tokens
         )
 
     @unary

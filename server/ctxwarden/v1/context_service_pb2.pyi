@@ -24,6 +24,34 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _MessageView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MessageViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MessageView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MESSAGE_VIEW_UNSPECIFIED: _MessageView.ValueType  # 0
+    """Same as MESSAGE_VIEW_FULL."""
+    MESSAGE_VIEW_FULL: _MessageView.ValueType  # 1
+    """Every field."""
+    MESSAGE_VIEW_BASIC: _MessageView.ValueType  # 2
+    """Everything but content: seq, message_id, role, token_count, create_time,
+    stop_reason, usage, tool_call_id and the other small fields.
+    """
+
+class MessageView(_MessageView, metaclass=_MessageViewEnumTypeWrapper):
+    """How much of a message a response carries (AIP-157 partial responses)."""
+
+MESSAGE_VIEW_UNSPECIFIED: MessageView.ValueType  # 0
+"""Same as MESSAGE_VIEW_FULL."""
+MESSAGE_VIEW_FULL: MessageView.ValueType  # 1
+"""Every field."""
+MESSAGE_VIEW_BASIC: MessageView.ValueType  # 2
+"""Everything but content: seq, message_id, role, token_count, create_time,
+stop_reason, usage, tool_call_id and the other small fields.
+"""
+Global___MessageView: _TypeAlias = MessageView  # noqa: Y015
+
 class _ModelInputFormat:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -330,6 +358,7 @@ class AppendMessagesRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     expected_last_seq: _builtins.int
@@ -338,6 +367,12 @@ class AppendMessagesRequest(_message.Message):
     """
     request_id: _builtins.str
     """Optional idempotency key: a repeated request_id returns the first result."""
+    view: Global___MessageView.ValueType
+    """How much of each stored message the response carries. UNSPECIFIED means
+    FULL. BASIC leaves out the content the client just sent: agents that only
+    need the assigned seq, message_id and token_count save the bytes and the
+    decoding (AIP-157).
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]:
         """Messages to append, in order (at most 1000 by default). Output-only
@@ -351,10 +386,11 @@ class AppendMessagesRequest(_message.Message):
         messages: _abc.Iterable[_message_pb2.Message] | None = ...,
         expected_last_seq: _builtins.int | None = ...,
         request_id: _builtins.str = ...,
+        view: Global___MessageView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq", "messages", b"messages", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq", "messages", b"messages", "request_id", b"request_id", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_last_seq: _TypeAlias = _typing.Literal["expected_last_seq"]  # noqa: Y015
     _WhichOneofArgType__expected_last_seq: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq"]  # noqa: Y015
