@@ -30,6 +30,10 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # Large inputs in few large HTTP/2 frames, without waiting on flow control
+    # (the settings the Python client uses by default).
+    ("grpc.http2.max_frame_size", 16 * 1024 * 1024 - 1),
+    ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
 ]
 TIMEOUT = 120.0
 

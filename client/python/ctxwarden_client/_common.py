@@ -24,6 +24,7 @@ CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.http2.max_frame_size", 16 * 1024 * 1024 - 1),
+    ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
 )
 INPUT_CACHE_SESSIONS = 64
 
