@@ -7,6 +7,7 @@ a tenant or the needed scope is PERMISSION_DENIED.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -274,7 +275,11 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                     async for item in stream_inner(requests, context):
                         yield item
                 finally:
-                    current_tenant.reset(token)
+                    # A stream abandoned while an answer was being sent (client gone)
+                    # is closed later by the event loop, from another context, where
+                    # the token is not valid; that context is gone anyway.
+                    with contextlib.suppress(ValueError):
+                        current_tenant.reset(token)
 
             return grpc.stream_stream_rpc_method_handler(
                 stream,

@@ -166,3 +166,25 @@ def configure_logging(level: str, fmt: str = "json", stream: TextIO | None = Non
     root.setLevel(parse_level(level))
     for name in QUIET_LOGGERS:  # per-call chatter, even at DEBUG
         logging.getLogger(name).setLevel(max(logging.INFO, root.level))
+    core = logging.getLogger("grpc._cython.cygrpc")
+    if not any(isinstance(f, ClientGoneFilter) for f in core.filters):
+        core.addFilter(ClientGoneFilter())
+
+
+class ClientGoneFilter(logging.Filter):
+    """grpcio logs a stream answer it could not send, because the client went away,
+    as an ERROR with a traceback. A client that goes away is routine: keep one INFO line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.getMessage().startswith(
+            "ExecuteBatchError raised in core by servicer method"
+        ):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "client went away before an answer could be sent: %s",
+                (record.getMessage().rsplit(" ", 1)[-1],),
+                None,
+                None,
+            )
+            return logging.getLogger().isEnabledFor(logging.INFO)
+        return True

@@ -169,7 +169,7 @@ class Compactor:
                 )
             except ConcurrentWrite:
                 raise self.m._concurrent(session_id) from None
-            except Unavailable:
+            except (Unavailable, asyncio.CancelledError):
                 self.m.hot.evict(session_id)
                 raise
             ctx.apply_checkpoint(checkpoint)

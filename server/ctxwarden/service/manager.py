@@ -443,18 +443,27 @@ class SessionManager:
             ctx = await self._context_locked(session_id)
             stored_dups: dict[str, Message] = {}
             for _attempt in range(3):
-                plan = await self._plan(ctx, messages, stored_dups)
-                if not plan.new:
-                    return AppendResult(plan.messages, ctx.session.last_seq, ctx.context_tokens)
-                if expected_last_seq is not None and expected_last_seq != ctx.session.last_seq:
-                    if expected_last_seq > ctx.session.last_seq:
-                        self.hot.evict(session_id)  # our copy may be stale
-                    raise Aborted(
-                        f"expected_last_seq {expected_last_seq} does not match the session's "
-                        f"last_seq {ctx.session.last_seq}; nothing was written",
-                        reason="LAST_SEQ_MISMATCH",
-                        metadata={"last_seq": str(ctx.session.last_seq)},
-                    )
+                try:
+                    plan = await self._plan(ctx, messages, stored_dups)
+                    if not plan.new:
+                        return AppendResult(plan.messages, ctx.session.last_seq, ctx.context_tokens)
+                    if expected_last_seq is not None and expected_last_seq != ctx.session.last_seq:
+                        if expected_last_seq > ctx.session.last_seq:
+                            self.hot.evict(session_id)  # our copy may be stale
+                        raise Aborted(
+                            f"expected_last_seq {expected_last_seq} does not match the "
+                            f"session's last_seq {ctx.session.last_seq}; nothing was written",
+                            reason="LAST_SEQ_MISMATCH",
+                            metadata={"last_seq": str(ctx.session.last_seq)},
+                        )
+                except (Aborted, FailedPrecondition):
+                    # A resend of a request that was applied (its answer was lost) no
+                    # longer fits the session it changed (its tool call is answered,
+                    # last_seq moved on): answer it from the request log.
+                    stored = await self._replay(scope, key)
+                    if stored is not None:
+                        return await self._stored_append(ctx, session_id, stored.outcome)
+                    raise
                 now = ids.now_us()
                 new_session = replace(
                     ctx.session,
@@ -692,7 +701,7 @@ class SessionManager:
                     )
                 except ConcurrentWrite:
                     raise self._concurrent(session_id) from None
-                except Unavailable:
+                except (Unavailable, asyncio.CancelledError):
                     self.hot.evict(session_id)
                     raise
                 except DuplicateKey:

@@ -1,0 +1,143 @@
+"""MariaDB stopped and started again under load (MySQL backend only).
+
+While the database is down, calls that need it fail with UNAVAILABLE
+(reason DATABASE_UNAVAILABLE), never INTERNAL or UNKNOWN; grpc.health.v1
+reports NOT_SERVING, then SERVING again once the database is back; the same
+server process recovers by itself; and nothing acknowledged is lost or
+duplicated (appends whose commit was in flight when the connection died are
+retried with the same keys).
+
+This stops the MariaDB server the tests share (other tests' connections too) for
+a few seconds. It is always started again (and waited for) in a ``finally``. The
+MariaDB helpers come from tests/observability/test_health.py. Leave the test out
+with ``-m "not db_outage"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.observability.test_health import _start_mariadb, _stop_mariadb
+from tests.reliability.harness import (
+    HealthWatcher,
+    eventually,
+    serving,
+    show,
+    wait_until,
+    write_report,
+)
+from tests.support.agents import LoadOptions, LoadReport, run_agents, verify_database
+from tests.support.server import ServerProcess
+
+AGENTS = 100
+DOWN_SECONDS = 3.0
+"""How long MariaDB stays down once health has reported NOT_SERVING."""
+RESUMED_OPS = 3
+
+
+@dataclass
+class Timeline:
+    stopping: float
+    down: float
+    starting: float
+    back: float
+    resumed: float
+
+
+async def _outage(
+    server: ServerProcess, url: str, options: LoadOptions
+) -> tuple[LoadReport, HealthWatcher, Timeline]:
+    report = LoadReport(options)
+    stop = asyncio.Event()
+    health = HealthWatcher(server.target, report.now)
+    load = asyncio.create_task(run_agents(server.target, options, report, stop))
+    try:
+        await wait_until(
+            lambda: len(report.agents) == AGENTS and not report.idle_agents(0.0, 4),
+            60,
+            "every agent to get going",
+        )
+        health.start()
+        await asyncio.sleep(1.0)
+        stopping = down = report.now()
+        try:
+            await asyncio.to_thread(_stop_mariadb, url)
+            down = report.now()
+            await eventually(lambda: health.first("NOT_SERVING", stopping) is not None, 20)
+            await asyncio.sleep(DOWN_SECONDS)
+        finally:
+            starting = report.now()
+            await asyncio.to_thread(_start_mariadb, url)
+        back = report.now()
+        await eventually(lambda: not report.idle_agents(back, RESUMED_OPS), 60)
+        resumed = report.now()
+        await eventually(lambda: health.last_state() == "SERVING", 30)
+    except BaseException:
+        load.cancel()
+        raise
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await load
+        await health.stop()
+    return report, health, Timeline(stopping, down, starting, back, resumed)
+
+
+@pytest.mark.db_outage
+@pytest.mark.parametrize("backend_url", ["mysql"], indirect=True)
+def test_mariadb_restart_under_load(backend_url: str, tmp_path: Path) -> None:
+    options = LoadOptions(agents=AGENTS, duration=300, retry_budget=60)
+    try:
+        with serving(
+            backend_url, tmp_path, "--summarizer", "extractive", "--health-interval", "0.2"
+        ) as server:
+            assert server.proc is not None
+            pid = server.proc.pid
+            report, health, tl = asyncio.run(_outage(server, backend_url, options))
+            assert server.proc is not None and server.proc.pid == pid
+            alive = server.proc.poll() is None
+            log = server.log_text()
+    finally:
+        _start_mariadb(backend_url)  # never leave the shared database down
+    check = verify_database(backend_url, report.agents)
+    write_report(
+        tmp_path / "mariadb-outage.json", report, timeline=tl.__dict__, health=health.samples
+    )
+    not_serving = health.first("NOT_SERVING", tl.stopping)
+    serving_again = health.first("SERVING", tl.back)
+    print(f"\n[mariadb outage] {report.describe()}")
+    print(
+        f"[mariadb outage] stop {tl.stopping:.2f}-{tl.down:.2f} s, NOT_SERVING at {not_serving} s, "
+        f"start {tl.starting:.2f}-{tl.back:.2f} s, SERVING at {serving_again} s, "
+        f"every agent resumed at {tl.resumed:.2f} s"
+    )
+
+    assert alive, "the server died when the database went away"
+    assert "Traceback" not in log and "unhandled error" not in log
+    assert not report.gave_up(), report.gave_up()[:5]
+    idle = report.idle_agents(tl.back, RESUMED_OPS)
+    assert not idle, f"{len(idle)} agents did not resume: " + show(
+        [e for e in report.errors if e.agent in idle][-8:]
+    )
+    # Health followed the database, both ways.
+    assert not_serving is not None and not_serving < tl.back, health.samples[-20:]
+    assert serving_again is not None and health.last_state() == "SERVING"
+    assert not [s for t, s in health.samples if s.startswith("ERROR")]
+    # Calls failed cleanly, only while the database was away.
+    assert not report.errors_between(0, tl.stopping), show(report.errors)
+    wrong = [
+        e for e in report.errors if (e.code, e.reason) != ("UNAVAILABLE", "DATABASE_UNAVAILABLE")
+    ]
+    assert not wrong, show(wrong)
+    assert report.errors_between(tl.stopping, tl.back), "no call noticed the database was gone"
+    late = [e for e in report.errors if e.t > tl.resumed]
+    assert not late, show(late)
+    # Nothing acknowledged was lost, nothing was stored twice.
+    assert not report.violations, report.violations[:10]
+    assert not check.problems, check.problems[:10]
+    assert check.sessions == AGENTS
