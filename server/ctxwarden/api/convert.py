@@ -318,7 +318,9 @@ class EncodingCache:
             if hit is not None and hit[0] is m:
                 out.append(hit[1])
                 continue
-            body: bytes = message_to_pb(m).SerializeToString()
+            # deterministic: metadata entries in key order, not in the order the map
+            # was filled (request order while hot, sorted after a restore).
+            body: bytes = message_to_pb(m).SerializeToString(deterministic=True)
             encoded = _MESSAGES_TAG + _varint(len(body)) + body
             out.append(encoded)
             if m.seq and self.limit_bytes > 0:

@@ -24,6 +24,31 @@ _CODES: dict[ErrorKind, tuple[grpc.StatusCode, int]] = {
 }
 
 
+MAX_MESSAGE_BYTES = 1000
+"""Longest status message sent, in UTF-8 bytes.
+
+Messages quote client input (an unknown tokenizer spec, a malformed ID). gRPC
+sends the message in the trailers twice, percent-encoded in ``grpc-message``
+and inside ``grpc-status-details-bin``, and clients refuse trailers over 8-16
+KiB: an unbounded quote would turn a clear INVALID_ARGUMENT into a reset stream
+without the error details. Bounded like this, the trailers stay under 8 KiB.
+"""
+MAX_DETAIL_BYTES = 200
+"""Longest field name, field description and ErrorInfo metadata value sent."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (on a character boundary), marked.
+
+    A lone surrogate, which gRPC cannot send, becomes a backslash escape.
+    """
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= limit:
+        return data.decode("utf-8")
+    marker = f"... [{len(data)} bytes]"
+    return data[: max(limit - len(marker), 0)].decode("utf-8", "ignore") + marker
+
+
 def _pack(message: object) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)  # type: ignore[arg-type]
@@ -39,10 +64,14 @@ def rich_status(
     field: str = "",
     retry_after: float = 0.0,
 ) -> tuple[grpc.StatusCode, str, tuple[tuple[str, bytes], ...]]:
-    """Code, message and the trailing metadata that carries google.rpc.Status."""
-    details = [
-        _pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata or {}))
-    ]
+    """Code, message and the trailing metadata that carries google.rpc.Status.
+
+    Message, field and metadata values are clipped (see MAX_MESSAGE_BYTES).
+    """
+    message = clip(message, MAX_MESSAGE_BYTES)
+    field = clip(field, MAX_DETAIL_BYTES)
+    metadata = {k: clip(v, MAX_DETAIL_BYTES) for k, v in (metadata or {}).items()}
+    details = [_pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata))]
     if retry_after > 0:
         info = error_details_pb2.RetryInfo()
         info.retry_delay.FromNanoseconds(int(retry_after * 1e9))
@@ -53,7 +82,7 @@ def rich_status(
                 error_details_pb2.BadRequest(
                     field_violations=[
                         error_details_pb2.BadRequest.FieldViolation(
-                            field=field, description=message
+                            field=field, description=clip(message, MAX_DETAIL_BYTES)
                         )
                     ]
                 )

@@ -14,7 +14,8 @@ image is decoded. Rules are named so a model table entry can pick one:
   largest sizes that are not; this budget keeps all of them whole, so it
   errs towards counting a little more, never less.
 * ``gemini``: 258 when both sides are at most 384 px, else 258 per 768 x 768
-  tile.
+  tile, after shrinking to fit 3072 x 3072 (Google scales larger images down to
+  that, keeping the aspect ratio), so at most 16 tiles.
 * ``default``: a flat DEFAULT_IMAGE_TOKENS, the estimate used whenever an
   image's dimensions cannot be read.
 
@@ -33,6 +34,7 @@ DEFAULT_IMAGE_TOKENS: Final = 1200
 
 ANTHROPIC_MAX_EDGE: Final = 1568
 ANTHROPIC_MAX_PIXELS: Final = 1568 * 784
+GEMINI_MAX_EDGE: Final = 3072
 
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 
@@ -160,9 +162,15 @@ def anthropic_tokens(width: int, height: int) -> int:
 
 
 def gemini_tokens(width: int, height: int) -> int:
-    """Gemini 2.x: 258 for a small image, else 258 per 768 x 768 tile."""
+    """Gemini 2.x: 258 for a small image, else 258 per 768 x 768 tile of the image
+    fitted into 3072 x 3072.
+
+    Without the fit, a header claiming 4294967295 x 4294967295 px would cost
+    8 * 10**15 tokens: more than a stored count can hold, and no real cost.
+    """
     if width <= 384 and height <= 384:
         return 258
+    width, height = _scaled(width, height, GEMINI_MAX_EDGE / max(width, height))
     return 258 * math.ceil(width / 768) * math.ceil(height / 768)
 
 

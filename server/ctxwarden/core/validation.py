@@ -62,6 +62,39 @@ def check_json_object(text: str, field: str) -> None:
             reason="INVALID_JSON",
             field=field,
         )
+    if _ESCAPED_SURROGATE.search(text) and _has_lone_surrogate(value):
+        raise InvalidArgument(
+            f"{field} escapes a lone surrogate (\\ud800-\\udfff), which is not a character "
+            "and cannot be encoded as UTF-8; send the character itself or a surrogate pair",
+            reason="INVALID_JSON",
+            field=field,
+        )
+
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    """Whether a decoded JSON value holds a string with an unpaired surrogate.
+
+    JSON allows "\\ud800" and json.loads decodes it to a str that no UTF-8
+    encoder accepts: rendering, compaction prompts and file lists built from it
+    would fail for the session from then on.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 MAX_USAGE_TOKENS = 100_000_000

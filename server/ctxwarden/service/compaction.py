@@ -32,6 +32,7 @@ from ctxwarden.core.errors import (
     Unavailable,
 )
 from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.observability.metrics import metrics
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 
@@ -249,7 +250,13 @@ class Compactor:
     ) -> Checkpoint:
         if not plan_id:
             raise InvalidArgument("plan_id is required", reason="MISSING_FIELD", field="plan_id")
-        found = await self.m._db(lambda: self.m.repo.get_plan(plan_id))
+        # Plan IDs are server-made ASCII: anything else names no plan (and must not
+        # reach MySQL's ASCII column, where it is an illegal mix of collations).
+        found = (
+            await self.m._db(lambda: self.m.repo.get_plan(plan_id))
+            if KEY_RE.fullmatch(plan_id)
+            else None
+        )
         if found is None or found[0] != session_id:
             raise NotFound(
                 f"compaction plan {plan_id!r} does not exist for session {session_id!r}",
@@ -293,6 +300,8 @@ class Compactor:
                 "PrepareCompaction and CommitCompaction",
                 reason="NO_SUMMARIZER",
             )
+        if key is not None:
+            check_key(key.request_id, "request_id")
         scope = f"Compact/{session_id}"
         stored = await self.m._replay(scope, key)
         if stored is not None:
@@ -382,7 +391,13 @@ class Compactor:
     async def list(
         self, session_id: str, page_size: int, page_token: str
     ) -> tuple[list[Checkpoint], str]:
-        from ctxwarden.service.manager import _decode_token, _encode_token, _page_size
+        from ctxwarden.service.manager import (
+            _decode_token,
+            _encode_token,
+            _page_size,
+            token_id,
+            token_int,
+        )
 
         await self.m.get_session(session_id)
         size = _page_size(page_size, 50)
@@ -395,7 +410,7 @@ class Compactor:
                     reason="INVALID_PAGE_TOKEN",
                     field="page_token",
                 )
-            before = (int(tok["t"]), str(tok["i"]))
+            before = (token_int(tok, "t"), token_id(tok, "i"))
         rows = await self.m._db(
             lambda: self.m.repo.list_compactions(session_id, limit=size + 1, before=before)
         )

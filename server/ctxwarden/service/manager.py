@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -85,6 +86,14 @@ def _encode_token(value: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def _invalid_token() -> InvalidArgument:
+    return InvalidArgument(
+        "page_token is not a token this server issued",
+        reason="INVALID_PAGE_TOKEN",
+        field="page_token",
+    )
+
+
 def _decode_token(token: str) -> dict[str, Any]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
@@ -92,12 +101,28 @@ def _decode_token(token: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise ValueError
         return value
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidArgument(
-            "page_token is not a token this server issued",
-            reason="INVALID_PAGE_TOKEN",
-            field="page_token",
-        ) from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise _invalid_token() from None
+
+
+_TOKEN_ID = re.compile(r"[\x21-\x7e]{1,200}")
+"""IDs in tokens (session and compaction IDs) are printable ASCII, like the columns."""
+
+
+def token_int(token: dict[str, Any], key: str) -> int:
+    """A non-negative int64 the server put in ``token`` (else INVALID_PAGE_TOKEN)."""
+    value = token.get(key)
+    if type(value) is not int or not 0 <= value < 2**63:
+        raise _invalid_token()
+    return value
+
+
+def token_id(token: dict[str, Any], key: str) -> str:
+    """An ID the server put in ``token`` (else INVALID_PAGE_TOKEN)."""
+    value = token.get(key)
+    if not isinstance(value, str) or not _TOKEN_ID.fullmatch(value):
+        raise _invalid_token()
+    return value
 
 
 def _page_size(requested: int, default: int, maximum: int = 1000) -> int:
@@ -123,11 +148,17 @@ def _chars(messages: Sequence[Message]) -> int:
     return sum(len(b.text) + len(b.arguments_json) for m in messages for b in m.content)
 
 
-def check_client_tokenizer(spec: str, allowed_dirs: Sequence[str]) -> None:
+def check_client_tokenizer(
+    spec: str, allowed_dirs: Sequence[str], field: str = "policy.tokenizer"
+) -> None:
     """A client may name an ``hf:`` tokenizer only inside an operator-allowed directory
     (otherwise a client could make the server open arbitrary paths)."""
     if not spec.startswith("hf:"):
         return
+    if "\x00" in spec:  # os.path.realpath raises ValueError on NUL
+        raise InvalidArgument(
+            f"{field} contains a NUL character (U+0000)", reason="NUL_CHARACTER", field=field
+        )
     path = os.path.realpath(spec[3:])
     for base in allowed_dirs:
         root = os.path.realpath(base)
@@ -137,7 +168,7 @@ def check_client_tokenizer(spec: str, allowed_dirs: Sequence[str]) -> None:
         "hf: tokenizers must live under a directory the operator allowed with "
         "--hf-tokenizer-dir (or be configured in the model table)",
         reason="TOKENIZER_NOT_ALLOWED",
-        field="policy.tokenizer",
+        field=field,
     )
 
 
@@ -338,7 +369,7 @@ class SessionManager:
                     reason="INVALID_PAGE_TOKEN",
                     field="page_token",
                 )
-            before = (int(tok["t"]), str(tok["i"]))
+            before = (token_int(tok, "t"), token_id(tok, "i"))
         rows = await self._db(
             lambda: self.repo.list_sessions(
                 tenant=tenant,
@@ -560,7 +591,7 @@ class SessionManager:
                     reason="INVALID_PAGE_TOKEN",
                     field="page_token",
                 )
-            after = int(tok["a"])
+            after = token_int(tok, "a")
         rows = await self._db(
             lambda: self.repo.list_messages(
                 session_id, after_seq=after, limit=size + 1, include_rolled_back=include_rolled_back
@@ -793,6 +824,7 @@ class SessionManager:
     ) -> tuple[int, list[int], str, bool, int, int]:
         """(total, per message, tokenizer spec, exact, tools, text) for a model."""
         info = lookup_model(model)
+        check_client_tokenizer(tokenizer_spec, self.settings.hf_tokenizer_dirs, "tokenizer")
         tokenizer = await _tokenizer(tokenizer_spec or info.tokenizer)
         profile = counting_profile(model, tokenizer)
 

@@ -1,0 +1,1 @@
+"""Hostile-input tests: fuzzed requests against real server processes."""
