@@ -106,7 +106,7 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
                 results,
                 "restore 100,000 msgs with checkpoint >= 100x faster than ADK get_session, 10k",
                 b,
-                ["restore_checkpoint_100000", "restore_10000.adk_full"],
+                ["restore_checkpoint_100000", "peers.restore_10000.adk_full"],
                 lambda r: (
                     f"{r[0].median_ms:.2f} ms vs ADK {r[1].median_ms:,.0f} ms = "
                     f"{(r[1].median_ms or 0) / (r[0].median_ms or 1):,.0f}x faster",

@@ -225,3 +225,34 @@ async def test_writer_reconnects_after_losing_its_connection(backend: str) -> No
         if repo is not None:
             await repo.close()
         drop_mysql_database(base, db)
+
+
+TRICKY = [
+    "",
+    "plain",
+    "quotes ' \" ` and backslashes \\ \\\\ \\' %s %(x)s ?",
+    "newlines\n\r\n tabs\t and ctrl-z \x1a",
+    "unicode: é ß 中文 العربية 😀 \U0010ffff",
+    "0x41 X'41' _binary'x' -- comment /* c */ ; DROP TABLE sessions;",
+    "long " + "é😀" * 200_000,  # past the hex-literal limit: escaped by the driver
+]
+
+
+async def test_any_text_round_trips_exactly(repo: Repository) -> None:
+    sids = await _sessions(repo, len(TRICKY))
+
+    async def one(sid: str, content: str) -> None:
+        msg = Message(
+            role=Role.USER,
+            content=(ContentBlock.of_text(content),),
+            seq=1,
+            message_id=ids.new_id(),
+            token_count=1,
+            create_time_us=ids.now_us(),
+        )
+        await repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[msg], record=None)
+
+    await asyncio.gather(*(one(sid, c) for sid, c in zip(sids, TRICKY, strict=True)))
+    for sid, content in zip(sids, TRICKY, strict=True):
+        (stored,) = await repo.get_messages(sid, [1])
+        assert stored.text == content
