@@ -13,6 +13,7 @@ import pytest
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from ctxwarden.v1 import message_pb2 as m
 from ctxwarden.v1 import session_pb2 as ses
 from tests.support.builders import assistant, failed, result, user
 from tests.support.server import ServerProcess
@@ -222,3 +223,28 @@ def test_two_processes_never_lose_or_duplicate(backend_url: str, tmp_path: Path)
     finally:
         a.stop()
         b.stop()
+
+
+def test_calibration_learned_by_the_last_append_survives_a_restart(
+    own_server: ServerProcess,
+) -> None:
+    ch, stub = _stub(own_server.target)
+    sid = f"cal-{uuid.uuid4().hex[:12]}"
+    stub.CreateSession(pb.CreateSessionRequest(session_id=sid))  # heuristic tokenizer
+    stub.AppendMessages(
+        pb.AppendMessagesRequest(session_id=sid, messages=[user("count these words " * 40)])
+    )
+    answer = assistant("ok")
+    answer.usage.input_tokens = 500  # the provider counted far more than the estimate
+    answer.usage.output_tokens = 2
+    answer.stop_reason = m.STOP_REASON_STOP
+    stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[answer]))
+    before = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid))
+    assert before.tokens.estimate_error_ratio != 1.0  # the append calibrated the session
+    ch.close()
+    own_server.stop()
+    own_server.start()
+    ch, stub = _stub(own_server.target)
+    after = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid))
+    assert after.tokens == before.tokens
+    ch.close()

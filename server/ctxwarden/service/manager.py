@@ -502,6 +502,10 @@ class SessionManager:
                     context_tokens=plan.context_tokens,
                     update_time_us=now,
                     consecutive_failures=ctx.failures_after(plan.new),
+                    # The calibration this append learned is stored with it (a
+                    # restart right after must not fall back to the previous one).
+                    estimate_ratio=plan.calibration.ratio,
+                    estimate_samples=plan.calibration.samples,
                 )
                 outcome = {
                     "seqs": [m.seq for m in plan.messages],

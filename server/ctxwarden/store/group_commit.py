@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -91,8 +92,8 @@ class GroupCommitter:
         self._observe = observe or _no_observer
         self._single = single
         self._writers = max(1, writers)
-        self._queue: list[AppendOp] = []
-        self._ready: asyncio.Condition | None = None
+        self._queue: deque[AppendOp] = deque()
+        self._ready: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self.batches = 0
@@ -104,17 +105,16 @@ class GroupCommitter:
         if self._closed:
             raise RuntimeError("the group committer is closed")
         if self._ready is None:
-            self._ready = asyncio.Condition()
+            self._ready = asyncio.Event()
             self._tasks = [
                 asyncio.create_task(self._writer(), name=f"ctxwarden-append-writer-{i}")
                 for i in range(self._writers)
             ]
-        async with self._ready:
-            self._queue.append(op)
-            self._ready.notify()
-        # The write goes on if the caller is cancelled: its outcome must not
-        # depend on whether somebody is still waiting for it.
-        await asyncio.shield(op.future)
+        self._queue.append(op)
+        self._ready.set()
+        # A cancelled caller cancels only this future: the op stays queued or in
+        # its batch, so the write goes on whether or not somebody still waits.
+        await op.future
 
     def new_future(self) -> asyncio.Future[None]:
         return asyncio.get_running_loop().create_future()
@@ -140,7 +140,7 @@ class GroupCommitter:
             op = self._queue[0]
             if batch and size + op.added_bytes > MAX_BATCH_BYTES:
                 break
-            batch.append(self._queue.pop(0))
+            batch.append(self._queue.popleft())
             size += op.added_bytes
         return batch
 
@@ -149,10 +149,10 @@ class GroupCommitter:
         w: _Writer | None = None
         try:
             while True:
-                async with self._ready:
-                    await self._ready.wait_for(lambda: bool(self._queue))
-                    batch = self._take()
-                w = await self._run(w, batch)
+                while not self._queue:
+                    self._ready.clear()
+                    await self._ready.wait()
+                w = await self._run(w, self._take())
         finally:
             if w is not None:
                 with contextlib.suppress(Exception):
