@@ -163,3 +163,23 @@ def create_session(stub: pb_grpc.ContextServiceStub, kind: str) -> str:
         timeout=TIMEOUT,
     )
     return session_id
+
+
+def run_meta(started: float, quick: bool, seed: int, config: dict[str, Any]) -> dict[str, Any]:
+    """What every benchmark's JSON records about the run and the machine."""
+    import platform
+
+    import grpc
+
+    return {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "elapsed_s": time.time() - started,
+        "quick": quick,
+        "seed": seed,
+        "config": config,
+        "model": MODEL,
+        "python": sys.version.split()[0],
+        "grpc": grpc.__version__,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }

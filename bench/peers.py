@@ -21,7 +21,6 @@ import base64
 import contextlib
 import json
 import os
-import platform
 import secrets
 import shutil
 import socket
@@ -53,6 +52,7 @@ from bench.common import (
     create_session,
     log,
     mysql_info,
+    run_meta,
     summarize,
 )
 from bench.run import append_batched, one_message_requests, stream_appends
@@ -1466,16 +1466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         doc = {
             "meta": {
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                "elapsed_s": elapsed,
-                "quick": args.quick,
-                "seed": args.seed,
-                "config": asdict(cfg),
-                "model": MODEL,
-                "python": sys.version.split()[0],
-                "grpc": grpc.__version__,
-                "platform": platform.platform(),
-                "cpus": os.cpu_count(),
+                **run_meta(started, args.quick, args.seed, asdict(cfg)),
                 "versions": {
                     "google-adk": _version("google-adk"),
                     "openai-agents": _version("openai-agents"),

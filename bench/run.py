@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,6 +33,7 @@ from bench.common import (
     backend_database,
     create_session,
     log,
+    run_meta,
     summarize,
 )
 from bench.concurrency import run_agents
@@ -43,7 +42,7 @@ from bench.scale import HistoryScaling
 from bench.targets import evaluate
 from bench.targets import render as render_targets
 from bench.tokenizers import tokenizer_throughput
-from bench.workload import MODEL, Conversation
+from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m
@@ -550,16 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         doc = {
             "meta": {
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                "elapsed_s": elapsed,
-                "quick": args.quick,
-                "seed": args.seed,
-                "config": asdict(cfg),
-                "model": MODEL,
-                "python": sys.version.split()[0],
-                "grpc": grpc.__version__,
-                "platform": platform.platform(),
-                "cpus": os.cpu_count(),
+                **run_meta(started, args.quick, args.seed, asdict(cfg)),
                 "backends": backend_info,
             },
             "results": [asdict(r) for r in results],
