@@ -11,6 +11,8 @@
 //   - Message builders: User, Assistant, FailedAssistant, ToolCall, ToolResult.
 //   - ErrorReason: the stable ErrorInfo.reason (e.g. "SESSION_NOT_FOUND") of a
 //     failed call.
+//   - InputCache: incremental BuildModelInput (send the held input's
+//     resume_token, merge the messages the server sends after it).
 //
 // Client embeds ctxwardenv1.ContextServiceClient, so every RPC is called
 // directly with the generated request types:

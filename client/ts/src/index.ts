@@ -61,6 +61,13 @@ export {
   type RetryInfo,
 } from "./gen/google/rpc/error_details_pb.js";
 export { StatusSchema, type Status } from "./gen/google/rpc/status_pb.js";
+export {
+  INPUT_CACHE_SESSIONS,
+  InputCache,
+  type BuildModelInputClient,
+  type BuildModelInputRequestInit,
+  type InputCacheOptions,
+} from "./input-cache.js";
 // What callers need most often from the runtime libraries.
 export { create, toJson, toJsonString } from "@bufbuild/protobuf";
 export { Code, ConnectError } from "@connectrpc/connect";

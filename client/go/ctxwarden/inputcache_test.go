@@ -1,0 +1,224 @@
+package ctxwarden_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctxwarden/ctxwarden/client/go/ctxwarden"
+	"github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1"
+	"github.com/ctxwarden/ctxwarden/client/go/internal/testserver"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// recordingClient records the BuildModelInput requests and raw answers that
+// pass through it; with token set it replaces the request's resume_token.
+type recordingClient struct {
+	ctxwardenv1.ContextServiceClient
+	mu       sync.Mutex
+	token    *string
+	requests []*ctxwardenv1.BuildModelInputRequest
+	answers  []*ctxwardenv1.ModelInput
+}
+
+func (r *recordingClient) BuildModelInput(ctx context.Context, req *ctxwardenv1.BuildModelInputRequest,
+	opts ...grpc.CallOption) (*ctxwardenv1.ModelInput, error) {
+	r.mu.Lock()
+	if r.token != nil {
+		req.ResumeToken = *r.token
+	}
+	r.requests = append(r.requests, proto.Clone(req).(*ctxwardenv1.BuildModelInputRequest))
+	r.mu.Unlock()
+	in, err := r.ContextServiceClient.BuildModelInput(ctx, req, opts...)
+	if err == nil {
+		r.mu.Lock()
+		r.answers = append(r.answers, proto.Clone(in).(*ctxwardenv1.ModelInput))
+		r.mu.Unlock()
+	}
+	return in, err
+}
+
+func (r *recordingClient) last() (*ctxwardenv1.BuildModelInputRequest, *ctxwardenv1.ModelInput) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests[len(r.requests)-1], r.answers[len(r.answers)-1]
+}
+
+// TestInputCacheEqualsFullInput builds inputs incrementally against a real
+// server and compares each with a plain, complete BuildModelInput.
+func TestInputCacheEqualsFullInput(t *testing.T) {
+	srv := testserver.Start(t)
+	c := dial(t, srv.Target)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	s, err := c.CreateSession(ctx, &ctxwardenv1.CreateSessionRequest{Session: &ctxwardenv1.Session{
+		SystemPrompt: "Be brief.",
+		Tools:        []*ctxwardenv1.ToolDefinition{{Name: "read", Description: "Read a file", ParametersJson: `{"type":"object"}`}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := s.GetSessionId()
+	appendMsgs := func(msgs ...*ctxwardenv1.Message) {
+		t.Helper()
+		if _, err := c.AppendMessages(ctx, &ctxwardenv1.AppendMessagesRequest{SessionId: sid, Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := func() *ctxwardenv1.ModelInput {
+		t.Helper()
+		in, err := c.BuildModelInput(ctx, &ctxwardenv1.BuildModelInputRequest{SessionId: sid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+
+	rec := &recordingClient{ContextServiceClient: c}
+	cache := ctxwarden.NewInputCache(0)
+	build := func(step string) *ctxwardenv1.ModelInput {
+		t.Helper()
+		req := &ctxwardenv1.BuildModelInputRequest{SessionId: sid}
+		in, err := cache.Build(ctx, rec, req)
+		if err != nil {
+			t.Fatalf("%s: Build: %v", step, err)
+		}
+		if req.GetResumeToken() != "" {
+			t.Errorf("%s: Build changed the caller's request", step)
+		}
+		if want := full(); !proto.Equal(in, want) {
+			t.Fatalf("%s: merged input differs from the full one:\n got %v\nwant %v", step, in, want)
+		}
+		return in
+	}
+
+	appendMsgs(ctxwarden.User("read two files"), ctxwarden.Assistant("ok", ctxwarden.ToolCall("a", "read", `{"path":"x"}`)))
+	first := build("first")
+	if req, raw := rec.last(); req.GetResumeToken() != "" || raw.GetMessagesOffset() != 0 || raw.GetResumeToken() == "" {
+		t.Fatalf("first: sent token %q, got offset %d token %q; want no token, offset 0, a token",
+			req.GetResumeToken(), raw.GetMessagesOffset(), raw.GetResumeToken())
+	}
+	if len(first.GetMessages()) == 0 {
+		t.Fatal("first: no messages")
+	}
+
+	steps := [][]*ctxwardenv1.Message{
+		{ctxwarden.ToolResult("a", "contents of x")},
+		{ctxwarden.Assistant("and y", ctxwarden.ToolCall("b", "read", `{"path":"y"}`))},
+		{ctxwarden.ToolResult("b", "contents of y"), ctxwarden.Assistant("done")},
+		{ctxwarden.User("thanks")},
+	}
+	for i, msgs := range steps {
+		appendMsgs(msgs...)
+		step := fmt.Sprintf("step %d", i+1)
+		in := build(step)
+		req, raw := rec.last()
+		if req.GetResumeToken() == "" {
+			t.Errorf("%s: no resume_token sent", step)
+		}
+		if raw.GetMessagesOffset() <= 0 || len(raw.GetMessages()) >= len(in.GetMessages()) {
+			t.Errorf("%s: answer had offset %d and %d of %d messages; want offset > 0 and fewer messages",
+				step, raw.GetMessagesOffset(), len(raw.GetMessages()), len(in.GetMessages()))
+		}
+		if in.GetMessagesOffset() != 0 {
+			t.Errorf("%s: merged input has messages_offset %d", step, in.GetMessagesOffset())
+		}
+	}
+
+	// Nothing new: only the header travels.
+	build("unchanged")
+	if _, raw := rec.last(); len(raw.GetMessages()) != 0 || raw.GetMessagesOffset() == 0 {
+		t.Errorf("unchanged: answer had offset %d and %d messages; want offset > 0, none",
+			raw.GetMessagesOffset(), len(raw.GetMessages()))
+	}
+
+	// A garbage token is no error: the whole input comes back.
+	garbage := "garbage-token"
+	direct, err := c.BuildModelInput(ctx, &ctxwardenv1.BuildModelInputRequest{SessionId: sid, ResumeToken: garbage})
+	if err != nil {
+		t.Fatalf("BuildModelInput with a garbage token: %v", err)
+	}
+	if direct.GetMessagesOffset() != 0 || !proto.Equal(direct, full()) {
+		t.Errorf("garbage token: offset %d, equal to full %v; want a complete answer",
+			direct.GetMessagesOffset(), proto.Equal(direct, full()))
+	}
+	rec.token = &garbage // the cache's token is replaced on the way
+	appendMsgs(ctxwarden.Assistant("you're welcome"))
+	build("garbage token")
+	if req, raw := rec.last(); req.GetResumeToken() != garbage || raw.GetMessagesOffset() != 0 {
+		t.Errorf("garbage token: sent %q, answer offset %d; want offset 0", req.GetResumeToken(), raw.GetMessagesOffset())
+	}
+	rec.token = nil
+	appendMsgs(ctxwarden.User("one more"))
+	build("after garbage")
+	if _, raw := rec.last(); raw.GetMessagesOffset() <= 0 {
+		t.Errorf("after garbage: answer offset %d, want > 0", raw.GetMessagesOffset())
+	}
+}
+
+// offsetClient answers every BuildModelInput with messages_offset offset and
+// one message, and records the resume_tokens it was sent.
+type offsetClient struct {
+	ctxwardenv1.ContextServiceClient
+	offset int64
+	tokens []string
+}
+
+func (f *offsetClient) BuildModelInput(_ context.Context, req *ctxwardenv1.BuildModelInputRequest,
+	_ ...grpc.CallOption) (*ctxwardenv1.ModelInput, error) {
+	f.tokens = append(f.tokens, req.GetResumeToken())
+	return &ctxwardenv1.ModelInput{
+		SessionId:      req.GetSessionId(),
+		Messages:       []*ctxwardenv1.Message{ctxwarden.User("new")},
+		ResumeToken:    "token-of-" + req.GetSessionId(),
+		MessagesOffset: f.offset,
+	}, nil
+}
+
+func TestInputCacheOffsetBeyondHeld(t *testing.T) {
+	ctx := context.Background()
+	var cache ctxwarden.InputCache // the zero value works
+	f := &offsetClient{offset: 1}
+	_, err := cache.Build(ctx, f, &ctxwardenv1.BuildModelInputRequest{SessionId: "s"})
+	if err == nil || !strings.Contains(err.Error(), "held input has 0") {
+		t.Fatalf("offset 1 with nothing held: err %v, want an error", err)
+	}
+	f.offset = 0
+	if _, err := cache.Build(ctx, f, &ctxwardenv1.BuildModelInputRequest{SessionId: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	f.offset = 2 // one message held
+	if _, err := cache.Build(ctx, f, &ctxwardenv1.BuildModelInputRequest{SessionId: "s"}); err == nil {
+		t.Fatal("offset 2 with 1 message held: no error")
+	}
+	if cache.Len() != 0 {
+		t.Errorf("after the error the session is still held (Len %d)", cache.Len())
+	}
+}
+
+func TestInputCacheDropsLeastRecentlyUsed(t *testing.T) {
+	ctx := context.Background()
+	cache := ctxwarden.NewInputCache(2)
+	f := &offsetClient{}
+	for _, sid := range []string{"a", "b", "a", "c", "a", "b"} {
+		if _, err := cache.Build(ctx, f, &ctxwardenv1.BuildModelInputRequest{SessionId: sid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "b" was dropped when "c" came in ("a" had been used since), so its
+	// second call sent no token.
+	want := []string{"", "", "token-of-a", "", "token-of-a", ""}
+	for i := range want {
+		if f.tokens[i] != want[i] {
+			t.Errorf("call %d sent %q, want %q (all: %q)", i, f.tokens[i], want[i], f.tokens)
+		}
+	}
+	if cache.Len() != 2 {
+		t.Errorf("Len = %d, want 2", cache.Len())
+	}
+}

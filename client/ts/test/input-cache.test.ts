@@ -1,0 +1,235 @@
+// InputCache: incremental BuildModelInput against a real ctxwarden server
+// (the merged input must equal a plain full BuildModelInput), plus the
+// merge, error and LRU rules with a stand-in client.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import { equals, toBinary } from "@bufbuild/protobuf";
+
+import {
+  BuildModelInputRequestSchema,
+  INPUT_CACHE_SESSIONS,
+  InputCache,
+  ModelInputFormat,
+  ModelInputSchema,
+  assistant,
+  create,
+  createClient,
+  toolCall,
+  toolDefinition,
+  toolResult,
+  user,
+  type BuildModelInputClient,
+  type BuildModelInputRequest,
+  type CtxwardenClient,
+  type Message,
+  type ModelInput,
+} from "../src/index.js";
+import { startServer, type RunningServer } from "./server.js";
+
+/** A client that records every BuildModelInput request and raw answer. */
+function recording(
+  client: BuildModelInputClient,
+  rewrite: (req: BuildModelInputRequest) => BuildModelInputRequest = (req) => req,
+): BuildModelInputClient & { requests: BuildModelInputRequest[]; answers: ModelInput[] } {
+  const requests: BuildModelInputRequest[] = [];
+  const answers: ModelInput[] = [];
+  return {
+    requests,
+    answers,
+    async buildModelInput(request, options) {
+      const req = rewrite(create(BuildModelInputRequestSchema, request));
+      requests.push(req);
+      const answer = await client.buildModelInput(req, options);
+      // Keep a copy: InputCache completes the answer object in place.
+      answers.push(create(ModelInputSchema, { ...answer, messages: [...answer.messages] }));
+      return answer;
+    },
+  };
+}
+
+function assertSameInput(actual: ModelInput, expected: ModelInput): void {
+  assert.equal(actual.messagesOffset, 0n);
+  assert.equal(actual.messages.length, expected.messages.length);
+  assert.ok(equals(ModelInputSchema, actual, expected), "merged input differs from the full input");
+  assert.deepEqual(toBinary(ModelInputSchema, actual), toBinary(ModelInputSchema, expected));
+}
+
+describe("InputCache against a real ctxwarden server", () => {
+  let server: RunningServer;
+  let client: CtxwardenClient;
+
+  before(async () => {
+    server = await startServer();
+    client = createClient(server.target);
+  });
+
+  after(async () => {
+    client?.close();
+    await server?.stop();
+  });
+
+  async function newSession(): Promise<string> {
+    const session = await client.createSession({
+      session: {
+        systemPrompt: "You are a careful coding agent.",
+        tools: [toolDefinition("read", "Read a file", { type: "object" })],
+      },
+    });
+    return session.sessionId;
+  }
+
+  function turn(i: number): Message[] {
+    return [
+      user(`question ${i}: what is in file-${i}.txt?`),
+      assistant(`Let me look at file-${i}.txt.`, [toolCall(`call-${i}`, "read", { path: `file-${i}.txt` })]),
+      toolResult(`call-${i}`, `contents of file ${i}\n`.repeat(3), { toolName: "read" }),
+      assistant(`file-${i}.txt holds three lines.`),
+    ];
+  }
+
+  test("merged inputs equal full inputs, and later answers are resumed", async () => {
+    const sessionId = await newSession();
+    const rec = recording(client);
+    const inputs = new InputCache(rec);
+
+    for (let i = 1; i <= 5; i++) {
+      await client.appendMessages({ sessionId, messages: turn(i) });
+      const merged = await inputs.build({ sessionId });
+      const full = await client.buildModelInput({ sessionId });
+      assertSameInput(merged, full);
+      assert.equal(merged.messages.length, 4 * i);
+      assert.equal(inputs.get(sessionId), merged);
+    }
+
+    // The first call had nothing to resume; every later one sent the
+    // previous token and received only the 4 new messages.
+    assert.equal(rec.requests[0]?.resumeToken, "");
+    assert.equal(rec.answers[0]?.messagesOffset, 0n);
+    for (let i = 1; i < 5; i++) {
+      const req = rec.requests[i]!;
+      const answer = rec.answers[i]!;
+      assert.notEqual(req.resumeToken, "");
+      assert.equal(req.resumeToken, rec.answers[i - 1]!.resumeToken);
+      assert.equal(answer.messagesOffset, BigInt(4 * i), `answer ${i}`);
+      assert.equal(answer.messages.length, 4, `answer ${i}`);
+    }
+
+    // Nothing new: the server resumes everything held and sends no message.
+    const again = await inputs.build({ sessionId });
+    assertSameInput(again, await client.buildModelInput({ sessionId }));
+    assert.equal(rec.answers.at(-1)?.messagesOffset, 20n);
+    assert.equal(rec.answers.at(-1)?.messages.length, 0);
+
+    // Other request fields are passed on; rendered_json comes back complete.
+    await client.appendMessages({ sessionId, messages: turn(6) });
+    const rendered = await inputs.build({ sessionId, format: ModelInputFormat.OPENAI_CHAT, maxOutputTokens: 1000n });
+    assert.ok(rec.answers.at(-1)!.messagesOffset > 0n);
+    assertSameInput(
+      rendered,
+      await client.buildModelInput({ sessionId, format: ModelInputFormat.OPENAI_CHAT, maxOutputTokens: 1000n }),
+    );
+    assert.notEqual(rendered.renderedJson, "");
+  });
+
+  test("after a rollback the merged input still equals the full input", async () => {
+    const sessionId = await newSession();
+    const rec = recording(client);
+    const inputs = new InputCache(rec);
+    await client.appendMessages({ sessionId, messages: [...turn(1), ...turn(2)] });
+    await inputs.build({ sessionId });
+
+    await client.rollbackTurn({ sessionId, toSeq: 4n });
+    await client.appendMessages({ sessionId, messages: turn(3) });
+    const merged = await inputs.build({ sessionId });
+    assertSameInput(merged, await client.buildModelInput({ sessionId }));
+    assert.ok(rec.answers.at(-1)!.messagesOffset <= 4n);
+  });
+
+  test("a garbage token gets the complete input", async () => {
+    const sessionId = await newSession();
+    await client.appendMessages({ sessionId, messages: [...turn(1), ...turn(2)] });
+
+    // Plain call with a garbage token: complete answer, no error.
+    const plain = await client.buildModelInput({ sessionId, resumeToken: "not-a-token" });
+    assert.equal(plain.messagesOffset, 0n);
+    assertSameInput(plain, await client.buildModelInput({ sessionId }));
+
+    // Through InputCache, with the held token replaced by garbage on the wire.
+    const rec = recording(client, (req) => (req.resumeToken === "" ? req : { ...req, resumeToken: "garbage!" }));
+    const inputs = new InputCache(rec);
+    await inputs.build({ sessionId });
+    await client.appendMessages({ sessionId, messages: turn(3) });
+    const merged = await inputs.build({ sessionId });
+    assert.equal(rec.requests.at(-1)?.resumeToken, "garbage!");
+    assert.equal(rec.answers.at(-1)?.messagesOffset, 0n);
+    assert.equal(rec.answers.at(-1)?.messages.length, 12);
+    assertSameInput(merged, await client.buildModelInput({ sessionId }));
+  });
+
+  test("replays are passed through, neither resumed nor held", async () => {
+    const sessionId = await newSession();
+    await client.appendMessages({ sessionId, messages: [...turn(1), ...turn(2)] });
+    const rec = recording(client);
+    const inputs = new InputCache(rec);
+    const held = await inputs.build({ sessionId });
+    const replay = await inputs.build({ sessionId, asOfSeq: 5n });
+    assert.equal(rec.requests.at(-1)?.resumeToken, "");
+    assert.equal(replay.messages.length, 4);
+    assert.equal(inputs.get(sessionId), held);
+  });
+});
+
+describe("InputCache without a server", () => {
+  const messages = (...texts: string[]): Message[] => texts.map((t) => user(t));
+  const input = (sessionId: string, token: string, offset: bigint, msgs: Message[]): ModelInput =>
+    create(ModelInputSchema, { sessionId, resumeToken: token, messagesOffset: offset, messages: msgs, lastSeq: 9n });
+
+  test("merge keeps the held prefix and takes every other field from the answer", () => {
+    const inputs = new InputCache({ buildModelInput: () => Promise.reject(new Error("unused")) });
+    inputs.merge("s", input("s", "t1", 0n, messages("a", "b", "c")));
+    const merged = inputs.merge("s", create(ModelInputSchema, { ...input("s", "t2", 2n, messages("x")), lastSeq: 12n }));
+    assert.deepEqual(
+      merged.messages.map((m) => m.content[0]?.block.value),
+      messages("a", "b", "x").map((m) => m.content[0]?.block.value),
+    );
+    assert.equal(merged.messagesOffset, 0n);
+    assert.equal(merged.resumeToken, "t2");
+    assert.equal(merged.lastSeq, 12n);
+  });
+
+  test("an offset larger than what is held is an Error and drops the held input", async () => {
+    const answers = [input("s", "t1", 0n, messages("a", "b")), input("s", "t2", 3n, messages("c"))];
+    const inputs = new InputCache({ buildModelInput: async () => answers.shift()! });
+    await inputs.build({ sessionId: "s" });
+    await assert.rejects(inputs.build({ sessionId: "s" }), /messages_offset 3, but the client holds an input of 2 message/);
+    assert.equal(inputs.get("s"), undefined);
+    assert.throws(() => inputs.merge("other", input("other", "t", 1n, [])), /holds no input/);
+  });
+
+  test("holds at most `capacity` sessions, dropping the least recently used", async () => {
+    assert.equal(new InputCache({ buildModelInput: async () => input("", "", 0n, []) }).capacity, INPUT_CACHE_SESSIONS);
+    const sent: string[] = [];
+    const inputs = new InputCache(
+      {
+        async buildModelInput(req) {
+          sent.push(req.resumeToken ?? "");
+          return input(req.sessionId ?? "", `token-${req.sessionId}`, 0n, []);
+        },
+      },
+      { capacity: 2 },
+    );
+    await inputs.build({ sessionId: "a" });
+    await inputs.build({ sessionId: "b" });
+    await inputs.build({ sessionId: "a" }); // a is now the most recent
+    await inputs.build({ sessionId: "c" }); // drops b
+    assert.deepEqual(inputs.sessionIds(), ["a", "c"]);
+    assert.deepEqual(sent, ["", "", "token-a", ""]);
+    await inputs.build({ sessionId: "b" });
+    assert.equal(sent.at(-1), "");
+    assert.deepEqual(inputs.sessionIds(), ["c", "b"]);
+    inputs.forget("c");
+    assert.equal(inputs.size, 1);
+    assert.throws(() => new InputCache({ buildModelInput: async () => input("", "", 0n, []) }, { capacity: 0 }), RangeError);
+  });
+});
