@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import secrets
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
+from tests.support.agents import percentile
 from tests.support.server import drop_mysql_database, make_mysql_database, migrate_database
 
 from bench.workload import MODEL, SYSTEM_PROMPT, TOOLS
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from ctxwarden.v1 import message_pb2 as m
 from ctxwarden.v1 import session_pb2 as ses
 
 MYSQL_ENV = "CTXWARDEN_BENCH_MYSQL_URL"
@@ -51,12 +53,6 @@ class Result:
     throughput_unit: str = ""
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of already sorted values."""
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def summarize(
@@ -146,7 +142,9 @@ def mysql_info(base_url: str) -> dict[str, Any]:
 # -- helpers -------------------------------------------------------------------
 
 
-def create_session(stub: pb_grpc.ContextServiceStub, kind: str) -> str:
+def create_session(stub: pb_grpc.ContextServiceStub, kind: str, tokenizer: str = "") -> str:
+    """A benchmark session (the workload's system prompt, tools and model);
+    ``tokenizer`` sets policy.tokenizer."""
     session_id = f"bench-{kind}-{secrets.token_hex(4)}"
     stub.CreateSession(
         pb.CreateSessionRequest(
@@ -158,6 +156,7 @@ def create_session(stub: pb_grpc.ContextServiceStub, kind: str) -> str:
                 system_prompt=SYSTEM_PROMPT,
                 tools=TOOLS,
                 model=MODEL,
+                policy=ses.ContextPolicy(tokenizer=tokenizer),
             ),
         ),
         timeout=TIMEOUT,
@@ -183,3 +182,83 @@ def run_meta(started: float, quick: bool, seed: int, config: dict[str, Any]) -> 
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
     }
+
+
+# -- driving a server ------------------------------------------------------------
+
+BATCH = 500
+"""Messages per AppendMessages when building big sessions."""
+
+
+def append_batched(
+    stub: pb_grpc.ContextServiceStub, session_id: str, messages: Sequence[m.Message]
+) -> list[int]:
+    """Append ``messages`` in requests of BATCH; returns each request's latency (ns)."""
+    out = []
+    for start in range(0, len(messages), BATCH):
+        req = pb.AppendMessagesRequest(
+            session_id=session_id, messages=messages[start : start + BATCH]
+        )
+        t0 = time.perf_counter_ns()
+        resp = stub.AppendMessages(req, timeout=TIMEOUT)
+        out.append(time.perf_counter_ns() - t0)
+        assert resp.last_seq == min(start + BATCH, len(messages)), resp.last_seq
+    return out
+
+
+def stream_appends(
+    stub: pb_grpc.ContextServiceStub,
+    requests: Sequence[pb.AppendMessagesRequest],
+    window: int,
+    start: threading.Barrier | None = None,
+) -> tuple[list[int], int, int]:
+    """Send ``requests`` over one StreamMessages call with at most ``window`` unacknowledged.
+
+    Returns (ack latencies ns, start ns, end ns). An ack latency runs from the
+    moment gRPC pulls the request from the iterator to the moment its response
+    is read.
+    """
+    credit = threading.Semaphore(window)
+    done = threading.Event()
+    sent = [0] * len(requests)
+
+    def feed() -> Iterator[pb.AppendMessagesRequest]:
+        for i, req in enumerate(requests):
+            while not credit.acquire(timeout=0.2):
+                if done.is_set():
+                    return
+            sent[i] = time.perf_counter_ns()
+            yield req
+
+    if start is not None:
+        start.wait()
+    latencies = []
+    t0 = time.perf_counter_ns()
+    try:
+        responses = stub.StreamMessages(feed(), timeout=TIMEOUT * 5)
+        first_seq = 0
+        for i, resp in enumerate(responses):
+            now = time.perf_counter_ns()
+            latencies.append(now - sent[i])
+            credit.release()
+            if i == 0:
+                first_seq = resp.last_seq
+            assert resp.last_seq == first_seq + i, (resp.last_seq, first_seq, i)
+    finally:
+        done.set()
+    t1 = time.perf_counter_ns()
+    if len(latencies) != len(requests):
+        raise RuntimeError(f"stream ended after {len(latencies)} of {len(requests)} acks")
+    return latencies, t0, t1
+
+
+def one_message_requests(
+    session_id: str, messages: Sequence[m.Message]
+) -> list[pb.AppendMessagesRequest]:
+    return [pb.AppendMessagesRequest(session_id=session_id, messages=[msg]) for msg in messages]
+
+
+def timed(fn: Callable[[], Any]) -> tuple[int, Any]:
+    t0 = time.perf_counter_ns()
+    value = fn()
+    return time.perf_counter_ns() - t0, value

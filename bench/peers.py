@@ -48,19 +48,20 @@ from bench.common import (
     MYSQL_ENV,
     TIMEOUT,
     Result,
+    append_batched,
     backend_database,
     create_session,
     log,
     mysql_info,
+    one_message_requests,
     run_meta,
+    stream_appends,
     summarize,
 )
-from bench.run import append_batched, one_message_requests, stream_appends
-from bench.workload import MODEL, PROVIDER, SYSTEM_PROMPT, TOOLS, Conversation
+from bench.workload import MODEL, PROVIDER, Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m
-from ctxwarden.v1 import session_pb2 as ses
 
 ADK_PIN = "2.13.0"
 AGENTS_PIN = "0.24.0"
@@ -521,26 +522,6 @@ def run_pi_prepare(entries_file: Path, runs: int) -> dict[str, Any]:
 # -- ctxwarden ------------------------------------------------------------------
 
 
-def create_policy_session(stub: pb_grpc.ContextServiceStub, kind: str, tokenizer: str) -> str:
-    session_id = f"bench-{kind}-{secrets.token_hex(4)}"
-    stub.CreateSession(
-        pb.CreateSessionRequest(
-            session_id=session_id,
-            session=ses.Session(
-                user_id=USER,
-                project_id=APP,
-                title=f"benchmark {kind}",
-                system_prompt=SYSTEM_PROMPT,
-                tools=TOOLS,
-                model=MODEL,
-                policy=ses.ContextPolicy(tokenizer=tokenizer),
-            ),
-        ),
-        timeout=TIMEOUT,
-    )
-    return session_id
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -909,7 +890,7 @@ class BackendPeers:
         sessions["ours_tiny"] = create_session(stub, "tiny")
         append_batched(stub, sessions["ours_tiny"], tiny)
         for kind in ("full", "checkpoint"):
-            sid = create_policy_session(stub, f"history-{kind}", "heuristic")
+            sid = create_session(stub, f"history-{kind}", tokenizer="heuristic")
             t0 = time.perf_counter_ns()
             append_batched(stub, sid, self.history)
             log(f"{self.backend}: ours {kind}: {size} msgs in {ns_since(t0) / 1e9:.1f} s")

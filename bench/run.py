@@ -12,9 +12,8 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,11 +29,15 @@ from bench.common import (
     MYSQL_ENV,
     TIMEOUT,
     Result,
+    append_batched,
     backend_database,
     create_session,
     log,
+    one_message_requests,
     run_meta,
+    stream_appends,
     summarize,
+    timed,
 )
 from bench.concurrency import run_agents
 from bench.memory import measure_memory
@@ -47,8 +50,6 @@ from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m
 
-BATCH = 500
-"""Messages per AppendMessages when building the big sessions."""
 PIPELINE_WINDOW = 16
 """Requests in flight in the pipelined single-stream variant."""
 
@@ -73,80 +74,6 @@ class Config:
         return cls(1000, 1000, 100, 100, 1000, 300, (100, 1000, 10_000, 100_000), 7, 10_000, 50)
 
 
-def append_batched(
-    stub: pb_grpc.ContextServiceStub, session_id: str, messages: Sequence[m.Message]
-) -> list[int]:
-    """Append ``messages`` in requests of BATCH; returns each request's latency (ns)."""
-    out = []
-    for start in range(0, len(messages), BATCH):
-        req = pb.AppendMessagesRequest(
-            session_id=session_id, messages=messages[start : start + BATCH]
-        )
-        t0 = time.perf_counter_ns()
-        resp = stub.AppendMessages(req, timeout=TIMEOUT)
-        out.append(time.perf_counter_ns() - t0)
-        assert resp.last_seq == min(start + BATCH, len(messages)), resp.last_seq
-    return out
-
-
-def stream_appends(
-    stub: pb_grpc.ContextServiceStub,
-    requests: Sequence[pb.AppendMessagesRequest],
-    window: int,
-    start: threading.Barrier | None = None,
-) -> tuple[list[int], int, int]:
-    """Send ``requests`` over one StreamMessages call with at most ``window`` unacknowledged.
-
-    Returns (ack latencies ns, start ns, end ns). An ack latency runs from the
-    moment gRPC pulls the request from the iterator to the moment its response
-    is read.
-    """
-    credit = threading.Semaphore(window)
-    done = threading.Event()
-    sent = [0] * len(requests)
-
-    def feed() -> Iterator[pb.AppendMessagesRequest]:
-        for i, req in enumerate(requests):
-            while not credit.acquire(timeout=0.2):
-                if done.is_set():
-                    return
-            sent[i] = time.perf_counter_ns()
-            yield req
-
-    if start is not None:
-        start.wait()
-    latencies = []
-    t0 = time.perf_counter_ns()
-    try:
-        responses = stub.StreamMessages(feed(), timeout=TIMEOUT * 5)
-        first_seq = 0
-        for i, resp in enumerate(responses):
-            now = time.perf_counter_ns()
-            latencies.append(now - sent[i])
-            credit.release()
-            if i == 0:
-                first_seq = resp.last_seq
-            assert resp.last_seq == first_seq + i, (resp.last_seq, first_seq, i)
-    finally:
-        done.set()
-    t1 = time.perf_counter_ns()
-    if len(latencies) != len(requests):
-        raise RuntimeError(f"stream ended after {len(latencies)} of {len(requests)} acks")
-    return latencies, t0, t1
-
-
-def one_message_requests(
-    session_id: str, messages: Sequence[m.Message]
-) -> list[pb.AppendMessagesRequest]:
-    return [pb.AppendMessagesRequest(session_id=session_id, messages=[msg]) for msg in messages]
-
-
-def timed(fn: Callable[[], Any]) -> tuple[int, Any]:
-    t0 = time.perf_counter_ns()
-    value = fn()
-    return time.perf_counter_ns() - t0, value
-
-
 # -- the benchmark of one backend ------------------------------------------------
 
 
@@ -158,12 +85,6 @@ class BackendBench:
         self.seed = seed
         self.results: list[Result] = []
         self.channel = grpc.insecure_channel(server.target, options=CHANNEL_OPTIONS)
-        self.stub = pb_grpc.ContextServiceStub(self.channel)
-
-    def reconnect(self) -> None:
-        self.channel.close()
-        self.channel = grpc.insecure_channel(self.server.target, options=CHANNEL_OPTIONS)
-        grpc.channel_ready_future(self.channel).result(timeout=30)
         self.stub = pb_grpc.ContextServiceStub(self.channel)
 
     def close(self) -> None:

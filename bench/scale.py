@@ -20,30 +20,23 @@ from typing import Any
 import grpc
 from tests.support.server import ServerProcess
 
-from bench.common import CHANNEL_OPTIONS, TIMEOUT, Result, create_session, log, summarize
+from bench.common import (
+    CHANNEL_OPTIONS,
+    TIMEOUT,
+    Result,
+    append_batched,
+    create_session,
+    log,
+    summarize,
+    timed,
+)
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
-from ctxwarden.v1 import message_pb2 as m
 
-BATCH = 500
 PLAIN_MAX = 10_000
 """Largest history measured without a checkpoint (beyond, the input is hundreds
 of MB and millions of tokens: no model takes it, so nobody sends it)."""
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[int, Any]:
-    t0 = time.perf_counter_ns()
-    value = fn()
-    return time.perf_counter_ns() - t0, value
-
-
-def _build(stub: pb_grpc.ContextServiceStub, sid: str, history: Sequence[m.Message]) -> None:
-    for start in range(0, len(history), BATCH):
-        stub.AppendMessages(
-            pb.AppendMessagesRequest(session_id=sid, messages=history[start : start + BATCH]),
-            timeout=TIMEOUT * 5,
-        )
 
 
 class HistoryScaling:
@@ -77,7 +70,7 @@ class HistoryScaling:
     def _run(self, stub: pb_grpc.ContextServiceStub) -> None:
         fillers = [create_session(stub, f"filler{i}") for i in range(2)]
         for sid in fillers:
-            _build(stub, sid, Conversation(self.seed).alternating(4))
+            append_batched(stub, sid, Conversation(self.seed).alternating(4))
 
         def evict() -> None:
             for sid in fillers:
@@ -88,12 +81,12 @@ class HistoryScaling:
             log(f"{self.backend}: history {size}: building ({len(history)} msgs)")
             sid = create_session(stub, f"hist{size}")
             t0 = time.perf_counter()
-            _build(stub, sid, history)
+            append_batched(stub, sid, history)
             build_s = time.perf_counter() - t0
             if size <= PLAIN_MAX:
                 self._measure(stub, sid, size, "no_checkpoint", evict)
             log(f"{self.backend}: history {size}: compacting")
-            ns, done = _timed(
+            ns, done = timed(
                 lambda sid=sid: stub.Compact(pb.CompactRequest(session_id=sid), timeout=600)
             )
             self._measure(
@@ -126,9 +119,9 @@ class HistoryScaling:
         first = pb.ModelInput()
         for _ in range(self.reps):
             evict()
-            ns, first = _timed(lambda: stub.BuildModelInput(req, timeout=TIMEOUT * 5))
+            ns, first = timed(lambda: stub.BuildModelInput(req, timeout=TIMEOUT * 5))
             restore.append(ns)
-            hot.append(_timed(lambda: stub.BuildModelInput(req, timeout=TIMEOUT * 5))[0])
+            hot.append(timed(lambda: stub.BuildModelInput(req, timeout=TIMEOUT * 5))[0])
         info = {
             "history_messages": size,
             "input_messages": len(first.messages),

@@ -524,15 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"database schema is at revision {status.current} (head {status.head})")
         return 0
 
-    from ctxwarden.observability.logging import configure_logging
-
-    try:
-        configure_logging(args.log_level, args.log_format)
-    except ValueError as exc:
-        print(f"ctxwarden: {exc}", file=sys.stderr)
-        return 2
     settings = _settings(args)
-    from ctxwarden.app import run
+    from ctxwarden.app import run  # configures logging first
 
     try:
         return run(settings)

@@ -116,9 +116,19 @@ def test_stubbing_policies_are_not_resumable(stub, new_session: NewSession) -> N
 def test_python_client_incremental_equals_full(server_target: str, new_session: NewSession) -> None:
     sid = new_session(system_prompt="sp").session_id
     with cw.Client(server_target) as client:
+        offsets: list[int] = []
+        merge = client._inputs.merge
+
+        def recording(session_id: str, received: pb.ModelInput) -> pb.ModelInput:
+            offsets.append(received.messages_offset)  # what the server sent
+            return merge(session_id, received)
+
+        client._inputs.merge = recording  # type: ignore[method-assign]
         for i in range(6):
             client.append_messages(sid, [user(f"q{i}"), assistant(f"a{i}")])
             inc = client.build_model_input(sid, incremental=True)
             full = client.build_model_input(sid)
             assert inc.messages_offset == 0
             assert inc == full
+        # Every call after the first was answered with only the new messages.
+        assert offsets == [0, 2, 4, 6, 8, 10]

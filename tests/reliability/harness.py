@@ -22,7 +22,6 @@ from tests.support.server import ServerProcess
 LOAD_ENV = "CTXWARDEN_LOAD_SECONDS"
 SERVICE = "ctxwarden.v1.ContextService"
 SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def is_mysql(backend_url: str) -> bool:

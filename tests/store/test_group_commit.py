@@ -187,7 +187,7 @@ async def test_without_group_commit_appends_still_work(backend_url: str) -> None
         await repo.close()
 
 
-@pytest.mark.parametrize("backend", ["mysql"])
+@pytest.mark.parametrize("backend", [pytest.param("mysql", marks=pytest.mark.mysql)])
 async def test_writer_reconnects_after_losing_its_connection(backend: str) -> None:
     """MySQL only: SQLite has no server connection to lose."""
     base = os.environ.get(MYSQL_ENV)

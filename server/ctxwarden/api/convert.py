@@ -24,7 +24,7 @@ from ctxwarden.core.messages import (
     Usage,
 )
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
-from ctxwarden.core.sharing import shared
+from ctxwarden.core.validation import check_json_object, check_no_nul
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
 from ctxwarden.v1 import session_pb2 as ses_pb
@@ -52,12 +52,10 @@ def _ts(us: int) -> Timestamp:
 
 
 def tool_from_pb(t: ses_pb.ToolDefinition, field: str) -> ToolDefinition:
-    from ctxwarden.core.validation import check_json_object
-
     if not t.name:
         raise InvalidArgument(f"{field}.name is required", reason="MISSING_FIELD", field=field)
     check_json_object(t.parameters_json, f"{field}.parameters_json")
-    return ToolDefinition(t.name, shared(t.description), shared(t.parameters_json))
+    return ToolDefinition(t.name, sys.intern(t.description), sys.intern(t.parameters_json))
 
 
 def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
@@ -75,14 +73,8 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
                 reason="INVALID_POLICY",
                 field=f"policy.{name}",
             )
-    if "\x00" in p.tokenizer:
-        # An hf: spec is a file path, and paths cannot hold NUL (os.path raises
-        # ValueError on it, which would surface as INTERNAL).
-        raise InvalidArgument(
-            "policy.tokenizer contains a NUL character (U+0000)",
-            reason="NUL_CHARACTER",
-            field="policy.tokenizer",
-        )
+    # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
+    check_no_nul(p.tokenizer, "policy.tokenizer")
     return ContextPolicy(
         context_window=p.context_window,
         reserve_tokens=p.reserve_tokens,
@@ -116,7 +108,7 @@ def session_from_pb(s: ses_pb.Session) -> Session:
         user_id=s.user_id,
         project_id=s.project_id,
         title=s.title,
-        system_prompt=shared(s.system_prompt),
+        system_prompt=sys.intern(s.system_prompt),  # one copy for all sessions of an agent
         tools=tools,
         model=s.model,
         policy=policy_from_pb(s.policy),

@@ -448,12 +448,9 @@ class SessionContext:
                 self._entries, self.synthetic_tokens, self.policy.keep_tool_results, self._stub
             )
         builder = self._builder
-        if (
-            builder is None
-            or self._builder_source is not self._entries
-            or builder.synthetic_tokens != self.synthetic_tokens
-            or builder.fed > len(self._entries)
-        ):
+        # _entries only grows in place; every other change replaces the list or,
+        # for the summary and synthetic results, drops the builder.
+        if builder is None or self._builder_source is not self._entries:
             base = base_digest(self.session.session_id, self._prefix_hash, self.session.revision)
             builder = self._builder = ViewBuilder(self.synthetic_tokens, base)
             self._builder_source = self._entries

@@ -101,7 +101,7 @@ MAX_USAGE_TOKENS = 100_000_000
 """No single model call reports more tokens than this; a larger claim is bogus."""
 
 
-def _check_no_nul(value: str, field: str) -> None:
+def check_no_nul(value: str, field: str) -> None:
     if "\x00" in value:
         raise InvalidArgument(
             f"{field} contains a NUL character (U+0000), which providers and databases reject",
@@ -113,13 +113,13 @@ def _check_no_nul(value: str, field: str) -> None:
 def check_message(message: Message, field: str) -> None:
     check_key(message.message_id, f"{field}.message_id")
     for name in ("model", "provider", "error_message", "tool_call_id", "tool_name"):
-        _check_no_nul(getattr(message, name), f"{field}.{name}")
+        check_no_nul(getattr(message, name), f"{field}.{name}")
     for key, value in message.metadata.items():
-        _check_no_nul(key, f"{field}.metadata")
-        _check_no_nul(value, f"{field}.metadata[{key!r}]")
+        check_no_nul(key, f"{field}.metadata")
+        check_no_nul(value, f"{field}.metadata[{key!r}]")
     for i, block in enumerate(message.content):
         for name in ("text", "tool_call_id", "tool_name", "arguments_json", "signature"):
-            _check_no_nul(getattr(block, name), f"{field}.content[{i}].{name}")
+            check_no_nul(getattr(block, name), f"{field}.content[{i}].{name}")
     if not message.content and not message.failed:
         raise InvalidArgument(
             f"{field}.content is empty; only an assistant message that ended in "

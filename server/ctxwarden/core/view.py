@@ -174,13 +174,13 @@ def build_view(
         results = [i for i, e in enumerate(entries) if e.message.role is Role.TOOL_RESULT]
         if len(results) > keep_tool_results:
             stub_before = results[-keep_tool_results]
-    builder = ViewBuilder(synthetic_tokens)
+    builder = ViewBuilder(synthetic_tokens, chain=False)
     for index, entry in enumerate(entries):
         if index < stub_before and stub is not None and entry.message.role is Role.TOOL_RESULT:
             entry = stub(entry)
         builder.feed(entry)
     # Stubs change as results arrive: nothing later can resume from this view.
-    return replace(builder.view(), stable=0, digests=())
+    return replace(builder.view(), stable=0)
 
 
 class ViewBuilder:
@@ -193,7 +193,7 @@ class ViewBuilder:
     view only, and the real result may still arrive.
     """
 
-    def __init__(self, synthetic_tokens: int, base: int = 0) -> None:
+    def __init__(self, synthetic_tokens: int, base: int = 0, *, chain: bool = True) -> None:
         self.synthetic_tokens = synthetic_tokens
         self.fed = 0
         # A chain of fingerprints of the output so far: digests[i] covers the
@@ -202,6 +202,8 @@ class ViewBuilder:
         # them (a restart, a rollback of later messages, another replica), so
         # a client can prove cheaply which prefix of an input it holds.
         self._digests = array("Q", [base])
+        self._chain = chain
+        """False: no fingerprints (a view built for one call only)."""
         self._out: list[Message] = []
         self._notices: list[Notice] = []
         self._tokens = 0
@@ -212,7 +214,7 @@ class ViewBuilder:
     ) -> int:
         for call_id, (seq, call) in self._open.items():
             out.append(synthetic_result(call, self.synthetic_tokens))
-            if chain:
+            if chain and self._chain:
                 self._digests.append(_digest(self._digests[-1], out[-1], self.synthetic_tokens))
             notices.append(
                 Notice(
@@ -251,16 +253,18 @@ class ViewBuilder:
             for call in message.tool_calls:
                 self._open[call.tool_call_id] = (message.seq, call)
         self._out.append(message)
-        self._digests.append(_digest(self._digests[-1], message, entry.token_count))
+        if self._chain:
+            self._digests.append(_digest(self._digests[-1], message, entry.token_count))
         self._tokens += entry.token_count
         if entry.notice is not None:
             self._notices.append(entry.notice)
 
     def view(self) -> View:
         stable = len(self._out)
+        digests = self._digests if self._chain else ()
         if not self._open:
-            return View(tuple(self._out), tuple(self._notices), self._tokens, stable, self._digests)
+            return View(tuple(self._out), tuple(self._notices), self._tokens, stable, digests)
         out: list[Message] = []
         notices = list(self._notices)
         extra = self._close_open_calls(out, notices)
-        return View((*self._out, *out), tuple(notices), self._tokens + extra, stable, self._digests)
+        return View((*self._out, *out), tuple(notices), self._tokens + extra, stable, digests)

@@ -236,10 +236,6 @@ class ServiceMetrics:
         self._m: Metrics | None = None
         self._tracing: Tracing | None = None
 
-    @property
-    def current(self) -> Metrics | None:
-        return self._m
-
     def install(self, target: Metrics | None, tracing: Tracing | None = None) -> None:
         self._m = target
         self._tracing = tracing

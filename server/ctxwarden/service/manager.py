@@ -43,7 +43,7 @@ from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.session import Session, ToolDefinition, effective_policy
 from ctxwarden.core.tenancy import scoped_id, tenant_of, visible_id
 from ctxwarden.core.tokens import Tokenizer, count_text
-from ctxwarden.core.validation import check_key, check_messages, check_session_id
+from ctxwarden.core.validation import check_key, check_messages, check_no_nul, check_session_id
 from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
 from ctxwarden.service.hot import HotSessions
@@ -155,10 +155,7 @@ def check_client_tokenizer(
     (otherwise a client could make the server open arbitrary paths)."""
     if not spec.startswith("hf:"):
         return
-    if "\x00" in spec:  # os.path.realpath raises ValueError on NUL
-        raise InvalidArgument(
-            f"{field} contains a NUL character (U+0000)", reason="NUL_CHARACTER", field=field
-        )
+    check_no_nul(spec, field)  # os.path.realpath raises ValueError on NUL
     path = os.path.realpath(spec[3:])
     for base in allowed_dirs:
         root = os.path.realpath(base)

@@ -18,7 +18,6 @@ from ctxwarden.core.messages import (
     Usage,
 )
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
-from ctxwarden.core.sharing import shared
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
 
@@ -223,9 +222,9 @@ def session_from_row(row: SessionRow | Any) -> Session:
         user_id=row.user_id,
         project_id=row.project_id,
         title=row.title,
-        system_prompt=shared(row.system_prompt),
+        system_prompt=sys.intern(row.system_prompt),
         tools=tuple(
-            ToolDefinition(name, shared(description), shared(parameters))
+            ToolDefinition(name, sys.intern(description), sys.intern(parameters))
             for name, description, parameters in json.loads(row.tools_json)
         ),
         model=row.model,

@@ -60,7 +60,8 @@ class AppendOp:
     messages: Sequence[Message]
     record_values: dict[str, Any] | None
     added_bytes: int
-    future: asyncio.Future[None] = field(repr=False)
+    future: asyncio.Future[None] | None = field(default=None, repr=False)
+    """Set by GroupCommitter.submit; resolved when the op's batch committed or failed."""
 
 
 class _BatchConflict(Exception):
@@ -98,7 +99,6 @@ class GroupCommitter:
         self._closed = False
         self.batches = 0
         """Committed batches (for tests and metrics)."""
-        self.batched_appends = 0
 
     async def submit(self, op: AppendOp) -> None:
         """Queue ``op`` and wait until its batch committed (or failed)."""
@@ -110,14 +110,12 @@ class GroupCommitter:
                 asyncio.create_task(self._writer(), name=f"ctxwarden-append-writer-{i}")
                 for i in range(self._writers)
             ]
+        future = op.future = asyncio.get_running_loop().create_future()
         self._queue.append(op)
         self._ready.set()
         # A cancelled caller cancels only this future: the op stays queued or in
         # its batch, so the write goes on whether or not somebody still waits.
-        await op.future
-
-    def new_future(self) -> asyncio.Future[None]:
-        return asyncio.get_running_loop().create_future()
+        await future
 
     async def close(self) -> None:
         self._closed = True
@@ -127,8 +125,7 @@ class GroupCommitter:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for op in self._queue:
-            if not op.future.done():
-                op.future.set_exception(RuntimeError("the server is shutting down"))
+            _resolve(op, RuntimeError("the server is shutting down"))
         self._queue.clear()
 
     # -- the writers ------------------------------------------------------------
@@ -191,19 +188,14 @@ class GroupCommitter:
                     if w is None:
                         w = await self._connect()
                     await self._write(w, batch, stage)
-                except _BatchConflict:
+                except (_BatchConflict, self._dbapi.IntegrityError) as exc:
                     await w.rollback()  # type: ignore[union-attr]
-                    if len(batch) == 1:
+                    if len(batch) > 1:
+                        await self._one_by_one(batch)  # each caller gets its own outcome
+                    elif isinstance(exc, _BatchConflict):
                         _resolve(batch[0], ConcurrentWrite(batch[0].session.session_id))
                     else:
-                        await self._one_by_one(batch)
-                    return w
-                except self._dbapi.IntegrityError as exc:
-                    await w.rollback()  # type: ignore[union-attr]
-                    if len(batch) == 1:
                         _resolve(batch[0], DuplicateKey(str(exc)))
-                    else:
-                        await self._one_by_one(batch)
                     return w
                 except (self._dbapi.Error, OSError, DBAPIError) as exc:
                     await _discard(w)
@@ -219,7 +211,6 @@ class GroupCommitter:
                 for op in batch:
                     _resolve(op, None)
                 self.batches += 1
-                self.batched_appends += len(batch)
                 return w
         except asyncio.CancelledError:
             for op in batch:
@@ -231,7 +222,7 @@ class GroupCommitter:
             for op in batch:
                 _resolve(op, exc)
             return None
-        return w
+        raise AssertionError("unreachable: the second attempt always returns")
 
     async def _one_by_one(self, batch: Sequence[AppendOp]) -> None:
         for op in batch:
@@ -251,17 +242,8 @@ class GroupCommitter:
         params: list[Any] = []
         if len(batch) == 1:
             op = batch[0]
-            s = op.session
-            params = [
-                s.last_seq,
-                s.context_tokens,
-                s.update_time_us,
-                s.consecutive_failures,
-                calibration_json(s.estimate_ratio, s.estimate_samples),
-                op.added_bytes,
-                s.session_id,
-                op.expected_last_seq,
-            ]
+            params = [_set_value(op, column) for column in _SET_COLUMNS]
+            params += (op.session.session_id, op.expected_last_seq)
         else:
             for column in _SET_COLUMNS:
                 for op in batch:
@@ -410,14 +392,15 @@ def _no_observer(operation: str, seconds: float, ok: bool) -> None:
 
 
 def _resolve(op: AppendOp, exc: BaseException | None) -> None:
-    if op.future.done():
+    future = op.future
+    if future is None or future.done():
         return
     if exc is None:
-        op.future.set_result(None)
+        future.set_result(None)
     else:
-        op.future.set_exception(exc)
+        future.set_exception(exc)
         # Mark it retrieved: a caller that was cancelled never awaits it.
-        op.future.exception()
+        future.exception()
 
 
 MAX_STATEMENT_CHARS = 4 * 1024 * 1024

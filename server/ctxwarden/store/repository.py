@@ -6,7 +6,6 @@ of the session row followed by INSERTs, in one transaction.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -284,11 +283,7 @@ class Repository:
         only after its own transaction committed.
         """
         values = None if record is None else _record_values(record)
-        if self._committer is None:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        else:
-            future = self._committer.new_future()
-        op = AppendOp(session, expected_last_seq, messages, values, added_bytes, future)
+        op = AppendOp(session, expected_last_seq, messages, values, added_bytes)
         if self._committer is None:
             await self._append_one(op)
         else:
