@@ -41,7 +41,8 @@ from ctxwarden.observability.metrics import metrics as hooks
 from ctxwarden.observability.tracing import Tracing, setup_tracing
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.store import migrate
-from ctxwarden.store.engine import make_engine
+from ctxwarden.store.engine import make_engine, writable_message_bytes
+from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.repository import Repository
 from ctxwarden.store.urls import is_sqlite
 
@@ -142,6 +143,37 @@ def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     )
 
 
+async def build_manager(
+    settings: Settings,
+    summarizer: Summarizer | None,
+    obs: Metrics | None = None,
+    tracing: Tracing | None = None,
+) -> SessionManager:
+    """The store and the service for ``settings`` (what serve() runs, and what the
+    in-process tests use)."""
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        connect_timeout=settings.db_connect_timeout_seconds,
+        pool_timeout=settings.db_pool_timeout_seconds,
+    )
+    if obs is not None:
+        instrument_engine(engine, obs, tracing)
+    quota = TenantQuota(settings.max_sessions_per_tenant, settings.max_stored_bytes_per_tenant)
+    repo = Repository(
+        engine,
+        append_writers=settings.append_writers,
+        observe=hooks.observe_db,
+        max_message_bytes=await writable_message_bytes(
+            engine, settings.limits.max_message_bytes
+        ),
+        quota=quota,
+        statement_timeout=settings.db_timeout_seconds,
+    )
+    await quota.reconcile(engine)
+    return SessionManager(repo, settings, summarizer)
+
+
 async def serve(settings: Settings) -> None:
     if settings.model_table_file:
         from ctxwarden.modeltable import load_model_table
@@ -157,11 +189,8 @@ async def serve(settings: Settings) -> None:
     disable_created_series()
     obs = Metrics()
     tracing = setup_tracing(settings.otel_endpoint) if settings.otel_endpoint else None
-    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
-    instrument_engine(engine, obs, tracing)
     encoding_cache.limit_bytes = max(0, settings.encoding_cache_mb) * 1024 * 1024
-    repo = Repository(engine, append_writers=settings.append_writers, observe=hooks.observe_db)
-    manager = SessionManager(repo, settings, summarizer)
+    manager = await build_manager(settings, summarizer, obs, tracing)
     obs.watch_manager(manager)
     hooks.install(obs, tracing)
     metrics_server: MetricsServer | None = None

@@ -272,6 +272,27 @@ def build_parser() -> argparse.ArgumentParser:
         "opentelemetry-sdk (env OTEL_EXPORTER_OTLP_ENDPOINT; default: off)",
     )
     obs.add_argument(
+        "--db-timeout",
+        type=float,
+        default=float(_env("CTXWARDEN_DB_TIMEOUT", "10")),
+        help="seconds any database call may take before the RPC fails with UNAVAILABLE "
+        "(a hung database); 0: unbounded (env CTXWARDEN_DB_TIMEOUT; default %(default)s)",
+    )
+    obs.add_argument(
+        "--db-connect-timeout",
+        type=float,
+        default=float(_env("CTXWARDEN_DB_CONNECT_TIMEOUT", "5")),
+        help="seconds to open a MySQL connection (env CTXWARDEN_DB_CONNECT_TIMEOUT; "
+        "default %(default)s)",
+    )
+    obs.add_argument(
+        "--db-pool-timeout",
+        type=float,
+        default=float(_env("CTXWARDEN_DB_POOL_TIMEOUT", "5")),
+        help="seconds a call waits for a free pooled connection before UNAVAILABLE "
+        "(env CTXWARDEN_DB_POOL_TIMEOUT; default %(default)s)",
+    )
+    obs.add_argument(
         "--health-interval",
         type=float,
         default=float(_env("CTXWARDEN_HEALTH_INTERVAL", "2")),
@@ -495,6 +516,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         metrics_listen=args.metrics_listen,
         otel_endpoint=args.otel_endpoint,
         health_interval_seconds=args.health_interval,
+        db_timeout_seconds=args.db_timeout,
+        db_connect_timeout_seconds=args.db_connect_timeout,
+        db_pool_timeout_seconds=args.db_pool_timeout,
         hf_tokenizer_dirs=tuple(args.hf_tokenizer_dir),
         model_table_file=args.model_table,
     )

@@ -321,7 +321,7 @@ def test_limits(backend_url: str, tmp_path: Path) -> None:
             "--max-sessions-per-tenant",
             "2",
             "--max-stored-bytes-per-tenant",
-            "2000",
+            "4000",
         ],
     )
     server.start()
@@ -341,16 +341,16 @@ def test_limits(backend_url: str, tmp_path: Path) -> None:
             assert "quota" in err.details()
             sid = stub.ListSessions(pb.ListSessionsRequest(), metadata=md).sessions[0].session_id
             stub.AppendMessages(
-                pb.AppendMessagesRequest(session_id=sid, messages=[user("x" * 1500)]), metadata=md
+                pb.AppendMessagesRequest(session_id=sid, messages=[user("x" * 2500)]), metadata=md
             )
             err = expect_error(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 "STORAGE_QUOTA_EXCEEDED",
                 stub.AppendMessages,
-                pb.AppendMessagesRequest(session_id=sid, messages=[user("y" * 1000)]),
+                pb.AppendMessagesRequest(session_id=sid, messages=[user("y" * 1500)]),
                 metadata=md,
             )
-            assert "2,000" in err.details()
+            assert "4,000" in err.details()
             time.sleep(1)
             limited = None
             for _ in range(40):

@@ -147,6 +147,6 @@ def test_purge_removes_only_old_deleted_sessions(
         for table in ("sessions", "messages", "session_revisions"):
             assert count(f"SELECT COUNT(*) FROM {table} WHERE session_id = :s", drop) == 0
             assert count(f"SELECT COUNT(*) FROM {table} WHERE session_id = :s", keep) >= 1
-        assert count("SELECT COUNT(*) FROM request_log WHERE scope LIKE :s", f"%/{drop}") == 0
-        assert count("SELECT COUNT(*) FROM request_log WHERE scope LIKE :s", f"%/{keep}") == 1
+        assert count("SELECT COUNT(*) FROM request_records WHERE session_id = :s", drop) == 0
+        assert count("SELECT COUNT(*) FROM request_records WHERE session_id = :s", keep) == 1
     engine.dispose()

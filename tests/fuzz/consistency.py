@@ -14,6 +14,7 @@ from typing import Any, cast
 import grpc
 from sqlalchemy import Table, create_engine, func, select
 
+from ctxwarden.store.codec import message_from_row
 from ctxwarden.store.models import (
     CompactionPlanRow,
     CompactionRow,
@@ -132,17 +133,14 @@ def _session_problems(
         if r.state == ROLLED_BACK and not r.seq <= r.rolled_back_at_seq <= last:
             out.append(f"{where}: rolled back at seq {r.rolled_back_at_seq} (last_seq {last})")
         try:
-            body = json.loads(r.body)
-        except ValueError as exc:
-            out.append(f"{where}: body is not JSON: {exc}")
+            message = message_from_row(r)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            out.append(f"{where}: body cannot be decoded: {exc}")
             continue
-        if not isinstance(body.get("content"), list):
-            out.append(f"{where}: body has no content list")
-            continue
-        if r.role == ROLE_TOOL_RESULT and body.get("tool_call_id", "") not in calls_so_far:
-            out.append(f"{where}: tool result for call {body.get('tool_call_id')!r} made by none")
+        if r.role == ROLE_TOOL_RESULT and message.tool_call_id not in calls_so_far:
+            out.append(f"{where}: tool result for call {message.tool_call_id!r} made by none")
         if r.role == ROLE_ASSISTANT:
-            calls_so_far.update(b["id"] for b in body["content"] if b.get("t") == "tool_call")
+            calls_so_far.update(b.tool_call_id for b in message.tool_calls)
     live = [c for c in checkpoints if c.superseded_at_seq == 0]
     for c in checkpoints:
         where = f"checkpoint {c.compaction_id}"

@@ -16,7 +16,7 @@ from ctxwarden.core.session import Session
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.models import MessageRow, RequestRow, SessionRow
-from ctxwarden.store.repository import Repository, RequestRecord
+from ctxwarden.store.repository import Repository, RequestRecord, RequestScope
 from tests.conftest import MYSQL_ENV
 from tests.support.server import drop_mysql_database, make_mysql_database, migrate_database
 
@@ -35,7 +35,7 @@ def _msg(seq: int, message_id: str = "") -> Message:
 
 
 def _advanced(sid: str, last_seq: int) -> Session:
-    return Session(session_id=sid, last_seq=last_seq, update_time_us=ids.now_us())
+    return Session(session_id=sid, last_seq=last_seq, version=last_seq, update_time_us=ids.now_us())
 
 
 @pytest.fixture
@@ -75,8 +75,8 @@ async def test_concurrent_appends_share_transactions(repo: Repository) -> None:
 
     async def agent(sid: str) -> None:
         for seq in range(1, rounds + 1):
-            await repo.append(
-                _advanced(sid, seq), expected_last_seq=seq - 1, messages=[_msg(seq)], record=None
+            await repo.append_messages(
+                _advanced(sid, seq), expected_version=seq - 1, messages=[_msg(seq)], record=None
             )
 
     assert repo.committer is not None
@@ -96,11 +96,13 @@ async def test_a_conflict_fails_only_its_own_append(repo: Repository) -> None:
     # Another writer moved the victim on behind our back.
     async with repo.engine.begin() as conn:
         await conn.execute(
-            update(SessionRow).where(SessionRow.session_id == victim).values(last_seq=7)
+            update(SessionRow).where(SessionRow.session_id == victim).values(last_seq=7, version=7)
         )
     results = await asyncio.gather(
         *(
-            repo.append(_advanced(s, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+            repo.append_messages(
+                _advanced(s, 1), expected_version=0, messages=[_msg(1)], record=None
+            )
             for s in sids
         ),
         return_exceptions=True,
@@ -117,10 +119,10 @@ async def test_a_conflict_fails_only_its_own_append(repo: Repository) -> None:
 
 async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
     sids = await _sessions(repo, 10)
-    scope = f"scope-{ids.new_id()}"
-    await repo.append(
+    scope = RequestScope("AppendMessages", tenant_id=f"t{secrets.token_hex(4)}")
+    await repo.append_messages(
         _advanced(sids[0], 1),
-        expected_last_seq=0,
+        expected_version=0,
         messages=[_msg(1)],
         record=RequestRecord(scope, "req-1", "h", {"ok": 1}, ids.now_us()),
     )
@@ -130,9 +132,9 @@ async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
     ]
     results = await asyncio.gather(
         *(
-            repo.append(
+            repo.append_messages(
                 _advanced(s, 2 if i == 0 else 1),
-                expected_last_seq=1 if i == 0 else 0,
+                expected_version=1 if i == 0 else 0,
                 messages=[_msg(2 if i == 0 else 1)],
                 record=records[i],
             )
@@ -150,7 +152,9 @@ async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
             assert await _count(repo, sid) == (2 if i == 0 else 1)
     async with repo.engine.connect() as conn:
         n = await conn.scalar(
-            select(func.count()).select_from(RequestRow).where(RequestRow.scope == scope)
+            select(func.count())
+            .select_from(RequestRow)
+            .where(RequestRow.tenant_id == scope.tenant_id)
         )
     assert n == len(sids)  # req-1 once, plus the nine others
 
@@ -158,7 +162,7 @@ async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
 async def test_a_cancelled_caller_does_not_cancel_the_write(repo: Repository) -> None:
     (sid,) = await _sessions(repo, 1)
     task = asyncio.create_task(
-        repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+        repo.append_messages(_advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None)
     )
     await asyncio.sleep(0)
     task.cancel()
@@ -175,12 +179,13 @@ async def test_a_cancelled_caller_does_not_cancel_the_write(repo: Repository) ->
 async def test_without_group_commit_appends_still_work(backend_url: str) -> None:
     repo = Repository(make_engine(backend_url), append_writers=0)
     try:
-        assert repo.committer is None
         (sid,) = await _sessions(repo, 1)
-        await repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+        await repo.append_messages(
+            _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
+        )
         with pytest.raises(ConcurrentWrite):
-            await repo.append(
-                _advanced(sid, 2), expected_last_seq=0, messages=[_msg(2)], record=None
+            await repo.append_messages(
+                _advanced(sid, 2), expected_version=0, messages=[_msg(2)], record=None
             )
         assert await _count(repo, sid) == 1
     finally:
@@ -200,7 +205,9 @@ async def test_writer_reconnects_after_losing_its_connection(backend: str) -> No
         migrate_database(url)
         repo = Repository(make_engine(url), append_writers=2)
         (sid,) = await _sessions(repo, 1)
-        await repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[_msg(1)], record=None)
+        await repo.append_messages(
+            _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
+        )
         # Kill every server connection of this database (the writers' included).
         killer = make_engine(url, pool_size=1)
         try:
@@ -219,7 +226,9 @@ async def test_writer_reconnects_after_losing_its_connection(backend: str) -> No
             await killer.dispose()
         assert killed
         # Nothing was in flight: the next append reconnects instead of failing.
-        await repo.append(_advanced(sid, 2), expected_last_seq=1, messages=[_msg(2)], record=None)
+        await repo.append_messages(
+            _advanced(sid, 2), expected_version=1, messages=[_msg(2)], record=None
+        )
         assert await _count(repo, sid) == 2
     finally:
         if repo is not None:
@@ -250,7 +259,9 @@ async def test_any_text_round_trips_exactly(repo: Repository) -> None:
             token_count=1,
             create_time_us=ids.now_us(),
         )
-        await repo.append(_advanced(sid, 1), expected_last_seq=0, messages=[msg], record=None)
+        await repo.append_messages(
+            _advanced(sid, 1), expected_version=0, messages=[msg], record=None
+        )
 
     await asyncio.gather(*(one(sid, c) for sid, c in zip(sids, TRICKY, strict=True)))
     for sid, content in zip(sids, TRICKY, strict=True):

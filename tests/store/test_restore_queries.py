@@ -37,16 +37,18 @@ async def test_restore_of_long_history_reads_only_kept_messages(backend_url: str
     session = Session(session_id=sid, create_time_us=now, update_time_us=now)
     await repo.create_session(session, None)
     last = 0
+    version = 0
     for start in range(1, HISTORY + 1, 2000):
         batch = [_msg(s) for s in range(start, min(start + 2000, HISTORY + 1))]
         new_last = batch[-1].seq
-        await repo.append(
-            Session(session_id=sid, last_seq=new_last, update_time_us=now),
-            expected_last_seq=last,
+        await repo.append_messages(
+            Session(session_id=sid, last_seq=new_last, version=version + 1, update_time_us=now),
+            expected_version=version,
             messages=batch,
             record=None,
         )
         last = new_last
+        version += 1
     first_kept = HISTORY - KEPT + 1
     async with repo.engine.begin() as conn:
         await conn.execute(

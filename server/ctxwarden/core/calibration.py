@@ -40,30 +40,39 @@ class Calibration:
         return Calibration(round(ratio, 6), self.samples + 1)
 
 
+MAX_PRIORS = 10_000
+"""(tenant, model) pairs remembered; beyond this the table starts over."""
+
+
 class ModelCalibration:
-    """Per-model correction factors, learned from every session of that model.
+    """Per-model correction factors, learned from every session of that model
+    within one tenant.
 
     A new session starts from its model's factor instead of 1.0, so even its
     first estimates are corrected; from its own first reported usage on, the
-    session's own factor takes over.
+    session's own factor takes over. Factors never cross tenants: what one
+    tenant reports must not change another tenant's counts.
     """
 
     def __init__(self) -> None:
-        self._by_model: dict[str, Calibration] = {}
+        self._by_model: dict[tuple[str, str], Calibration] = {}
 
-    def prior(self, model: str) -> Calibration:
-        known = self._by_model.get(model) if model else None
+    def prior(self, tenant: str, model: str) -> Calibration:
+        known = self._by_model.get((tenant, model)) if model else None
         return Calibration(known.ratio, 0) if known is not None else Calibration()
 
-    def learn(self, model: str, session_ratio: float) -> None:
+    def learn(self, tenant: str, model: str, session_ratio: float) -> None:
         if not model:
             return  # sessions that name no model have nothing in common
-        current = self._by_model.get(model, Calibration())
+        key = (tenant, model)
+        current = self._by_model.get(key, Calibration())
         if current.samples == 0:
-            self._by_model[model] = Calibration(session_ratio, 1)
+            if len(self._by_model) >= MAX_PRIORS:
+                self._by_model.clear()
+            self._by_model[key] = Calibration(session_ratio, 1)
         else:
             ratio = (1 - SMOOTHING) * current.ratio + SMOOTHING * session_ratio
-            self._by_model[model] = Calibration(round(ratio, 6), current.samples + 1)
+            self._by_model[key] = Calibration(round(ratio, 6), current.samples + 1)
 
 
 def prompt_tokens(usage: Usage) -> int:

@@ -82,6 +82,9 @@ class Session:
     estimate_ratio: float = 1.0
     """Smoothed reported/estimated token ratio (see core.calibration)."""
     estimate_samples: int = 0
+    version: int = 0
+    """Advanced by every change of the session (appends too); the store
+    compares-and-sets it, so a replica never writes or serves a stale copy."""
 
     @property
     def etag(self) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import ContentKind, Message, Role
+from ctxwarden.core.session import Session
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 INTERNAL_SESSION_ID_RE = re.compile(
@@ -62,6 +63,15 @@ def check_json_object(text: str, field: str) -> None:
             reason="INVALID_JSON",
             field=field,
         )
+    depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidArgument(
+            f"{field} nests {depth} levels deep; the limit is {MAX_JSON_DEPTH} "
+            "(objects and arrays inside each other)",
+            reason="JSON_TOO_DEEP",
+            field=field,
+            metadata={"max_depth": str(MAX_JSON_DEPTH)},
+        )
     if _ESCAPED_SURROGATE.search(text) and _has_lone_surrogate(value):
         raise InvalidArgument(
             f"{field} escapes a lone surrogate (\\ud800-\\udfff), which is not a character "
@@ -72,6 +82,26 @@ def check_json_object(text: str, field: str) -> None:
 
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting accepted in tool arguments and tool parameter schemas. Every
+later step (rendering, compaction prompts, file lists) re-parses the JSON; far
+deeper documents would exhaust the interpreter's recursion limit there."""
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth of a decoded JSON value (iterative: never recurses)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
 
 
 def _has_lone_surrogate(value: object) -> bool:
@@ -213,3 +243,76 @@ def check_messages(messages: Sequence[Message], max_messages: int) -> None:
                     field=f"messages[{i}].message_id",
                 )
             ids.add(message.message_id)
+
+
+MAX_TITLE_BYTES = 1024
+MAX_SYSTEM_PROMPT_BYTES = 1024 * 1024
+MAX_PINNED_STATE_BYTES = 256 * 1024
+MAX_TOOLS = 256
+MAX_TOOLS_BYTES = 1024 * 1024
+"""Every tool's name, description and parameters together."""
+MAX_LABELS = 64
+MAX_LABEL_KEY_BYTES = 63
+MAX_LABEL_VALUE_BYTES = 255
+
+
+def _check_size(value: str, limit: int, field: str) -> None:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise InvalidArgument(
+            f"{field} is {size:,} bytes; the limit is {limit:,}",
+            reason="FIELD_TOO_LARGE",
+            field=field,
+            metadata={"limit_bytes": str(limit), "size_bytes": str(size)},
+        )
+
+
+def check_session_fields(session: Session, prefix: str = "session") -> None:
+    """Sizes and characters of a session's client-settable fields.
+
+    The limits keep every session row and settings revision far below what
+    MySQL/MariaDB accept in one statement (16 MiB by default).
+    """
+    for name in ("user_id", "project_id", "model", "title", "system_prompt", "pinned_state"):
+        check_no_nul(getattr(session, name), f"{prefix}.{name}")
+    _check_size(session.title, MAX_TITLE_BYTES, f"{prefix}.title")
+    _check_size(session.system_prompt, MAX_SYSTEM_PROMPT_BYTES, f"{prefix}.system_prompt")
+    _check_size(session.pinned_state, MAX_PINNED_STATE_BYTES, f"{prefix}.pinned_state")
+    if len(session.labels) > MAX_LABELS:
+        raise InvalidArgument(
+            f"{prefix}.labels has {len(session.labels)} entries; the limit is {MAX_LABELS}",
+            reason="FIELD_TOO_LARGE",
+            field=f"{prefix}.labels",
+        )
+    for key, value in session.labels.items():
+        if not key:
+            raise InvalidArgument(
+                f"{prefix}.labels has an empty key",
+                reason="INVALID_LABEL",
+                field=f"{prefix}.labels",
+            )
+        check_no_nul(key, f"{prefix}.labels")
+        check_no_nul(value, f"{prefix}.labels[{key[:64]!r}]")
+        _check_size(key, MAX_LABEL_KEY_BYTES, f"{prefix}.labels key {key[:64]!r}")
+        _check_size(value, MAX_LABEL_VALUE_BYTES, f"{prefix}.labels[{key[:64]!r}]")
+    if len(session.tools) > MAX_TOOLS:
+        raise InvalidArgument(
+            f"{prefix}.tools has {len(session.tools)} tools; the limit is {MAX_TOOLS}",
+            reason="FIELD_TOO_LARGE",
+            field=f"{prefix}.tools",
+        )
+    total = 0
+    for i, tool in enumerate(session.tools):
+        for name in ("name", "description", "parameters_json"):
+            check_no_nul(getattr(tool, name), f"{prefix}.tools[{i}].{name}")
+        total += sum(
+            len(v.encode("utf-8", "surrogatepass"))
+            for v in (tool.name, tool.description, tool.parameters_json)
+        )
+    if total > MAX_TOOLS_BYTES:
+        raise InvalidArgument(
+            f"{prefix}.tools are {total:,} bytes together; the limit is {MAX_TOOLS_BYTES:,}",
+            reason="FIELD_TOO_LARGE",
+            field=f"{prefix}.tools",
+            metadata={"limit_bytes": str(MAX_TOOLS_BYTES), "size_bytes": str(total)},
+        )

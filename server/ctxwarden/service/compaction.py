@@ -32,9 +32,11 @@ from ctxwarden.core.errors import (
     Unavailable,
 )
 from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.observability.metrics import metrics
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.repository import RequestScope
 
 if TYPE_CHECKING:
     from ctxwarden.service.manager import IdempotencyKey, SessionManager
@@ -109,7 +111,7 @@ class Compactor:
         self, session_id: str, instructions: str, keep_recent_tokens: int
     ) -> PlanHandle:
         async with self.m.hot.lock(session_id):
-            ctx = await self.m._context_locked(session_id)
+            ctx = await self.m._context_locked(session_id, verify=True)
             plan = self._plan(ctx, keep_recent_tokens, instructions)
         plan_id = ids.new_id()
         now = ids.now_us()
@@ -133,11 +135,11 @@ class Compactor:
         summarizer: str,
         trigger: int,
         plan_id: str = "",
-        record_scope: str = "",
+        record_scope: RequestScope | None = None,
         key: IdempotencyKey | None = None,
     ) -> Checkpoint:
         async with self.m.hot.lock(session_id):
-            ctx = await self.m._context_locked(session_id)
+            ctx = await self.m._context_locked(session_id, verify=True)
             current = ctx.checkpoint.compaction_id if ctx.checkpoint else ""
             if current != payload["base_compaction_id"]:
                 raise Aborted(
@@ -156,14 +158,23 @@ class Compactor:
                 ctx, payload, summary, turn_prefix_summary, summarizer, trigger
             )
             now = ids.now_us()
-            record = self.m._record(record_scope, key, {"compaction_id": checkpoint.compaction_id})
+            record = (
+                self.m._record(record_scope, key, {"compaction_id": checkpoint.compaction_id})
+                if record_scope is not None
+                else None
+            )
+            session = replace(
+                ctx.session,
+                version=ctx.session.version + 1,
+                context_tokens=checkpoint.tokens_after,
+                update_time_us=now,
+            )
             try:
                 await self.m._db(
                     lambda: self.m.repo.commit_compaction(
                         checkpoint,
-                        base_compaction_id=current,
-                        context_tokens=checkpoint.tokens_after,
-                        update_time_us=now,
+                        session,
+                        expected_version=ctx.session.version,
                         plan_id=plan_id,
                         record=record,
                     )
@@ -174,6 +185,7 @@ class Compactor:
                 self.m.hot.evict(session_id)
                 raise
             ctx.apply_checkpoint(checkpoint)
+            ctx.session = replace(ctx.session, version=session.version)
             metrics.observe_compaction(checkpoint)
             log.info(
                 "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",
@@ -302,7 +314,7 @@ class Compactor:
             )
         if key is not None:
             check_key(key.request_id, "request_id")
-        scope = f"Compact/{session_id}"
+        scope = RequestScope("Compact", session_id, tenant_of(session_id))
         stored = await self.m._replay(scope, key)
         if stored is not None:
             stored_id = str(stored.outcome["compaction_id"])
@@ -310,7 +322,7 @@ class Compactor:
             if done is not None:
                 return done
         async with self.m.hot.lock(session_id):
-            ctx = await self.m._context_locked(session_id)
+            ctx = await self.m._context_locked(session_id, verify=True)
             plan = self._plan(ctx, keep_recent_tokens, instructions)
             pinned = ctx.session.pinned_state
         summary, prefix = await metrics.timed_summarize(

@@ -1,34 +1,70 @@
-"""A bounded LRU of hot sessions with one lock per session."""
+"""A bounded LRU of hot sessions, and one lock per session independent of it.
+
+The locks are reference counted: an entry lives while somebody holds or waits
+for it, and is dropped by the last one out. Evicting a session from the LRU
+never touches its lock, so a waiter woken by a release always takes the same
+lock the releaser held, and two coroutines can never run one session's
+critical section at the same time.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ctxwarden.core.context import SessionContext
+
+
+class _Entry:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class SessionLocks:
+    """One asyncio.Lock per session, alive exactly while it is held or awaited."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def held(self, session_id: str) -> bool:
+        """Whether somebody holds or waits for the session's lock."""
+        return session_id in self._entries
+
+    @asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[None]:
+        entry = self._entries.get(session_id)
+        if entry is None:
+            entry = self._entries[session_id] = _Entry()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._entries[session_id]
 
 
 class HotSessions:
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
         self._items: OrderedDict[str, SessionContext] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.locks = SessionLocks()
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def lock(self, session_id: str) -> asyncio.Lock:
-        lock = self._locks.get(session_id)
-        if lock is None:
-            if len(self._locks) > 4 * self.capacity:
-                self._prune_locks()
-            lock = self._locks[session_id] = asyncio.Lock()
-        return lock
-
-    def _prune_locks(self) -> None:
-        for sid, lock in list(self._locks.items()):
-            if sid not in self._items and not lock.locked():
-                del self._locks[sid]
+    def lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """``async with hot.lock(sid):`` runs the session's critical section."""
+        return self.locks.hold(session_id)
 
     def get(self, session_id: str) -> SessionContext | None:
         ctx = self._items.get(session_id)
@@ -45,10 +81,8 @@ class HotSessions:
         for sid in list(self._items):
             if len(self._items) <= self.capacity:
                 break
-            lock = self._locks.get(sid)
-            if sid != session_id and (lock is None or not lock.locked()):
+            if sid != session_id and not self.locks.held(sid):
                 del self._items[sid]
-                self._locks.pop(sid, None)
 
     def evict(self, session_id: str) -> None:
         self._items.pop(session_id, None)

@@ -8,12 +8,12 @@ import json
 import logging
 import os
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ctxwarden import ids
 from ctxwarden.config import Settings
@@ -43,12 +43,25 @@ from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.session import Session, ToolDefinition, effective_policy
 from ctxwarden.core.tenancy import scoped_id, tenant_of, visible_id
 from ctxwarden.core.tokens import Tokenizer, count_text
-from ctxwarden.core.validation import check_key, check_messages, check_no_nul, check_session_id
+from ctxwarden.core.validation import (
+    check_key,
+    check_messages,
+    check_no_nul,
+    check_session_fields,
+    check_session_id,
+)
 from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
 from ctxwarden.service.hot import HotSessions
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
-from ctxwarden.store.repository import Repository, RequestRecord, StoredRequest
+from ctxwarden.store.errors import (
+    ConcurrentWrite,
+    DuplicateKey,
+    QuotaExceeded,
+    StoreRejected,
+    StoreUnavailable,
+    TooLarge,
+)
+from ctxwarden.store.repository import Repository, RequestRecord, RequestScope, StoredRequest
 from ctxwarden.tokenizers import cached_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -133,15 +146,44 @@ def _page_size(requested: int, default: int, maximum: int = 1000) -> int:
     return min(requested or default, maximum)
 
 
-STORAGE_REFRESH_SECONDS = 10.0
-
-
-def _content_bytes(m: Message) -> int:
-    """Approximate stored size of a message's content."""
-    return sum(
-        len(b.text.encode()) + len(b.arguments_json) + len(b.data) + len(b.signature)
-        for b in m.content
+def quota_error(exc: QuotaExceeded) -> ResourceExhausted:
+    if exc.quota == "sessions":
+        return ResourceExhausted(
+            f"this tenant already has {exc.used} sessions, the quota is {exc.limit}; delete "
+            "sessions you no longer need",
+            reason="SESSION_QUOTA_EXCEEDED",
+            metadata={"quota": str(exc.limit)},
+        )
+    used = f"{exc.used:,} bytes" if exc.used >= 0 else "nearly all of it"
+    return ResourceExhausted(
+        f"this tenant's storage quota is {exc.limit:,} bytes and it stores {used}; this "
+        "write would cross it. Delete (and purge) sessions you no longer need",
+        reason="STORAGE_QUOTA_EXCEEDED",
+        metadata={"quota_bytes": str(exc.limit)},
     )
+
+
+def store_error(exc: Exception) -> Exception:
+    """The domain error for a store failure (the one map from store to domain)."""
+    if isinstance(exc, (StoreUnavailable, PoolTimeout, TimeoutError, OSError)):
+        return Unavailable(
+            "the database is unavailable; retry shortly", reason="DATABASE_UNAVAILABLE"
+        )
+    if isinstance(exc, TooLarge):
+        return InvalidArgument(
+            f"{exc.field} is {exc.size:,} bytes as stored; the limit is {exc.limit:,} bytes",
+            reason="MESSAGE_TOO_LARGE",
+            field=exc.field,
+            metadata={"limit_bytes": str(exc.limit), "size_bytes": str(exc.size)},
+        )
+    if isinstance(exc, QuotaExceeded):
+        return quota_error(exc)
+    if isinstance(exc, StoreRejected):
+        return InvalidArgument(
+            f"the database refused to store this request: {str(exc)[:300]}",
+            reason="WRITE_REJECTED",
+        )
+    return exc
 
 
 def _chars(messages: Sequence[Message]) -> int:
@@ -191,16 +233,26 @@ class SessionManager:
         self.restores = 0
         self.compactor = Compactor(self, summarizer)
         self.model_calibration = ModelCalibration()
-        self._storage: dict[str, tuple[int, float]] = {}
-        """Per-tenant stored bytes, refreshed from the database every few seconds."""
+        self.db_timeout = settings.db_timeout_seconds
 
     # -- plumbing -------------------------------------------------------------
 
     async def _db(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run a store call; a lost database is UNAVAILABLE (safe to retry)."""
+        """Run a store call within the database timeout; a lost, hung or saturated
+        database is UNAVAILABLE (safe to retry), a refused write a clear error."""
         try:
+            if self.db_timeout > 0:
+                async with asyncio.timeout(self.db_timeout):
+                    return await op()
             return await op()
-        except (OperationalError, DBAPIError, OSError) as exc:
+        except (ConcurrentWrite, DuplicateKey):
+            raise
+        except (StoreUnavailable, PoolTimeout, TimeoutError, OSError) as exc:
+            log.warning("database unavailable: %s", exc)
+            raise store_error(exc) from exc
+        except (TooLarge, QuotaExceeded, StoreRejected) as exc:
+            raise store_error(exc) from exc
+        except (OperationalError, DBAPIError) as exc:
             if (
                 isinstance(exc, DBAPIError)
                 and not exc.connection_invalidated
@@ -208,26 +260,37 @@ class SessionManager:
             ):
                 raise
             log.warning("database unavailable: %s", exc)
-            raise Unavailable(
-                "the database is unavailable; retry shortly",
-                reason="DATABASE_UNAVAILABLE",
-            ) from exc
+            raise store_error(StoreUnavailable(str(exc))) from exc
 
-    async def _context(self, session_id: str) -> SessionContext:
-        """The hot session, restored from the database when it is not in memory."""
+    async def _context(self, session_id: str, *, verify: bool = True) -> SessionContext:
+        """The hot session, restored from the database when it is not in memory.
+
+        ``verify``: compare the copy's version with the stored one first (another
+        replica may have changed the session); a stale copy is reloaded."""
         check_session_id(session_id)
         ctx = self.hot.get(session_id)
-        if ctx is not None:
+        if ctx is not None and (not verify or await self._current(ctx)):
             return ctx
         async with self.hot.lock(session_id):
-            return await self._context_locked(session_id)
+            return await self._context_locked(session_id, verify=verify)
 
-    async def _context_locked(self, session_id: str) -> SessionContext:
+    async def _current(self, ctx: SessionContext) -> bool:
+        """Whether the in-memory copy is the stored session's current version."""
+        sid = ctx.session.session_id
+        stored = await self._db(lambda: self.repo.session_version(sid))
+        if stored is None or stored[1]:
+            self.hot.evict(sid)
+            raise self._not_found(sid)
+        return stored[0] == ctx.session.version
+
+    async def _context_locked(self, session_id: str, *, verify: bool = False) -> SessionContext:
         """Like _context, for a caller that already holds the session's lock."""
         check_session_id(session_id)
         ctx = self.hot.get(session_id)
         if ctx is not None:
-            return ctx
+            if not verify or await self._current(ctx):
+                return ctx
+            self.hot.evict(session_id)
         snapshot = await self._db(lambda: self.repo.load_snapshot(session_id))
         if snapshot is None or snapshot.session.deleted:
             raise self._not_found(session_id)
@@ -263,7 +326,9 @@ class SessionManager:
             metadata={"session_id": shown},
         )
 
-    async def _replay(self, scope: str, key: IdempotencyKey | None) -> StoredRequest | None:
+    async def _replay(
+        self, scope: RequestScope, key: IdempotencyKey | None
+    ) -> StoredRequest | None:
         if key is None:
             return None
         stored = await self._db(lambda: self.repo.get_request(scope, key.request_id))
@@ -277,7 +342,7 @@ class SessionManager:
 
     @staticmethod
     def _record(
-        scope: str, key: IdempotencyKey | None, outcome: dict[str, Any]
+        scope: RequestScope, key: IdempotencyKey | None, outcome: dict[str, Any]
     ) -> RequestRecord | None:
         if key is None:
             return None
@@ -293,22 +358,13 @@ class SessionManager:
             check_key(key.request_id, "request_id")
         if session_id:
             check_session_id(session_id)
+        check_session_fields(session)
         check_client_tokenizer(session.policy.tokenizer, self.settings.hf_tokenizer_dirs)
         sid = session_id or scoped_id(tenant, ids.new_id())
-        limit = self.settings.max_sessions_per_tenant
-        if limit > 0:
-            live = await self._db(lambda: self.repo.count_sessions(tenant))
-            if live >= limit:
-                raise ResourceExhausted(
-                    f"this tenant already has {live} sessions, the quota is {limit}; delete "
-                    "sessions you no longer need",
-                    reason="SESSION_QUOTA_EXCEEDED",
-                    metadata={"quota": str(limit)},
-                )
         policy = effective_policy(session.policy, session.model)
         tokenizer = await _tokenizer(policy.tokenizer)
         now = ids.now_us()
-        prior = self.model_calibration.prior(session.model)
+        prior = self.model_calibration.prior(tenant, session.model)
         fresh = replace(
             session,
             estimate_ratio=prior.ratio,
@@ -316,6 +372,7 @@ class SessionManager:
             session_id=sid,
             last_seq=0,
             revision=1,
+            version=1,
             consecutive_failures=0,
             create_time_us=now,
             update_time_us=now,
@@ -324,7 +381,7 @@ class SessionManager:
         ctx = SessionContext(fresh, None, (), tokenizer)
         fresh = replace(fresh, context_tokens=ctx.context_tokens)
         ctx.session = fresh
-        scope = f"CreateSession/{tenant}" if tenant else "CreateSession"
+        scope = RequestScope("CreateSession", tenant_id=tenant)
         try:
             await self._db(
                 lambda: self.repo.create_session(
@@ -346,7 +403,7 @@ class SessionManager:
     async def get_session(self, session_id: str) -> Session:
         check_session_id(session_id)
         ctx = self.hot.get(session_id)
-        if ctx is not None:
+        if ctx is not None and await self._current(ctx):
             return ctx.session
         session = await self._db(lambda: self.repo.get_session(session_id))
         if session is None or session.deleted:
@@ -391,7 +448,7 @@ class SessionManager:
         sid = updated.session_id
         check_session_id(sid, "session.session_id")
         async with self.hot.lock(sid):
-            ctx = await self._context_locked(sid)
+            ctx = await self._context_locked(sid, verify=True)
             current = ctx.session
             if etag and etag != current.etag:
                 raise Aborted(
@@ -403,7 +460,14 @@ class SessionManager:
             if "policy" in changes:
                 check_client_tokenizer(updated.policy.tokenizer, self.settings.hf_tokenizer_dirs)
             now = ids.now_us()
-            new = replace(current, **changes, revision=current.revision + 1, update_time_us=now)
+            new = replace(
+                current,
+                **changes,
+                revision=current.revision + 1,
+                version=current.version + 1,
+                update_time_us=now,
+            )
+            check_session_fields(new)
             new_spec = effective_policy(new.policy, new.model).tokenizer
             tokenizer = ctx.tokenizer if new_spec == ctx.tokenizer.spec else None
             if tokenizer is None:
@@ -432,11 +496,14 @@ class SessionManager:
             try:
                 await self._db(
                     lambda: self.repo.update_session(
-                        new, expected_revision=current.revision, token_counts=counts
+                        new, expected_version=current.version, token_counts=counts
                     )
                 )
             except ConcurrentWrite:
                 raise self._concurrent(sid) from None
+            except (Unavailable, asyncio.CancelledError):
+                self.hot.evict(sid)
+                raise
             if rebuilt is not None:
                 self.hot.put(sid, rebuilt)
             else:
@@ -466,18 +533,20 @@ class SessionManager:
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
-        scope = f"AppendMessages/{session_id}"
+        scope = RequestScope("AppendMessages", session_id, tenant_of(session_id))
         async with self.hot.lock(session_id):
             ctx = await self._context_locked(session_id)
             stored_dups: dict[str, Message] = {}
-            for _attempt in range(3):
+            for attempt in range(3):
                 try:
                     plan = await self._plan(ctx, messages, stored_dups)
                     if not plan.new:
                         return AppendResult(plan.messages, ctx.session.last_seq, ctx.context_tokens)
                     if expected_last_seq is not None and expected_last_seq != ctx.session.last_seq:
-                        if expected_last_seq > ctx.session.last_seq:
-                            self.hot.evict(session_id)  # our copy may be stale
+                        if expected_last_seq > ctx.session.last_seq and attempt == 0:
+                            # Our copy may be stale (another replica appended): reload.
+                            ctx = await self._reload(session_id)
+                            continue
                         raise Aborted(
                             f"expected_last_seq {expected_last_seq} does not match the "
                             f"session's last_seq {ctx.session.last_seq}; nothing was written",
@@ -493,9 +562,11 @@ class SessionManager:
                         return await self._stored_append(ctx, session_id, stored.outcome)
                     raise
                 now = ids.now_us()
+                base = ctx.session
                 new_session = replace(
-                    ctx.session,
+                    base,
                     last_seq=plan.last_seq,
+                    version=base.version + 1,
                     context_tokens=plan.context_tokens,
                     update_time_us=now,
                     consecutive_failures=ctx.failures_after(plan.new),
@@ -510,19 +581,23 @@ class SessionManager:
                     "context_tokens": plan.context_tokens,
                 }
                 record = self._record(scope, key, outcome)
-                added = sum(_content_bytes(m) for m in plan.new)
-                await self._check_storage(session_id, added)
                 try:
-                    await self._db(
-                        lambda s=new_session, p=plan, r=record, b=added: self.repo.append(  # type: ignore[misc]
-                            s,
-                            expected_last_seq=ctx.session.last_seq,
-                            messages=p.new,
-                            record=r,
-                            added_bytes=b,
-                        )
+                    op = self.repo.encode_append(
+                        new_session,
+                        expected_version=base.version,
+                        messages=plan.new,
+                        record=record,
                     )
+                except TooLarge as exc:
+                    raise store_error(exc) from None
+                try:
+                    await self._db(lambda o=op: self.repo.append(o))  # type: ignore[misc]
                 except ConcurrentWrite:
+                    if attempt < 2:
+                        # Another replica changed the session: reload and plan again
+                        # on the current state (never write on a stale copy).
+                        ctx = await self._reload(session_id)
+                        continue
                     raise self._concurrent(session_id) from None
                 except (Unavailable, asyncio.CancelledError):
                     # The commit may or may not have happened (a cancelled
@@ -534,19 +609,28 @@ class SessionManager:
                     if stored is not None:
                         return await self._stored_append(ctx, session_id, stored.outcome)
                     wanted = [m.message_id for m in messages if m.message_id]
-                    found = await self.repo.find_by_message_ids(session_id, wanted)
+                    found = await self._db(
+                        lambda w=wanted: self.repo.find_by_message_ids(session_id, w)  # type: ignore[misc]
+                    )
                     if not found or found.keys() <= stored_dups.keys():
                         raise self._concurrent(session_id) from None
                     stored_dups = found
                     continue
-                samples_before = ctx.session.estimate_samples
+                samples_before = base.estimate_samples
                 ctx.apply_append(plan, now)
+                ctx.session = replace(ctx.session, version=new_session.version)
                 if plan.calibration.samples > samples_before:
-                    self.model_calibration.learn(ctx.session.model, plan.calibration.ratio)
-                self._note_storage(session_id, added)
+                    self.model_calibration.learn(
+                        tenant_of(session_id), ctx.session.model, plan.calibration.ratio
+                    )
                 metrics.observe_append(len(plan.new))
                 return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
             raise self._concurrent(session_id)
+
+    async def _reload(self, session_id: str) -> SessionContext:
+        """Drop the in-memory copy and restore the session (caller holds the lock)."""
+        self.hot.evict(session_id)
+        return await self._context_locked(session_id)
 
     async def _plan(
         self, ctx: SessionContext, messages: Sequence[Message], dups: dict[str, Message]
@@ -694,9 +778,9 @@ class SessionManager:
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
-        scope = f"RollbackTurn/{session_id}"
+        scope = RequestScope("RollbackTurn", session_id, tenant_of(session_id))
         async with self.hot.lock(session_id):
-            ctx = await self._context_locked(session_id)
+            ctx = await self._context_locked(session_id, verify=True)
             stored = await self._replay(scope, key)
             if stored is not None:
                 return _rollback_from_outcome(stored.outcome)
@@ -721,12 +805,14 @@ class SessionManager:
                 consecutive_failures=failures,
                 context_tokens=ctx.fixed_tokens + remaining,
                 update_time_us=now,
+                version=ctx.session.version + 1,
             )
             if seqs or key is not None:
                 try:
                     await self._db(
                         lambda: self.repo.rollback(
                             new_session,
+                            expected_version=ctx.session.version,
                             seqs=seqs,
                             record=self._record(scope, key, _rollback_outcome(result)),
                         )
@@ -742,6 +828,7 @@ class SessionManager:
                         raise self._concurrent(session_id) from None
                     return _rollback_from_outcome(stored.outcome)
                 ctx.apply_rollback(seqs, failures, now)
+                ctx.session = replace(ctx.session, version=new_session.version)
             return result
 
     async def _rollback_across(
@@ -749,7 +836,7 @@ class SessionManager:
         ctx: SessionContext,
         to_seq: int,
         error_message: str,
-        scope: str,
+        scope: RequestScope,
         key: IdempotencyKey | None,
     ) -> RollbackResult:
         """Rewind to before the checkpoint: supersede it, fall back, reload."""
@@ -758,7 +845,7 @@ class SessionManager:
         failures = ctx.session.consecutive_failures
         recovery = decide_recovery(error_message, failures, self.settings.max_retries)
         now = ids.now_us()
-        session = replace(ctx.session, update_time_us=now)
+        session = replace(ctx.session, update_time_us=now, version=ctx.session.version + 1)
         reason = recovery.reason if error_message else f"rewound to seq {to_seq}"
 
         def record(seqs: list[int]) -> RequestRecord | None:
@@ -769,7 +856,9 @@ class SessionManager:
 
         try:
             seqs, current = await self._db(
-                lambda: self.repo.rollback_across_checkpoints(session, to_seq=to_seq, record=record)
+                lambda: self.repo.rollback_across_checkpoints(
+                    session, expected_version=ctx.session.version, to_seq=to_seq, record=record
+                )
             )
         except ConcurrentWrite:
             raise self._concurrent(sid) from None
@@ -784,34 +873,6 @@ class SessionManager:
             self.hot.evict(sid)
         log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, current)
         return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)
-
-    # -- storage quota ------------------------------------------------------------
-
-    async def _check_storage(self, session_id: str, added: int) -> None:
-        limit = self.settings.max_stored_bytes_per_tenant
-        if limit <= 0:
-            return
-        tenant = tenant_of(session_id)
-        cached = self._storage.get(tenant)
-        now = time.monotonic()
-        if cached is None or now - cached[1] > STORAGE_REFRESH_SECONDS:
-            used = await self._db(lambda: self.repo.tenant_stored_bytes(tenant))
-            self._storage[tenant] = (used, now)
-        else:
-            used = cached[0]
-        if used + added > limit:
-            raise ResourceExhausted(
-                f"this tenant stores {used:,} bytes and the quota is {limit:,}; delete (and "
-                "purge) sessions you no longer need",
-                reason="STORAGE_QUOTA_EXCEEDED",
-                metadata={"quota_bytes": str(limit), "used_bytes": str(used)},
-            )
-
-    def _note_storage(self, session_id: str, added: int) -> None:
-        tenant = tenant_of(session_id)
-        cached = self._storage.get(tenant)
-        if cached is not None:
-            self._storage[tenant] = (cached[0] + added, cached[1])
 
     # -- token counting ---------------------------------------------------------
 

@@ -1,4 +1,10 @@
-"""Domain objects <-> row values (JSON bodies)."""
+"""Domain objects <-> row values.
+
+Message bodies and revision settings are MessagePack: strings and bytes are
+stored as they are, so the stored size is the content's size whatever the
+characters (JSON escapes a control character as six bytes, a quote as two).
+Rows written before schema 0006 hold JSON, which stays readable.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import base64
 import json
 import sys
 from typing import Any
+
+import msgpack
 
 from ctxwarden.core.messages import (
     EMPTY_METADATA,
@@ -26,56 +34,36 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def _block_to_json(block: ContentBlock) -> dict[str, Any]:
+_TEXT, _IMAGE, _THINKING, _TOOL_CALL = 0, 1, 2, 3
+
+
+def _block_to_list(block: ContentBlock) -> list[Any]:
     k = block.kind
     if k is ContentKind.TEXT:
-        return {"t": "text", "text": block.text}
+        return [_TEXT, block.text]
     if k is ContentKind.IMAGE:
-        return {
-            "t": "image",
-            "mime_type": block.mime_type,
-            "data": base64.b64encode(block.data).decode("ascii"),
-        }
+        return [_IMAGE, block.mime_type, block.data]
     if k is ContentKind.THINKING:
-        return {
-            "t": "thinking",
-            "thinking": block.text,
-            "signature": block.signature,
-            "redacted": block.redacted,
-        }
-    return {
-        "t": "tool_call",
-        "id": block.tool_call_id,
-        "name": block.tool_name,
-        "arguments_json": block.arguments_json,
-    }
+        return [_THINKING, block.text, block.signature, block.redacted]
+    return [_TOOL_CALL, block.tool_call_id, block.tool_name, block.arguments_json]
 
 
-def _block_from_json(d: dict[str, Any]) -> ContentBlock:
-    t = d["t"]
-    if t == "text":
-        return ContentBlock(ContentKind.TEXT, text=d["text"])
-    if t == "image":
-        return ContentBlock(
-            ContentKind.IMAGE, mime_type=d["mime_type"], data=base64.b64decode(d["data"])
-        )
-    if t == "thinking":
-        return ContentBlock(
-            ContentKind.THINKING,
-            text=d["thinking"],
-            signature=d["signature"],
-            redacted=d["redacted"],
-        )
+def _block_from_list(b: list[Any]) -> ContentBlock:
+    kind = b[0]
+    if kind == _TEXT:
+        return ContentBlock(ContentKind.TEXT, text=b[1])
+    if kind == _IMAGE:
+        return ContentBlock(ContentKind.IMAGE, mime_type=b[1], data=bytes(b[2]))
+    if kind == _THINKING:
+        return ContentBlock(ContentKind.THINKING, text=b[1], signature=b[2], redacted=b[3])
     return ContentBlock(
-        ContentKind.TOOL_CALL,
-        tool_call_id=d["id"],
-        tool_name=d["name"],
-        arguments_json=d["arguments_json"],
+        ContentKind.TOOL_CALL, tool_call_id=b[1], tool_name=b[2], arguments_json=b[3]
     )
 
 
-def message_body(m: Message) -> str:
-    body: dict[str, Any] = {"content": [_block_to_json(b) for b in m.content]}
+def message_data(m: Message) -> bytes:
+    """The stored body of a message (MessagePack)."""
+    body: dict[str, Any] = {"c": [_block_to_list(b) for b in m.content]}
     for name in ("model", "provider", "error_message", "tool_call_id", "tool_name"):
         value = getattr(m, name)
         if value:
@@ -92,13 +80,17 @@ def message_body(m: Message) -> str:
             u.total_tokens,
         ]
     if m.metadata:
-        body["metadata"] = dict(m.metadata)
-    if m.calibration is not None:
-        body["calib"] = list(m.calibration)
-    return _dumps(body)
+        body["metadata"] = dict(sorted(m.metadata.items()))
+    data: bytes = msgpack.packb(body, use_bin_type=True)
+    return data
+
+
+MESSAGE_ROW_OVERHEAD = 64
+"""Bytes charged per stored row on top of its body (keys, counters, times)."""
 
 
 def message_row_values(session_id: str, m: Message) -> dict[str, Any]:
+    calib = m.calibration
     return {
         "session_id": session_id,
         "seq": m.seq,
@@ -110,16 +102,44 @@ def message_row_values(session_id: str, m: Message) -> dict[str, Any]:
         "counted_with": m.counted_with,
         "create_time_us": m.create_time_us,
         "rolled_back_at_seq": 0,
-        "body": message_body(m),
+        "body": None,
+        "data": message_data(m),
+        "calib_ratio": None if calib is None else float(calib[0]),
+        "calib_samples": None if calib is None else int(calib[1]),
     }
 
 
+def stored_message_bytes(values: dict[str, Any]) -> int:
+    """What a message row costs in storage (for limits and quotas)."""
+    return len(values["data"]) + len(values["message_id"]) + MESSAGE_ROW_OVERHEAD
+
+
+def _legacy_body(text: str) -> dict[str, Any]:
+    """A pre-0006 JSON body in the MessagePack layout."""
+    body: dict[str, Any] = json.loads(text)
+    blocks = []
+    for d in body.pop("content"):
+        t = d["t"]
+        if t == "text":
+            blocks.append([_TEXT, d["text"]])
+        elif t == "image":
+            blocks.append([_IMAGE, d["mime_type"], base64.b64decode(d["data"])])
+        elif t == "thinking":
+            blocks.append([_THINKING, d["thinking"], d["signature"], d["redacted"]])
+        else:
+            blocks.append([_TOOL_CALL, d["id"], d["name"], d["arguments_json"]])
+    body["c"] = blocks
+    return body
+
+
 def message_from_row(row: MessageRow | Any) -> Message:
-    body = json.loads(row.body)
+    data = row.data
+    body = msgpack.unpackb(data, raw=False) if data is not None else _legacy_body(row.body or "{}")
     usage = body.get("usage")
+    ratio, samples = row.calib_ratio, row.calib_samples
     return Message(
         role=Role(row.role),
-        content=tuple(_block_from_json(b) for b in body["content"]),
+        content=tuple(_block_from_list(b) for b in body["c"]),
         seq=row.seq,
         message_id=row.message_id,
         stop_reason=StopReason(row.stop_reason),
@@ -135,7 +155,7 @@ def message_from_row(row: MessageRow | Any) -> Message:
         counted_with=row.counted_with,
         create_time_us=row.create_time_us,
         metadata=body.get("metadata") or EMPTY_METADATA,
-        calibration=(float(body["calib"][0]), int(body["calib"][1])) if "calib" in body else None,
+        calibration=None if samples is None or ratio is None else (float(ratio), int(samples)),
     )
 
 
@@ -174,6 +194,7 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "update_time_us": s.update_time_us,
         "delete_time_us": s.delete_time_us,
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
+        "version": s.version,
     }
 
 
@@ -195,15 +216,28 @@ SETTINGS_FIELDS = (
 )
 
 
-def settings_json(s: Session) -> str:
-    """The replay-relevant settings of a session revision."""
+def settings_data(s: Session) -> bytes:
+    """The replay-relevant settings of a session revision (MessagePack)."""
     values = session_row_values(s)
-    return _dumps({k: values[k] for k in SETTINGS_FIELDS})
+    data: bytes = msgpack.packb({k: values[k] for k in SETTINGS_FIELDS}, use_bin_type=True)
+    return data
 
 
-def session_with_settings(base: Session, settings: str) -> Session:
-    """``base`` with the settings of a stored revision ("{}" keeps base's)."""
-    values = json.loads(settings)
+REVISION_OVERHEAD = 64
+
+
+def revision_bytes(s: Session) -> int:
+    """What storing one settings revision of ``s`` costs (the session row holds
+    the same settings once more, charged with its first revision)."""
+    return len(settings_data(s)) + REVISION_OVERHEAD
+
+
+def session_with_settings(base: Session, data: bytes | None, legacy_json: str | None) -> Session:
+    """``base`` with the settings of a stored revision (none stored: base's)."""
+    if data is not None:
+        values = msgpack.unpackb(data, raw=False)
+    else:
+        values = json.loads(legacy_json or "{}")
     if not values:
         return base
     row = dict(session_row_values(base))
@@ -238,6 +272,7 @@ def session_from_row(row: SessionRow | Any) -> Session:
         create_time_us=row.create_time_us,
         update_time_us=row.update_time_us,
         delete_time_us=row.delete_time_us,
+        version=getattr(row, "version", 0),
         **_calibration(getattr(row, "calibration_json", "")),
     )
 
@@ -275,6 +310,11 @@ def checkpoint_row_values(c: Checkpoint) -> dict[str, Any]:
         "details_json": checkpoint_details(c),
         "created_at": c.create_time_us,
     }
+
+
+def checkpoint_bytes(values: dict[str, Any]) -> int:
+    """What a stored checkpoint row costs."""
+    return len(values["summary"].encode()) + len(values["details_json"].encode()) + 128
 
 
 def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ctxwarden.store.urls import async_url
+
+log = logging.getLogger(__name__)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -21,10 +24,19 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 10,
+    connect_timeout: float = 5.0,
+    pool_timeout: float = 5.0,
+) -> AsyncEngine:
+    """``connect_timeout``: seconds to open a connection; ``pool_timeout``: seconds
+    to wait for a free one (then sqlalchemy.exc.TimeoutError, which the service
+    reports as UNAVAILABLE)."""
     parsed = async_url(url)
     if parsed.drivername.startswith("sqlite"):
-        engine = create_async_engine(parsed)
+        engine = create_async_engine(parsed, pool_timeout=pool_timeout)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(
@@ -33,5 +45,28 @@ def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         max_overflow=pool_size,
         pool_recycle=1800,
         pool_pre_ping=True,
+        pool_timeout=pool_timeout,
         isolation_level="READ COMMITTED",
+        connect_args={"connect_timeout": max(1, round(connect_timeout))},
     )
+
+
+async def writable_message_bytes(engine: AsyncEngine, configured: int) -> int:
+    """The largest message body this database can store: ``configured``, lowered
+    on MySQL/MariaDB to leave room under ``max_allowed_packet`` (a single value
+    can never be longer than one packet, however it is sent)."""
+    if engine.dialect.name != "mysql":
+        return configured
+    async with engine.connect() as conn:
+        packet = int((await conn.execute(text("SELECT @@max_allowed_packet"))).scalar_one())
+    limit = max(64 * 1024, packet - 1024 * 1024)
+    if configured > limit:
+        log.warning(
+            "max_allowed_packet is %d bytes: messages are limited to %d bytes (not %d); "
+            "raise max_allowed_packet on the server to store larger ones",
+            packet,
+            limit,
+            configured,
+        )
+        return limit
+    return configured

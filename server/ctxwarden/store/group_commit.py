@@ -1,26 +1,28 @@
 """Group commit for appends: concurrent appends share one transaction.
 
-Each append is a compare-and-set of its session row plus INSERTs. Done one by
-one, every append pays its own round trips and its own durable commit (an
-fsync). Here appends queue up while a commit is in flight and the next batch
-writes them all with three statements and one commit:
+Each append is a compare-and-set of its session row (on the row's ``version``)
+plus INSERTs. Done one by one, every append pays its own round trips and its
+own durable commit (an fsync). Here appends queue up while a commit is in
+flight and the next batch writes them all with a few statements and one commit:
 
-* one UPDATE of every session row in the batch, ``last_seq`` checked per row
+* one UPDATE of every session row in the batch, ``version`` checked per row
   (``CASE session_id WHEN ... THEN expected ...``), so a concurrent writer
-  elsewhere still makes the batch see fewer matched rows than it expected;
-* one multi-row INSERT of all their messages, one of their idempotency records;
+  elsewhere makes the batch see fewer matched rows than it expected;
+* with a storage quota, one conditional UPDATE of the batch's tenant counters;
+* multi-row INSERTs of their messages and idempotency records;
 * COMMIT. Every caller is acknowledged only after its batch committed.
 
 A batch never waits for company: an append that finds a writer idle goes out
 at once, so a lone agent pays no extra latency. Writers hold their own
 connections (no pool checkout, ping or reset per append).
 
-When a batch cannot commit as a whole (a session moved on, a duplicate
-message_id or request_id), it is rolled back and its appends are retried one
-per transaction, so each caller gets its own precise outcome. A lost connection
-before COMMIT was sent fails nothing: the batch is retried once on a new
-connection. A failure during COMMIT leaves the outcome unknown; the callers get
-the error (the service reports it as UNAVAILABLE and reloads the session).
+One member can never fail another: when a batch cannot commit as a whole (a
+session moved on, a duplicate key, a quota, a value the database refuses), it
+is rolled back and its appends are retried one per transaction, so each caller
+gets its own precise outcome. A lost connection (or a database that does not
+answer within the timeout) before COMMIT fails nothing: the batch is retried
+once on a new connection. A failure during COMMIT leaves the outcome unknown;
+the callers get StoreUnavailable.
 """
 
 from __future__ import annotations
@@ -32,16 +34,20 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from sqlalchemy import Table
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ctxwarden.core.messages import Message
 from ctxwarden.core.session import Session
-from ctxwarden.store.codec import calibration_json, message_row_values
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.codec import calibration_json
+from ctxwarden.store.errors import (
+    ConcurrentWrite,
+    DuplicateKey,
+    QuotaExceeded,
+    StoreRejected,
+    StoreUnavailable,
+)
+from ctxwarden.store.writer import Writer, WriterSql, classify
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,46 +59,49 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 
 @dataclass(slots=True)
 class AppendOp:
-    """One caller's append: the new session row values, its messages, its record."""
+    """One caller's append: the new session row values, its rows, its record."""
 
     session: Session
-    expected_last_seq: int
-    messages: Sequence[Message]
+    expected_version: int
+    rows: Sequence[dict[str, Any]]
+    """Encoded message rows (store.codec.message_row_values)."""
     record_values: dict[str, Any] | None
     added_bytes: int
+    tenant: str
     future: asyncio.Future[None] | None = field(default=None, repr=False)
     """Set by GroupCommitter.submit; resolved when the op's batch committed or failed."""
 
 
-class _BatchConflict(Exception):
-    """The batch cannot commit as a whole; retry its appends one by one."""
+class _BatchFailed(Exception):
+    """The batch cannot commit as a whole; ``error`` is what a lone op gets."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class GroupCommitter:
-    """Batches appends onto ``writers`` dedicated connections."""
+    """Batches appends onto ``writers`` dedicated connections (0: no batching, one
+    pooled connection per append)."""
 
     def __init__(
         self,
         engine: AsyncEngine,
-        sessions: Table,
-        messages: Table,
-        requests: Table,
-        single: Callable[[AppendOp], Awaitable[None]],
         *,
         writers: int = 1,
         observe: Callable[[str, float, bool], None] | None = None,
+        max_stored_bytes: int = 0,
+        timeout: float = 0.0,
     ) -> None:
-        """``single`` writes one append in its own transaction (the fallback);
-        ``observe(operation, seconds, ok)`` is told about every statement."""
+        """``observe(operation, seconds, ok)`` is told about every statement;
+        ``timeout``: seconds any statement may take before the connection is
+        considered lost (0: unbounded)."""
         self.engine = engine
-        self._dialect = engine.dialect
+        self._sql = WriterSql(engine.dialect.name, max_stored_bytes)
         self._dbapi: Any = engine.dialect.loaded_dbapi
-        self._sql = _Sql(self._dialect.name, sessions.name, messages, requests)
-        self._message_columns = [c.name for c in messages.columns]
-        self._request_columns = [c.name for c in requests.columns]
         self._observe = observe or _no_observer
-        self._single = single
-        self._writers = max(1, writers)
+        self._writers = max(0, writers)
+        self._timeout = timeout
         self._queue: deque[AppendOp] = deque()
         self._ready: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -104,13 +113,17 @@ class GroupCommitter:
         """Queue ``op`` and wait until its batch committed (or failed)."""
         if self._closed:
             raise RuntimeError("the group committer is closed")
+        future = op.future = asyncio.get_running_loop().create_future()
+        if self._writers == 0:
+            await self._run(None, [op], keep=False)
+            await future
+            return
         if self._ready is None:
             self._ready = asyncio.Event()
             self._tasks = [
                 asyncio.create_task(self._writer(), name=f"ctxwarden-append-writer-{i}")
                 for i in range(self._writers)
             ]
-        future = op.future = asyncio.get_running_loop().create_future()
         self._queue.append(op)
         self._ready.set()
         # A cancelled caller cancels only this future: the op stays queued or in
@@ -143,7 +156,7 @@ class GroupCommitter:
 
     async def _writer(self) -> None:
         assert self._ready is not None
-        w: _Writer | None = None
+        w: Writer | None = None
         try:
             while True:
                 while not self._queue:
@@ -152,34 +165,20 @@ class GroupCommitter:
                 w = await self._run(w, self._take())
         finally:
             if w is not None:
-                with contextlib.suppress(Exception):
-                    await w.conn.close()
+                await w.close()
 
-    async def _connect(self) -> _Writer:
-        conn = await self.engine.connect()
-        try:
-            raw = await conn.get_raw_connection()
-        except BaseException:
-            await conn.close()
-            raise
-        return _Writer(conn, raw.driver_connection, self._dialect.name)
+    async def _connect(self) -> Writer:
+        return await self._bounded(Writer.open(self.engine))
 
-    def _wrap(self, exc: Exception) -> DBAPIError:
-        """A driver error as SQLAlchemy's (what the service maps to UNAVAILABLE)."""
-        lost = isinstance(exc, OSError) or self._dialect.is_disconnect(cast(Any, exc), None, None)
-        return cast(
-            DBAPIError,
-            DBAPIError.instance(
-                "append batch",
-                None,
-                exc,
-                self._dbapi.Error,
-                connection_invalidated=lost,
-                dialect=self._dialect,
-            ),
-        )
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        if self._timeout <= 0:
+            return await call
+        async with asyncio.timeout(self._timeout):
+            return await call
 
-    async def _run(self, w: _Writer | None, batch: list[AppendOp]) -> _Writer | None:
+    async def _run(
+        self, w: Writer | None, batch: list[AppendOp], keep: bool = True
+    ) -> Writer | None:
         """Commit ``batch``; returns the connection to keep using (None: reconnect)."""
         try:
             for attempt in (1, 2):
@@ -188,29 +187,34 @@ class GroupCommitter:
                     if w is None:
                         w = await self._connect()
                     await self._write(w, batch, stage)
-                except (_BatchConflict, self._dbapi.IntegrityError) as exc:
-                    await w.rollback()  # type: ignore[union-attr]
+                except _BatchFailed as failed:
+                    assert w is not None
+                    await w.rollback()
                     if len(batch) > 1:
-                        await self._one_by_one(batch)  # each caller gets its own outcome
-                    elif isinstance(exc, _BatchConflict):
-                        _resolve(batch[0], ConcurrentWrite(batch[0].session.session_id))
+                        await self._one_by_one(w, batch)  # each caller gets its own outcome
                     else:
-                        _resolve(batch[0], DuplicateKey(str(exc)))
+                        _resolve(batch[0], failed.error)
+                    if not keep:
+                        await _release(w)
+                        return None
                     return w
-                except (self._dbapi.Error, OSError, DBAPIError) as exc:
+                except (self._dbapi.Error, OSError, TimeoutError) as exc:
                     await _discard(w)
                     w = None
-                    error = exc if isinstance(exc, DBAPIError) else self._wrap(exc)
-                    if attempt == 1 and error.connection_invalidated and stage[0] == "write":
+                    if attempt == 1 and stage[0] == "write":
                         # Nothing was committed: try once more on a new connection.
                         log.info("append writer reconnecting after: %s", exc)
                         continue
+                    error = StoreUnavailable(f"append failed ({stage[0]}): {exc}")
                     for op in batch:
                         _resolve(op, error)
                     return None
                 for op in batch:
                     _resolve(op, None)
                 self.batches += 1
+                if not keep:
+                    await _release(w)
+                    return None
                 return w
         except asyncio.CancelledError:
             for op in batch:
@@ -224,72 +228,66 @@ class GroupCommitter:
             return None
         raise AssertionError("unreachable: the second attempt always returns")
 
-    async def _one_by_one(self, batch: Sequence[AppendOp]) -> None:
+    async def _one_by_one(self, w: Writer, batch: Sequence[AppendOp]) -> None:
+        current: Writer | None = w
         for op in batch:
-            try:
-                await self._single(op)
-            except Exception as exc:
-                _resolve(op, exc)
-            else:
-                _resolve(op, None)
+            current = await self._run(current, [op])
+        if current is not None and current is not w:
+            await current.close()
 
-    async def _write(self, w: _Writer, batch: Sequence[AppendOp], stage: list[str]) -> None:
-        """UPDATE, INSERTs and COMMIT of one batch; ``stage`` says how far it got."""
+    async def _write(self, w: Writer, batch: Sequence[AppendOp], stage: list[str]) -> None:
+        """UPDATEs, INSERTs and COMMIT of one batch; ``stage`` says how far it got."""
         stage[0] = "write"
         sql = self._sql
-        if sql.begin:
-            await w.execute(sql.begin, ())
-        params: list[Any] = []
-        if len(batch) == 1:
-            op = batch[0]
-            params = [_set_value(op, column) for column in _SET_COLUMNS]
-            params += (op.session.session_id, op.expected_last_seq)
-        else:
-            for column in _SET_COLUMNS:
-                for op in batch:
-                    params += (op.session.session_id, _set_value(op, column))
-            params += (op.session.session_id for op in batch)
-            for op in batch:
-                params += (op.session.session_id, op.expected_last_seq)
-        matched = await self._timed("UPDATE", w.execute(sql.update(len(batch)), params))
-        if matched != len(batch):
-            raise _BatchConflict
-        rows = [
-            _row(self._message_columns, message_row_values(op.session.session_id, m))
-            for op in batch
-            for m in op.messages
-        ]
-        if rows:
-            await self._timed("INSERT", w.executemany(sql.insert_messages, rows))
-        records = [
-            _row(self._request_columns, op.record_values)
-            for op in batch
-            if op.record_values is not None
-        ]
-        if records:
-            await self._timed("INSERT", w.executemany(sql.insert_requests, records))
+        try:
+            if sql.begin:
+                await self._timed("BEGIN", w.execute(sql.begin, ()))
+            statement, params = sql.update(
+                [(op.session.session_id, op.expected_version) for op in batch],
+                [[_set_value(op, c) for c in sql.set_columns] for op in batch],
+            )
+            matched = await self._timed("UPDATE", w.execute(statement, params))
+            if matched != len(batch):
+                raise _BatchFailed(ConcurrentWrite(batch[0].session.session_id))
+            if sql.quota_enabled:
+                await self._quota(w, batch)
+            rows = [sql.message_row(values) for op in batch for values in op.rows]
+            if rows:
+                await self._timed("INSERT", w.insert_many(sql.messages, rows))
+            records = [sql.record_row(op.record_values) for op in batch if op.record_values]
+            if records:
+                await self._timed("INSERT", w.insert_many(sql.records, records))
+        except self._dbapi.Error as exc:
+            kind = classify(exc, self.engine.dialect)
+            if kind == "lost":
+                raise
+            if kind == "duplicate":
+                raise _BatchFailed(DuplicateKey(str(exc))) from exc
+            if kind == "rejected":
+                raise _BatchFailed(StoreRejected(str(exc))) from exc
+            raise _BatchFailed(StoreUnavailable(f"the database refused the write: {exc}")) from exc
         stage[0] = "commit"
         await self._timed("COMMIT", w.commit())
+
+    async def _quota(self, w: Writer, batch: Sequence[AppendOp]) -> None:
+        added: dict[str, int] = {}
+        for op in batch:
+            added[op.tenant] = added.get(op.tenant, 0) + op.added_bytes
+        statement, params = self._sql.quota(sorted(added.items()))
+        matched = await self._timed("UPDATE", w.execute(statement, params))
+        if matched != len(added):
+            limit = self._sql.max_stored_bytes
+            raise _BatchFailed(QuotaExceeded("stored_bytes", -1, limit))
 
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
         start = time.perf_counter()
         ok = False
         try:
-            value = await call
+            value = await self._bounded(call)
             ok = True
             return value
         finally:
             self._observe(operation, time.perf_counter() - start, ok)
-
-
-_SET_COLUMNS = (
-    "last_seq",
-    "context_tokens",
-    "update_time_us",
-    "consecutive_failures",
-    "calibration_json",
-    "stored_bytes",
-)
 
 
 def _set_value(op: AppendOp, column: str) -> Any:
@@ -299,92 +297,6 @@ def _set_value(op: AppendOp, column: str) -> Any:
     if column == "stored_bytes":
         return op.added_bytes
     return getattr(s, column)
-
-
-def _row(columns: Sequence[str], values: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(values[c] for c in columns)
-
-
-class _Sql:
-    """The batch's statements as driver-level SQL (no ORM work per append)."""
-
-    def __init__(self, dialect: str, sessions: str, messages: Table, requests: Table) -> None:
-        self.ph = "%s" if dialect == "mysql" else "?"
-        # SQLite: take the write lock up front rather than upgrade a read lock.
-        self.begin = "BEGIN IMMEDIATE" if dialect == "sqlite" else ""
-        self.sessions = sessions
-        self.insert_messages = self._insert(messages)
-        self.insert_requests = self._insert(requests)
-        self._updates: dict[int, str] = {}
-
-    def _insert(self, table: Table) -> str:
-        names = [c.name for c in table.columns]
-        marks = ", ".join(self.ph for _ in names)
-        return f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks})"
-
-    def update(self, k: int) -> str:
-        """The compare-and-set UPDATE of ``k`` session rows."""
-        sql = self._updates.get(k)
-        if sql is not None:
-            return sql
-        ph = self.ph
-        if k == 1:
-            sets = ", ".join(
-                f"{c} = {c} + {ph}" if c == "stored_bytes" else f"{c} = {ph}" for c in _SET_COLUMNS
-            )
-            where = f"session_id = {ph} AND last_seq = {ph}"
-        else:
-            whens = " ".join(f"WHEN {ph} THEN {ph}" for _ in range(k))
-            sets = ", ".join(
-                f"{c} = {c} + CASE session_id {whens} END"
-                if c == "stored_bytes"
-                else f"{c} = CASE session_id {whens} END"
-                for c in _SET_COLUMNS
-            )
-            ids = ", ".join(ph for _ in range(k))
-            where = f"session_id IN ({ids}) AND last_seq = CASE session_id {whens} END"
-        sql = f"UPDATE {self.sessions} SET {sets} WHERE {where} AND delete_time_us = 0"
-        if len(self._updates) < 512:
-            self._updates[k] = sql
-        return sql
-
-
-class _Writer:
-    """One dedicated connection and its driver-level calls."""
-
-    def __init__(self, conn: AsyncConnection, driver: Any, dialect: str) -> None:
-        self.conn = conn
-        self.driver = driver
-        self.mysql = dialect == "mysql"
-
-    async def execute(self, sql: str, params: Sequence[Any]) -> int:
-        if self.mysql:
-            async with self.driver.cursor() as cur:
-                await cur.execute(sql, params)
-                return int(cur.rowcount)
-        cur = await self.driver.execute(sql, params)
-        count = int(cur.rowcount)
-        await cur.close()
-        return count
-
-    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        if self.mysql:
-            # One multi-row INSERT per ~4 MB, its values written here: long strings
-            # as hex literals (bytes.hex runs in C; escaping a message body
-            # character by character was the writer's biggest cost).
-            head = sql[: sql.index(" VALUES ") + 8]
-            async with self.driver.cursor() as cur:
-                for statement in _mysql_inserts(head, rows, self.driver.escape):
-                    await cur.execute(statement)
-            return
-        await self.driver.executemany(sql, rows)
-
-    async def commit(self) -> None:
-        await self.driver.commit()
-
-    async def rollback(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.driver.rollback()
 
 
 def _no_observer(operation: str, seconds: float, ok: bool) -> None:
@@ -403,53 +315,13 @@ def _resolve(op: AppendOp, exc: BaseException | None) -> None:
         future.exception()
 
 
-MAX_STATEMENT_CHARS = 4 * 1024 * 1024
-"""Well under MySQL's default max_allowed_packet (16 MB on MariaDB 10.11)."""
-HEX_MAX_CHARS = 256 * 1024
-"""Hex doubles the size on the wire; longer strings are escaped by the driver."""
+async def _release(w: Writer | None) -> None:
+    """Return a per-append connection to the pool (no-batching mode)."""
+    if w is not None:
+        await w.close()
 
 
-def _mysql_literal(value: Any, escape: Callable[[Any], str]) -> str:
-    if isinstance(value, str):
-        # A hex literal needs no escaping, whatever the server's sql_mode.
-        if len(value) <= HEX_MAX_CHARS:
-            return "X'" + value.encode("utf-8").hex() + "'"
-        return escape(value)
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)) and len(value) <= HEX_MAX_CHARS:
-        return "X'" + value.hex() + "'"
-    if value is None:
-        return "NULL"
-    return escape(value)
-
-
-def _mysql_inserts(
-    head: str, rows: Sequence[Sequence[Any]], escape: Callable[[Any], str]
-) -> list[str]:
-    """INSERT statements with the rows' values inlined, each at most ~4 MB."""
-    statements: list[str] = []
-    parts: list[str] = []
-    size = 0
-    for row in rows:
-        part = "(" + ",".join(_mysql_literal(v, escape) for v in row) + ")"
-        if parts and size + len(part) > MAX_STATEMENT_CHARS:
-            statements.append(head + ",".join(parts))
-            parts, size = [], 0
-        parts.append(part)
-        size += len(part) + 1
-    if parts:
-        statements.append(head + ",".join(parts))
-    return statements
-
-
-async def _discard(w: _Writer | None) -> None:
+async def _discard(w: Writer | None) -> None:
     """Drop a connection that failed; the next batch opens a new one."""
-    if w is None:
-        return
-    with contextlib.suppress(Exception):
-        await w.conn.invalidate()
-    with contextlib.suppress(Exception):
-        await w.conn.close()
+    if w is not None:
+        await w.discard()

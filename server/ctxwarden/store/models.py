@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Double,
     Index,
     Integer,
     LargeBinary,
@@ -86,6 +87,10 @@ class SessionRow(Base):
         ascii_id(64), default='{"n":0,"r":1.0}', server_default='{"n":0,"r":1.0}'
     )
     """Reported/estimated token ratio and sample count (core.calibration)."""
+    version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Advanced by every change of the session (append, rollback, settings,
+    compaction, delete); every write compares-and-sets it, and replicas compare
+    their in-memory copy with it before serving."""
 
     __table_args__ = (
         Index("ix_sessions_list", "tenant_id", "delete_time_us", "create_time_us", "session_id"),
@@ -109,8 +114,14 @@ class MessageRow(Base):
     """The tokenizer spec that computed token_count."""
     rolled_back_at_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     """The session's last_seq when the message was rolled back (0 while active)."""
-    body: Mapped[str] = mapped_column(long_text())
-    """JSON: content blocks and the remaining message fields."""
+    body: Mapped[str | None] = mapped_column(long_text(), nullable=True)
+    """Legacy JSON body of rows written before schema 0006 (NULL since)."""
+    data: Mapped[bytes | None] = mapped_column(long_blob(), nullable=True)
+    """MessagePack: content blocks and the remaining message fields (no escaping,
+    so the stored size is the content's size)."""
+    calib_ratio: Mapped[float | None] = mapped_column(Double(), nullable=True)
+    calib_samples: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The session's calibration as this message left it (NULL: unchanged)."""
 
     __table_args__ = (UniqueConstraint("session_id", "message_id", name="uq_messages_message_id"),)
 
@@ -136,11 +147,15 @@ class CompactionRow(Base):
 
 
 class RequestRow(Base):
-    """Outcome of an idempotent request, keyed by (scope, request_id)."""
+    """Outcome of an idempotent request, keyed by typed columns (never a pattern):
+    the session it changed ("" for CreateSession), its tenant, the method and the
+    client's request_id."""
 
-    __tablename__ = "request_log"
+    __tablename__ = "request_records"
 
-    scope: Mapped[str] = mapped_column(ascii_id(255), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    method: Mapped[str] = mapped_column(ascii_id(32), primary_key=True)
     request_id: Mapped[str] = mapped_column(ascii_id(128), primary_key=True)
     request_hash: Mapped[str] = mapped_column(ascii_id(64))
     outcome: Mapped[bytes] = mapped_column(long_blob())
@@ -171,5 +186,21 @@ class SessionRevisionRow(Base):
     revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     at_seq: Mapped[int] = mapped_column(BigInteger)
     """The session's last_seq when this revision was made."""
-    settings_json: Mapped[str] = mapped_column(long_text())
+    settings_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
+    """Legacy JSON settings of revisions written before schema 0006 (NULL since)."""
+    settings: Mapped[bytes | None] = mapped_column(long_blob(), nullable=True)
+    """MessagePack of the replay-relevant settings."""
     create_time_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class TenantRow(Base):
+    """Per-tenant counters that quotas compare-and-add atomically."""
+
+    __tablename__ = "tenants"
+
+    tenant_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    sessions: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Live (not deleted) sessions."""
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Stored bytes of the live sessions (messages, settings revisions,
+    checkpoints, idempotency records)."""

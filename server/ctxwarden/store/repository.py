@@ -1,34 +1,39 @@
 """Typed async repository. Every method is one short transaction.
 
-The hot path (append) never reads history: it is one compare-and-set UPDATE
-of the session row followed by INSERTs, in one transaction.
+Every write compares-and-sets the session row's ``version`` (advanced by every
+change), so a replica holding a stale copy can never write over another's
+change. The hot path (append) never reads history: it is one compare-and-set
+UPDATE of the session row followed by INSERTs, in one transaction.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, func, insert, or_, select, update
+from sqlalchemy import Table, and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.core.session import Checkpoint, Session
+from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.store import purge
 from ctxwarden.store.codec import (
-    calibration_json,
+    checkpoint_bytes,
     checkpoint_from_row,
     checkpoint_row_values,
     message_from_row,
     message_row_values,
+    revision_bytes,
     session_from_row,
     session_row_values,
-    session_with_settings,
-    settings_json,
+    settings_data,
+    stored_message_bytes,
 )
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge
 from ctxwarden.store.group_commit import AppendOp, GroupCommitter
 from ctxwarden.store.models import (
     CompactionPlanRow,
@@ -38,6 +43,11 @@ from ctxwarden.store.models import (
     SessionRevisionRow,
     SessionRow,
 )
+from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.restore import Snapshot, load_snapshot, replay_snapshot
+
+RECORD_OVERHEAD = 64
+"""Bytes charged per idempotency record on top of its outcome."""
 
 S = cast(Table, SessionRow.__table__)
 M = cast(Table, MessageRow.__table__)
@@ -48,10 +58,20 @@ V = cast(Table, SessionRevisionRow.__table__)
 
 
 @dataclass(frozen=True, slots=True)
+class RequestScope:
+    """Where a request_id is unique: a method of one session (or, for
+    CreateSession, of one tenant)."""
+
+    method: str
+    session_id: str = ""
+    tenant_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class RequestRecord:
     """An idempotent request's key and outcome, written with its effects."""
 
-    scope: str
+    scope: RequestScope
     request_id: str
     request_hash: str
     outcome: dict[str, Any]
@@ -64,18 +84,11 @@ class StoredRequest:
     outcome: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """What a restore reads: the session, its newest valid checkpoint, kept messages."""
-
-    session: Session
-    checkpoint: Checkpoint | None
-    kept: list[Message]
-
-
 def _record_values(record: RequestRecord) -> dict[str, Any]:
     return {
-        "scope": record.scope,
+        "session_id": record.scope.session_id,
+        "tenant_id": record.scope.tenant_id,
+        "method": record.scope.method,
         "request_id": record.request_id,
         "request_hash": record.request_hash,
         "outcome": json.dumps(record.outcome, separators=(",", ":")).encode(),
@@ -90,29 +103,31 @@ class Repository:
         *,
         append_writers: int | None = None,
         observe: Callable[[str, float, bool], None] | None = None,
+        max_message_bytes: int = 8 * 1024 * 1024,
+        quota: TenantQuota | None = None,
+        statement_timeout: float = 0.0,
     ) -> None:
         """``append_writers``: connections that group-commit appends (None: one on
-        SQLite, which has a single writer anyway, two elsewhere; 0: no group
-        commit, every append is its own transaction). ``observe(operation, seconds,
-        ok)`` times the group commit's statements, which bypass the engine's events."""
+        SQLite, which has a single writer anyway, two elsewhere; 0: no batching,
+        every append is its own transaction on a pooled connection). ``observe
+        (operation, seconds, ok)`` times the group commit's statements, which bypass
+        the engine's events. ``max_message_bytes`` bounds a message's stored body.
+        ``statement_timeout``: seconds an append may wait for the database (0: no bound)."""
         self.engine = engine
+        self.max_message_bytes = max_message_bytes
+        self.quota = quota or TenantQuota()
         if append_writers is None:
             append_writers = 1 if engine.dialect.name == "sqlite" else 2
-        self._committer = (
-            GroupCommitter(
-                engine, S, M, R, self._append_one, writers=append_writers, observe=observe
-            )
-            if append_writers > 0
-            else None
+        self.committer = GroupCommitter(
+            engine,
+            writers=append_writers,
+            observe=observe,
+            max_stored_bytes=self.quota.max_stored_bytes,
+            timeout=statement_timeout,
         )
 
-    @property
-    def committer(self) -> GroupCommitter | None:
-        return self._committer
-
     async def close(self) -> None:
-        if self._committer is not None:
-            await self._committer.close()
+        await self.committer.close()
         await self.engine.dispose()
 
     async def ping(self) -> None:
@@ -122,17 +137,23 @@ class Repository:
     # -- idempotency ----------------------------------------------------------
 
     @staticmethod
-    async def _record(conn: AsyncConnection, record: RequestRecord | None) -> None:
+    async def _record(conn: AsyncConnection, record: RequestRecord | None) -> int:
+        """Insert an idempotency record; returns the bytes it stores."""
         if record is None:
-            return
-        await conn.execute(insert(R).values(**_record_values(record)))
+            return 0
+        values = _record_values(record)
+        await conn.execute(insert(R).values(**values))
+        return len(values["outcome"]) + RECORD_OVERHEAD
 
-    async def get_request(self, scope: str, request_id: str) -> StoredRequest | None:
+    async def get_request(self, scope: RequestScope, request_id: str) -> StoredRequest | None:
         async with self.engine.connect() as conn:
             row = (
                 await conn.execute(
                     select(R.c.request_hash, R.c.outcome).where(
-                        R.c.scope == scope, R.c.request_id == request_id
+                        R.c.session_id == scope.session_id,
+                        R.c.tenant_id == scope.tenant_id,
+                        R.c.method == scope.method,
+                        R.c.request_id == request_id,
                     )
                 )
             ).first()
@@ -143,12 +164,17 @@ class Repository:
     # -- sessions -------------------------------------------------------------
 
     async def create_session(self, session: Session, record: RequestRecord | None) -> None:
-        """Insert a session. Raises DuplicateKey if the ID or request is taken."""
+        """Insert a session. Raises DuplicateKey if the ID or request is taken,
+        QuotaExceeded if the tenant's quota is used up (nothing is written)."""
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(insert(S).values(**session_row_values(session)))
+                added = revision_bytes(session)
+                await conn.execute(
+                    insert(S).values(**session_row_values(session), stored_bytes=added)
+                )
                 await self._revision(conn, session)
-                await self._record(conn, record)
+                added += await self._record(conn, record)
+                await self.quota.claim_session(conn, tenant_of(session.session_id), added)
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
 
@@ -159,7 +185,7 @@ class Repository:
                 session_id=session.session_id,
                 revision=session.revision,
                 at_seq=session.last_seq,
-                settings_json=settings_json(session),
+                settings=settings_data(session),
                 create_time_us=session.update_time_us,
             )
         )
@@ -168,28 +194,6 @@ class Repository:
         async with self.engine.connect() as conn:
             row = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
         return session_from_row(row) if row is not None else None
-
-    async def count_sessions(self, tenant: str) -> int:
-        async with self.engine.connect() as conn:
-            value = (
-                await conn.execute(
-                    select(func.count())
-                    .select_from(S)
-                    .where(S.c.tenant_id == tenant, S.c.delete_time_us == 0)
-                )
-            ).scalar_one()
-        return int(value)
-
-    async def tenant_stored_bytes(self, tenant: str) -> int:
-        async with self.engine.connect() as conn:
-            value = (
-                await conn.execute(
-                    select(func.coalesce(func.sum(S.c.stored_bytes), 0)).where(
-                        S.c.tenant_id == tenant, S.c.delete_time_us == 0
-                    )
-                )
-            ).scalar_one()
-        return int(value)
 
     async def list_sessions(
         self,
@@ -219,33 +223,45 @@ class Repository:
             rows = (await conn.execute(q)).all()
         return [session_from_row(r) for r in rows]
 
+    async def session_version(self, session_id: str) -> tuple[int, bool] | None:
+        """(version, deleted) of the stored session: what a replica compares its
+        in-memory copy with before serving it."""
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(S.c.version, S.c.delete_time_us).where(S.c.session_id == session_id)
+                )
+            ).first()
+        return None if row is None else (int(row.version), bool(row.delete_time_us))
+
     async def update_session(
         self,
         session: Session,
         *,
-        expected_revision: int,
+        expected_version: int,
         token_counts: Sequence[tuple[int, int, str]] = (),
     ) -> None:
-        """Write new settings if the revision still matches (else ConcurrentWrite).
-
-        ``token_counts`` re-records (seq, count, tokenizer) after a tokenizer change.
-        """
+        """Write new settings if nothing changed the session since ``expected_version``
+        (else ConcurrentWrite). ``token_counts`` re-records (seq, count, tokenizer)
+        after a tokenizer change."""
         values = session_row_values(session)
         for key in ("session_id", "create_time_us", "last_seq", "delete_time_us"):
             values.pop(key)
         values.pop("calibration_json")
+        added = revision_bytes(session)
         async with self.engine.begin() as conn:
             result = await conn.execute(
                 update(S)
                 .where(
                     S.c.session_id == session.session_id,
-                    S.c.revision == expected_revision,
+                    S.c.version == expected_version,
                     S.c.delete_time_us == 0,
                 )
-                .values(**values)
+                .values(**values, stored_bytes=S.c.stored_bytes + added)
             )
             if result.rowcount != 1:
                 raise ConcurrentWrite(session.session_id)
+            await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
             await self._revision(conn, session)
             for seq, count, spec in token_counts:
                 await conn.execute(
@@ -256,73 +272,79 @@ class Repository:
 
     async def delete_session(self, session_id: str, now_us: int) -> bool:
         async with self.engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    select(S.c.stored_bytes).where(
+                        S.c.session_id == session_id, S.c.delete_time_us == 0
+                    )
+                )
+            ).first()
+            if row is None:
+                return False
             result = await conn.execute(
                 update(S)
                 .where(S.c.session_id == session_id, S.c.delete_time_us == 0)
-                .values(delete_time_us=now_us, update_time_us=now_us)
+                .values(delete_time_us=now_us, update_time_us=now_us, version=S.c.version + 1)
             )
-        return bool(result.rowcount == 1)
+            if result.rowcount != 1:
+                return False
+            await self.quota.release(conn, tenant_of(session_id), int(row.stored_bytes))
+        return True
 
     # -- messages -------------------------------------------------------------
 
-    async def append(
+    def encode_append(
         self,
         session: Session,
         *,
-        expected_last_seq: int,
+        expected_version: int,
         messages: Sequence[Message],
         record: RequestRecord | None,
-        added_bytes: int = 0,
-    ) -> None:
-        """Insert messages and advance the session row, atomically.
+    ) -> AppendOp:
+        """Encode an append for the writers; raises TooLarge (nothing written) when a
+        message's stored body is over the limit."""
+        rows = []
+        added = 0
+        for i, m in enumerate(messages):
+            values = message_row_values(session.session_id, m)
+            size = len(values["data"])
+            if size > self.max_message_bytes:
+                raise TooLarge(f"messages[{i}]", size, self.max_message_bytes)
+            rows.append(values)
+            added += stored_message_bytes(values)
+        record_values = None if record is None else _record_values(record)
+        if record_values is not None:
+            added += len(record_values["outcome"]) + RECORD_OVERHEAD
+        return AppendOp(
+            session, expected_version, rows, record_values, added, tenant_of(session.session_id)
+        )
 
-        ``session`` carries the new last_seq, context_tokens, update time and
-        failure count. Raises ConcurrentWrite when another writer advanced the
-        session first, DuplicateKey when a message_id or request_id exists.
+    async def append(self, op: AppendOp) -> None:
+        """Insert the messages and advance the session row, atomically.
+
+        ``op.session`` carries the new last_seq, version, context_tokens, update
+        time and failure count. Raises ConcurrentWrite when another writer changed
+        the session first, DuplicateKey when a message_id or request_id exists,
+        QuotaExceeded when the tenant's storage quota would be crossed.
         Concurrent appends share transactions (see group_commit); each returns
         only after its own transaction committed.
         """
-        values = None if record is None else _record_values(record)
-        op = AppendOp(session, expected_last_seq, messages, values, added_bytes)
-        if self._committer is None:
-            await self._append_one(op)
-        else:
-            await self._committer.submit(op)
+        await self.committer.submit(op)
 
-    async def _append_one(self, op: AppendOp) -> None:
-        """One append in its own transaction (no group commit, or a batch's fallback)."""
-        session = op.session
-        try:
-            async with self.engine.begin() as conn:
-                result = await conn.execute(
-                    update(S)
-                    .where(
-                        S.c.session_id == session.session_id,
-                        S.c.last_seq == op.expected_last_seq,
-                        S.c.delete_time_us == 0,
-                    )
-                    .values(
-                        last_seq=session.last_seq,
-                        context_tokens=session.context_tokens,
-                        update_time_us=session.update_time_us,
-                        consecutive_failures=session.consecutive_failures,
-                        calibration_json=calibration_json(
-                            session.estimate_ratio, session.estimate_samples
-                        ),
-                        stored_bytes=S.c.stored_bytes + op.added_bytes,
-                    )
-                )
-                if result.rowcount != 1:
-                    raise ConcurrentWrite(session.session_id)
-                if op.messages:
-                    await conn.execute(
-                        insert(M),
-                        [message_row_values(session.session_id, m) for m in op.messages],
-                    )
-                if op.record_values is not None:
-                    await conn.execute(insert(R).values(**op.record_values))
-        except IntegrityError as exc:
-            raise DuplicateKey(str(exc.orig)) from exc
+    async def append_messages(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        messages: Sequence[Message],
+        record: RequestRecord | None,
+    ) -> None:
+        """encode_append + append."""
+        await self.append(
+            self.encode_append(
+                session, expected_version=expected_version, messages=messages, record=record
+            )
+        )
 
     async def find_by_message_ids(
         self, session_id: str, message_ids: Sequence[str]
@@ -348,6 +370,13 @@ class Repository:
             ).all()
         return [message_from_row(r) for r in rows]
 
+    async def get_message(self, session_id: str, seq: int) -> Message | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(select(M).where(M.c.session_id == session_id, M.c.seq == seq))
+            ).first()
+        return message_from_row(row) if row is not None else None
+
     async def list_messages(
         self, session_id: str, *, after_seq: int, limit: int, include_rolled_back: bool
     ) -> list[Message]:
@@ -359,35 +388,44 @@ class Repository:
             rows = (await conn.execute(q)).all()
         return [message_from_row(r) for r in rows]
 
+    async def _advance(
+        self, conn: AsyncConnection, session: Session, expected_version: int, **values: Any
+    ) -> None:
+        """Compare-and-set the session row on its version (else ConcurrentWrite)."""
+        result = await conn.execute(
+            update(S)
+            .where(
+                S.c.session_id == session.session_id,
+                S.c.version == expected_version,
+                S.c.delete_time_us == 0,
+            )
+            .values(version=session.version, update_time_us=session.update_time_us, **values)
+        )
+        if result.rowcount != 1:
+            raise ConcurrentWrite(session.session_id)
+
     async def rollback(
         self,
         session: Session,
         *,
+        expected_version: int,
         seqs: Sequence[int],
         record: RequestRecord | None,
     ) -> None:
-        """Mark messages rolled back (never deleted) and update the session row.
-
-        The session row is compare-and-set on last_seq so a concurrent append
-        by another process makes this fail with ConcurrentWrite.
-        """
+        """Mark messages rolled back (never deleted) and update the session row,
+        compare-and-set on the version."""
         try:
             async with self.engine.begin() as conn:
-                result = await conn.execute(
-                    update(S)
-                    .where(
-                        S.c.session_id == session.session_id,
-                        S.c.last_seq == session.last_seq,
-                        S.c.delete_time_us == 0,
-                    )
-                    .values(
-                        context_tokens=session.context_tokens,
-                        consecutive_failures=session.consecutive_failures,
-                        update_time_us=session.update_time_us,
-                    )
+                added = await self._record(conn, record)
+                await self._advance(
+                    conn,
+                    session,
+                    expected_version,
+                    context_tokens=session.context_tokens,
+                    consecutive_failures=session.consecutive_failures,
+                    stored_bytes=S.c.stored_bytes + added,
                 )
-                if result.rowcount != 1:
-                    raise ConcurrentWrite(session.session_id)
+                await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
                 if seqs:
                     result = await conn.execute(
                         update(M)
@@ -403,7 +441,6 @@ class Repository:
                     )
                     if result.rowcount != len(seqs):
                         raise ConcurrentWrite(session.session_id)
-                await self._record(conn, record)
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
 
@@ -412,44 +449,34 @@ class Repository:
     async def commit_compaction(
         self,
         checkpoint: Checkpoint,
+        session: Session,
         *,
-        base_compaction_id: str,
-        context_tokens: int,
-        update_time_us: int,
+        expected_version: int,
         plan_id: str = "",
         record: RequestRecord | None = None,
     ) -> None:
-        """Insert the checkpoint and make it the session's current one, atomically.
-
-        Compare-and-set on the session's current checkpoint: a concurrent
-        compaction (or a rollback that superseded the base) makes this fail
-        with ConcurrentWrite. History rows are not touched.
-        """
+        """Insert the checkpoint and make it the session's current one, atomically,
+        compare-and-set on the session's version. History rows are not touched."""
+        values = checkpoint_row_values(checkpoint)
         try:
             async with self.engine.begin() as conn:
-                result = await conn.execute(
-                    update(S)
-                    .where(
-                        S.c.session_id == checkpoint.session_id,
-                        S.c.compaction_id == base_compaction_id,
-                        S.c.delete_time_us == 0,
-                    )
-                    .values(
-                        compaction_id=checkpoint.compaction_id,
-                        context_tokens=context_tokens,
-                        update_time_us=update_time_us,
-                    )
+                added = await self._record(conn, record) + checkpoint_bytes(values)
+                await self._advance(
+                    conn,
+                    session,
+                    expected_version,
+                    compaction_id=checkpoint.compaction_id,
+                    context_tokens=session.context_tokens,
+                    stored_bytes=S.c.stored_bytes + added,
                 )
-                if result.rowcount != 1:
-                    raise ConcurrentWrite(checkpoint.session_id)
-                await conn.execute(insert(C).values(**checkpoint_row_values(checkpoint)))
+                await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
+                await conn.execute(insert(C).values(**values))
                 if plan_id:
                     await conn.execute(
                         update(P)
                         .where(P.c.plan_id == plan_id)
                         .values(committed_compaction_id=checkpoint.compaction_id)
                     )
-                await self._record(conn, record)
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
 
@@ -502,6 +529,7 @@ class Repository:
         self,
         session: Session,
         *,
+        expected_version: int,
         to_seq: int,
         record: Callable[[list[int]], RequestRecord | None],
     ) -> tuple[list[int], str]:
@@ -515,20 +543,12 @@ class Repository:
         sid = session.session_id
         try:
             async with self.engine.begin() as conn:
-                result = await conn.execute(
-                    update(S)
-                    .where(
-                        S.c.session_id == sid,
-                        S.c.last_seq == session.last_seq,
-                        S.c.delete_time_us == 0,
-                    )
-                    .values(
-                        consecutive_failures=session.consecutive_failures,
-                        update_time_us=session.update_time_us,
-                    )
+                await self._advance(
+                    conn,
+                    session,
+                    expected_version,
+                    consecutive_failures=session.consecutive_failures,
                 )
-                if result.rowcount != 1:
-                    raise ConcurrentWrite(sid)
                 seqs = [
                     int(r.seq)
                     for r in (
@@ -572,20 +592,16 @@ class Repository:
                     )
                 ).first()
                 current = str(newest.compaction_id) if newest is not None else ""
+                added = await self._record(conn, record(seqs))
                 await conn.execute(
-                    update(S).where(S.c.session_id == sid).values(compaction_id=current)
+                    update(S)
+                    .where(S.c.session_id == sid)
+                    .values(compaction_id=current, stored_bytes=S.c.stored_bytes + added)
                 )
-                await self._record(conn, record(seqs))
+                await self.quota.add_bytes(conn, tenant_of(sid), added)
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
         return seqs, current
-
-    async def get_message(self, session_id: str, seq: int) -> Message | None:
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(select(M).where(M.c.session_id == session_id, M.c.seq == seq))
-            ).first()
-        return message_from_row(row) if row is not None else None
 
     # -- restore --------------------------------------------------------------
 
@@ -594,114 +610,11 @@ class Repository:
 
         Cost is O(kept messages), independent of the length of the history.
         """
-        async with self.engine.connect() as conn:
-            srow = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
-            if srow is None:
-                return None
-            crow = (
-                await conn.execute(
-                    select(C)
-                    .where(C.c.session_id == session_id, C.c.superseded_at_seq == 0)
-                    .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
-                    .limit(1)
-                )
-            ).first()
-            checkpoint = checkpoint_from_row(crow) if crow is not None else None
-            first = checkpoint.first_kept_seq if checkpoint is not None else 0
-            rows = (
-                await conn.execute(
-                    select(M)
-                    .where(
-                        M.c.session_id == session_id,
-                        M.c.seq >= first,
-                        M.c.state == int(MessageState.ACTIVE),
-                    )
-                    .order_by(M.c.seq)
-                )
-            ).all()
-        return Snapshot(session_from_row(srow), checkpoint, [message_from_row(r) for r in rows])
+        return await load_snapshot(self.engine, session_id)
 
     async def replay_snapshot(self, session_id: str, as_of_seq: int) -> Snapshot | None:
-        """What the session looked like just before message ``as_of_seq`` was appended.
-
-        Events are ordered by the session's last_seq when they happened: a
-        checkpoint, rollback or settings change made while last_seq < N had
-        happened by then; one made later had not.
-        """
-        n = as_of_seq
-        async with self.engine.connect() as conn:
-            srow = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
-            if srow is None:
-                return None
-            base = session_from_row(srow)
-            vrow = (
-                await conn.execute(
-                    select(V.c.settings_json, V.c.revision)
-                    .where(V.c.session_id == session_id, V.c.at_seq < n)
-                    .order_by(V.c.revision.desc())
-                    .limit(1)
-                )
-            ).first()
-            crow = (
-                await conn.execute(
-                    select(C)
-                    .where(
-                        C.c.session_id == session_id,
-                        C.c.at_seq < n,
-                        or_(C.c.superseded_at_seq == 0, C.c.superseded_at_seq >= n),
-                    )
-                    .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
-                    .limit(1)
-                )
-            ).first()
-            checkpoint = checkpoint_from_row(crow) if crow is not None else None
-            if checkpoint is not None:
-                checkpoint = replace(checkpoint, superseded=False)
-            first = checkpoint.first_kept_seq if checkpoint is not None else 0
-            rows = (
-                await conn.execute(
-                    select(M)
-                    .where(
-                        M.c.session_id == session_id,
-                        M.c.seq >= first,
-                        M.c.seq < n,
-                        or_(
-                            M.c.state == int(MessageState.ACTIVE),
-                            M.c.rolled_back_at_seq >= n,
-                        ),
-                    )
-                    .order_by(M.c.seq)
-                )
-            ).all()
-            calib = (
-                await conn.execute(
-                    select(M.c.body)
-                    .where(
-                        M.c.session_id == session_id,
-                        M.c.seq < n,
-                        M.c.body.like('%"calib":%'),
-                    )
-                    .order_by(M.c.seq.desc())
-                    .limit(1)
-                )
-            ).first()
-        session = base
-        if vrow is not None:
-            session = session_with_settings(base, vrow.settings_json)
-            session = replace(session, revision=int(vrow.revision))
-        ratio, samples = session.estimate_ratio, session.estimate_samples
-        if vrow is None or calib is not None:
-            ratio, samples = 1.0, 0
-        if calib is not None:
-            ratio, samples = json.loads(calib.body)["calib"]
-        session = replace(
-            session,
-            last_seq=n - 1,
-            estimate_ratio=float(ratio),
-            estimate_samples=int(samples),
-        )
-        kept = [replace(message_from_row(r), state=MessageState.ACTIVE) for r in rows]
-        return Snapshot(session, checkpoint, kept)
+        """What the session looked like just before message ``as_of_seq`` was appended."""
+        return await replay_snapshot(self.engine, session_id, as_of_seq)
 
 
 async def purge_deleted(
@@ -711,32 +624,17 @@ async def purge_deleted(
     batch: int = 100,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Remove soft-deleted sessions (and all their rows) deleted before the cutoff.
+    """See store.purge.purge_deleted."""
+    return await purge.purge_deleted(
+        repo.engine, deleted_before_us=deleted_before_us, batch=batch, progress=progress
+    )
 
-    Live sessions are never touched: every statement is restricted to
-    sessions whose delete_time_us is set and older than the cutoff. Works in
-    batches so a large purge never holds long locks. Returns sessions purged.
-    """
-    purged = 0
-    while True:
-        async with repo.engine.begin() as conn:
-            ids = [
-                str(r.session_id)
-                for r in (
-                    await conn.execute(
-                        select(S.c.session_id)
-                        .where(S.c.delete_time_us > 0, S.c.delete_time_us < deleted_before_us)
-                        .limit(batch)
-                    )
-                ).all()
-            ]
-            if not ids:
-                return purged
-            for table in (M, C, P, V):
-                await conn.execute(table.delete().where(table.c.session_id.in_(ids)))
-            for sid in ids:
-                await conn.execute(R.delete().where(R.c.scope.like(f"%/{sid}")))
-            await conn.execute(S.delete().where(S.c.session_id.in_(ids), S.c.delete_time_us > 0))
-        purged += len(ids)
-        if progress is not None:
-            progress(purged)
+
+__all__ = [
+    "Repository",
+    "RequestRecord",
+    "RequestScope",
+    "Snapshot",
+    "StoredRequest",
+    "purge_deleted",
+]
