@@ -99,4 +99,4 @@ def wait_health(target: str, want: int, timeout: float = 30.0) -> float:
             return time.monotonic() - start
         time.sleep(0.1)
     name = health_pb2.HealthCheckResponse.ServingStatus.Name
-    raise AssertionError(f"health stayed {[name(s) for s in seen]}, wanted {name(want)}")  # type: ignore[arg-type]
+    raise AssertionError(f"health stayed {[name(s) for s in seen]}, wanted {name(want)}")
