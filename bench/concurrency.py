@@ -30,7 +30,7 @@ class Outcome:
 
 
 async def _stream_agent(
-    stub: pb_grpc.ContextServiceStub,
+    stub: pb_grpc.ContextServiceAsyncStub,
     requests: Sequence[pb.AppendMessagesRequest],
     window: int,
     start: asyncio.Event,
@@ -52,7 +52,7 @@ async def _stream_agent(
     last = 0
     for i in range(len(requests)):
         resp = await call.read()
-        if resp is grpc.aio.EOF:
+        if not isinstance(resp, pb.AppendMessagesResponse):  # grpc.aio.EOF
             raise RuntimeError(f"stream ended after {i} of {len(requests)} acks")
         latencies.append(time.perf_counter_ns() - sent[i])
         credit.release()
@@ -64,7 +64,7 @@ async def _stream_agent(
 
 
 async def _unary_agent(
-    stub: pb_grpc.ContextServiceStub,
+    stub: pb_grpc.ContextServiceAsyncStub,
     requests: Sequence[pb.AppendMessagesRequest],
     start: asyncio.Event,
     latencies: list[int],

@@ -276,10 +276,10 @@ class AdkPeer:
         if version is None:
             raise Skipped(f"google-adk not installed: {_install_hint()}")
         try:
-            from google.adk.events import Event  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            from google.adk.sessions import DatabaseSessionService  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            from google.adk.sessions.base_session_service import GetSessionConfig  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            from google.genai import types  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            from google.adk.events import Event
+            from google.adk.sessions import DatabaseSessionService
+            from google.adk.sessions.base_session_service import GetSessionConfig
+            from google.genai import types
         except ImportError as exc:
             raise Skipped(f"google-adk {version} does not import: {exc}") from exc
         self.version = version
@@ -370,7 +370,7 @@ class AdkPeer:
         ``append_event`` has no batch form and 10,000 durable calls take minutes; the rows
         are those ``append_event`` inserts (``StorageEvent.from_event`` of the v1 schema).
         """
-        from google.adk.sessions.schemas.v1 import StorageEvent  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        from google.adk.sessions.schemas.v1 import StorageEvent
 
         session = await self.new_session(session_id)
         start = time.time()
@@ -402,7 +402,7 @@ class AgentsPeer:
         if version is None:
             raise Skipped(f"openai-agents not installed: {_install_hint()}")
         try:
-            from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         except ImportError as exc:
             raise Skipped(f"openai-agents {version} does not import: {exc}") from exc
         self.version = version

@@ -285,7 +285,11 @@ class BackendBench:
                 pb.AppendMessagesRequest(session_id=sid, messages=[msg]), timeout=TIMEOUT
             )
             req = pb.BuildModelInputRequest(session_id=sid, resume_token=held.resume_token)
-            ns, delta = timed(lambda req=req: self.stub.BuildModelInput(req, timeout=TIMEOUT))
+
+            def build(req: pb.BuildModelInputRequest = req) -> pb.ModelInput:
+                return self.stub.BuildModelInput(req, timeout=TIMEOUT)
+
+            ns, delta = timed(build)
             bmi.append(ns)
             get.append(timed(lambda: self.stub.GetSession(get_req, timeout=TIMEOUT))[0])
             assert delta.messages_offset > 0, "the server did not resume"

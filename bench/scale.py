@@ -86,9 +86,11 @@ class HistoryScaling:
             if size <= PLAIN_MAX:
                 self._measure(stub, sid, size, "no_checkpoint", evict)
             log(f"{self.backend}: history {size}: compacting")
-            ns, done = timed(
-                lambda sid=sid: stub.Compact(pb.CompactRequest(session_id=sid), timeout=600)
-            )
+
+            def compact(sid: str = sid) -> pb.Compaction:
+                return stub.Compact(pb.CompactRequest(session_id=sid), timeout=600)
+
+            ns, done = timed(compact)
             self._measure(
                 stub,
                 sid,

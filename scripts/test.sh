@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Installs everything the tests need into .venv (and client/ts/node_modules)
-# and runs the whole suite: generated-code freshness, lint, types, pytest
-# (SQLite always; MySQL too when CTXWARDEN_TEST_MYSQL_URL is set), then the
-# TypeScript and Go clients' tests. Extra arguments go to pytest.
+# Checks the system packages (scripts/system_packages.sh), installs everything
+# else the tests need into .venv (and client/ts/node_modules) and runs the whole
+# suite: generated-code freshness, lint, types, pytest (SQLite always; MySQL too
+# when CTXWARDEN_TEST_MYSQL_URL is set, plus a private MariaDB server the outage
+# tests start themselves), then the TypeScript and Go clients' tests. Extra
+# arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# System packages first, so a missing one is named here rather than deep inside a later step.
+if ! scripts/system_packages.sh --check; then
+  echo "test.sh: install the missing system packages first (see README.md, Quick start)" >&2
+  exit 1
+fi
 PY="${PYTHON_BIN:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+# The private MariaDB server of the database outage tests (tests/support/mariadb.py).
+from tests.support.mariadb import private_mariadb as private_mariadb
 from tests.support.server import (
     ServerProcess,
     drop_mysql_database,

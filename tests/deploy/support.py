@@ -128,9 +128,12 @@ def pod_template(obj: dict[str, Any]) -> dict[str, Any]:
     kind = obj["kind"]
     if kind == "Pod":
         return obj
-    if kind == "CronJob":
-        return obj["spec"]["jobTemplate"]["spec"]["template"]
-    return obj["spec"]["template"]
+    template: dict[str, Any] = (
+        obj["spec"]["jobTemplate"]["spec"]["template"]
+        if kind == "CronJob"
+        else obj["spec"]["template"]
+    )
+    return template
 
 
 def workloads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -18,8 +19,12 @@ def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
         yield ch
 
 
+Stub = pb_grpc.ContextServiceStub
+"""The type of the ``stub`` fixture."""
+
+
 @pytest.fixture(scope="session")
-def stub(channel: grpc.Channel) -> pb_grpc.ContextServiceStub:
+def stub(channel: grpc.Channel) -> Stub:
     return pb_grpc.ContextServiceStub(channel)
 
 
@@ -28,10 +33,10 @@ NewSession = Callable[..., ses.Session]
 
 @pytest.fixture
 def new_session(stub: pb_grpc.ContextServiceStub) -> NewSession:
-    def make(**fields: object) -> ses.Session:
+    def make(**fields: Any) -> ses.Session:
         session_id = f"t-{uuid.uuid4().hex[:12]}"
         return stub.CreateSession(
-            pb.CreateSessionRequest(session=ses.Session(**fields), session_id=session_id),  # type: ignore[arg-type]
+            pb.CreateSessionRequest(session=ses.Session(**fields), session_id=session_id),
             timeout=10,
         )
 

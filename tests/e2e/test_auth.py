@@ -11,8 +11,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import jwt
@@ -21,6 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
+from google.protobuf.message import Message as PbMessage
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -28,7 +30,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from tests.support.builders import assistant, result, user
-from tests.support.errors import expect_error
+from tests.support.errors import call_error, expect_error
 from tests.support.server import ServerProcess
 
 KEY_A, KEY_B = "key-for-tenant-a-" + "x" * 20, "key-for-tenant-b-" + "y" * 20
@@ -214,7 +216,7 @@ def test_tenants_cannot_see_each_other(secured: ServerProcess) -> None:
         )
         only_a = f"a-only-{uuid.uuid4().hex[:8]}"
         stub.CreateSession(pb.CreateSessionRequest(session_id=only_a), metadata=a)
-        calls = [
+        calls: list[tuple[Callable[..., Any], PbMessage]] = [
             (stub.GetSession, pb.GetSessionRequest(session_id=only_a)),
             (
                 stub.AppendMessages,
@@ -357,7 +359,7 @@ def test_limits(backend_url: str, tmp_path: Path) -> None:
                 try:
                     stub.ListSessions(pb.ListSessionsRequest(), metadata=md)
                 except grpc.RpcError as exc:
-                    limited = exc
+                    limited = call_error(exc)
                     break
             assert limited is not None and limited.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             status = next(
@@ -408,7 +410,15 @@ def test_safe_default_listen(backend_url: str, tmp_path: Path) -> None:
         server.stop()
 
 
-def _cert(subject: str, issuer_key, issuer_name, key, *, ca: bool = False, san: str = ""):  # type: ignore[no-untyped-def]
+def _cert(
+    subject: str,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    issuer_name: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    *,
+    ca: bool = False,
+    san: str = "",
+) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
@@ -427,7 +437,7 @@ def _cert(subject: str, issuer_key, issuer_name, key, *, ca: bool = False, san: 
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def _pem(obj) -> bytes:  # type: ignore[no-untyped-def]
+def _pem(obj: ec.EllipticCurvePrivateKey | x509.Certificate) -> bytes:
     if hasattr(obj, "private_bytes"):
         return obj.private_bytes(
             serialization.Encoding.PEM,

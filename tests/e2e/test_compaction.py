@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import session_pb2 as ses
-from tests.e2e.conftest import NewSession
+from tests.e2e.conftest import NewSession, Stub
 from tests.e2e.test_messages import append
 from tests.support.builders import assistant, result, user
 from tests.support.errors import expect_error
@@ -24,11 +25,11 @@ ABORTED = grpc.StatusCode.ABORTED
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 
 
-def policy(**kw: int) -> ses.ContextPolicy:
+def policy(**kw: Any) -> ses.ContextPolicy:
     return ses.ContextPolicy(keep_recent_tokens=kw.pop("keep", 60), **kw)
 
 
-def turns(stub, sid: str, n: int, start: int = 0) -> None:
+def turns(stub: Stub, sid: str, n: int, start: int = 0) -> None:
     """n user turns; each: user, assistant read call, its result, assistant answer."""
     for i in range(start, start + n):
         append(
@@ -41,12 +42,12 @@ def turns(stub, sid: str, n: int, start: int = 0) -> None:
         )
 
 
-def prepare(stub, sid: str, **kw: object) -> pb.CompactionPlan:
+def prepare(stub: Stub, sid: str, **kw: Any) -> pb.CompactionPlan:
     return stub.PrepareCompaction(pb.PrepareCompactionRequest(session_id=sid, **kw))
 
 
 def commit(
-    stub, plan: pb.CompactionPlan, summary: str = "SUMMARY", prefix: str = ""
+    stub: Stub, plan: pb.CompactionPlan, summary: str = "SUMMARY", prefix: str = ""
 ) -> pb.Compaction:
     return stub.CommitCompaction(
         pb.CommitCompactionRequest(
@@ -58,11 +59,11 @@ def commit(
     )
 
 
-def build(stub, sid: str, **kw: object) -> pb.ModelInput:
+def build(stub: Stub, sid: str, **kw: Any) -> pb.ModelInput:
     return stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid, **kw))
 
 
-def test_agent_side_compaction(stub, new_session: NewSession) -> None:
+def test_agent_side_compaction(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(system_prompt="sys", policy=policy(), pinned_state="step 3 of 7").session_id
     turns(stub, sid, 6)
     before = build(stub, sid)
@@ -121,7 +122,7 @@ def test_agent_side_compaction(stub, new_session: NewSession) -> None:
 
 
 def test_second_compaction_updates_the_first_and_keeps_its_tail(
-    stub, new_session: NewSession
+    stub: Stub, new_session: NewSession
 ) -> None:
     sid = new_session(policy=policy()).session_id
     turns(stub, sid, 5)
@@ -151,7 +152,7 @@ def test_second_compaction_updates_the_first_and_keeps_its_tail(
     assert rest.next_page_token == ""
 
 
-def test_nothing_to_compact_and_no_summarizer(stub, new_session: NewSession) -> None:
+def test_nothing_to_compact_and_no_summarizer(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id  # default keep_recent_tokens 20000
     turns(stub, sid, 2)
     expect_error(PRECONDITION, "NOTHING_TO_COMPACT", prepare, stub, sid)
@@ -161,7 +162,7 @@ def test_nothing_to_compact_and_no_summarizer(stub, new_session: NewSession) -> 
     assert "PrepareCompaction" in err.details() and "--summarizer" in err.details()
 
 
-def test_appends_after_the_plan_are_fine(stub, new_session: NewSession) -> None:
+def test_appends_after_the_plan_are_fine(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=policy()).session_id
     turns(stub, sid, 5)
     plan = prepare(stub, sid)
@@ -171,7 +172,7 @@ def test_appends_after_the_plan_are_fine(stub, new_session: NewSession) -> None:
     assert seqs[0] == done.first_kept_seq and seqs[-1] == 24
 
 
-def test_rollback_makes_plan_stale(stub, new_session: NewSession) -> None:
+def test_rollback_makes_plan_stale(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=policy()).session_id
     turns(stub, sid, 5)
     plan = prepare(stub, sid)
@@ -179,7 +180,7 @@ def test_rollback_makes_plan_stale(stub, new_session: NewSession) -> None:
     expect_error(ABORTED, "PLAN_STALE", commit, stub, plan)
 
 
-def test_concurrent_plans_one_wins(stub, new_session: NewSession) -> None:
+def test_concurrent_plans_one_wins(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=policy()).session_id
     turns(stub, sid, 5)
     a, b = prepare(stub, sid), prepare(stub, sid)
@@ -193,7 +194,7 @@ def test_concurrent_plans_one_wins(stub, new_session: NewSession) -> None:
     )
 
 
-def test_split_turn_needs_turn_prefix_summary(stub, new_session: NewSession) -> None:
+def test_split_turn_needs_turn_prefix_summary(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=policy(keep=100)).session_id
     append(stub, sid, user("start " + "u" * 400))
     for i in range(8):  # one long turn of tool calls
@@ -223,7 +224,7 @@ def test_split_turn_needs_turn_prefix_summary(stub, new_session: NewSession) -> 
     assert kept.role == 2  # the kept tail starts with an assistant message, never a result
 
 
-def test_rollback_across_checkpoint_supersedes_it(stub, new_session: NewSession) -> None:
+def test_rollback_across_checkpoint_supersedes_it(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=policy()).session_id
     turns(stub, sid, 5)
     first = commit(stub, prepare(stub, sid), "ONE")
@@ -251,7 +252,7 @@ def test_rollback_across_checkpoint_supersedes_it(stub, new_session: NewSession)
     assert [m.seq for m in build(stub, sid).messages] == [1, 2, 3, 41]
 
 
-def test_file_lists_are_kept_by_program(stub, new_session: NewSession) -> None:
+def test_file_lists_are_kept_by_program(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=policy(keep=30)).session_id
     append(
         stub,
@@ -275,7 +276,7 @@ def test_file_lists_are_kept_by_program(stub, new_session: NewSession) -> None:
     assert "<modified-files>\nb.py\nc.py\n</modified-files>" in text
 
 
-def test_get_tool_output_and_keep_tool_results(stub, new_session: NewSession) -> None:
+def test_get_tool_output_and_keep_tool_results(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=policy(keep_tool_results=1, tool_output_max_bytes=100)).session_id
     big = "".join(f"línea {i}\n" for i in range(400))
     append(

@@ -6,11 +6,12 @@ import grpc
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses
+from tests.e2e.conftest import Stub
 from tests.support.builders import assistant, user
 from tests.support.errors import expect_error
 
 
-def test_count_tokens_with_model_and_spec(stub) -> None:
+def test_count_tokens_with_model_and_spec(stub: Stub) -> None:
     req = pb.CountTokensRequest(
         model="gpt-4o",
         messages=[user("hello world"), assistant("hi", [("c", "read", {"path": "a"})])],

@@ -7,12 +7,12 @@ from google.protobuf import field_mask_pb2
 import ctxwarden_client as cw
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses
-from tests.e2e.conftest import NewSession
+from tests.e2e.conftest import NewSession, Stub
 from tests.e2e.test_messages import append
 from tests.support.builders import assistant, result, user
 
 
-def build(stub, sid: str, token: str = "") -> pb.ModelInput:
+def build(stub: Stub, sid: str, token: str = "") -> pb.ModelInput:
     return stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid, resume_token=token))
 
 
@@ -26,7 +26,9 @@ def merged(held: pb.ModelInput, delta: pb.ModelInput) -> pb.ModelInput:
     return out
 
 
-def test_only_new_messages_are_sent_and_the_merge_is_exact(stub, new_session: NewSession) -> None:
+def test_only_new_messages_are_sent_and_the_merge_is_exact(
+    stub: Stub, new_session: NewSession
+) -> None:
     sid = new_session(system_prompt="Be brief.").session_id
     append(stub, sid, user("read two files"), assistant("ok", [("a", "read", {"path": "x"})]))
     first = build(stub, sid)
@@ -54,7 +56,7 @@ def test_only_new_messages_are_sent_and_the_merge_is_exact(stub, new_session: Ne
     assert list(again.messages) == [] and again.messages_offset == len(held.messages)
 
 
-def test_a_rollback_keeps_what_it_did_not_touch(stub, new_session: NewSession) -> None:
+def test_a_rollback_keeps_what_it_did_not_touch(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, user("hi"), assistant("hello"))
     early = build(stub, sid)
@@ -71,7 +73,7 @@ def test_a_rollback_keeps_what_it_did_not_touch(stub, new_session: NewSession) -
     assert redo.messages_offset == 0 and redo == full
 
 
-def test_a_rollback_or_new_settings_start_over(stub, new_session: NewSession) -> None:
+def test_a_rollback_or_new_settings_start_over(stub: Stub, new_session: NewSession) -> None:
     s = new_session(system_prompt="one")
     sid = s.session_id
     append(stub, sid, user("hi"), assistant("hello"), user("more"))
@@ -92,7 +94,7 @@ def test_a_rollback_or_new_settings_start_over(stub, new_session: NewSession) ->
     assert [m.seq for m in changed.messages] == [4]
 
 
-def test_foreign_or_garbage_tokens_get_the_whole_input(stub, new_session: NewSession) -> None:
+def test_foreign_or_garbage_tokens_get_the_whole_input(stub: Stub, new_session: NewSession) -> None:
     a = new_session().session_id
     b = new_session().session_id
     append(stub, a, user("in a"))
@@ -105,7 +107,7 @@ def test_foreign_or_garbage_tokens_get_the_whole_input(stub, new_session: NewSes
         assert got.messages_offset == 0 and got == full_b, token
 
 
-def test_stubbing_policies_are_not_resumable(stub, new_session: NewSession) -> None:
+def test_stubbing_policies_are_not_resumable(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=ses.ContextPolicy(keep_tool_results=1)).session_id
     append(stub, sid, user("go"), assistant(calls=[("a", "read", {})]), result("a", "A" * 50))
     mi = build(stub, sid)

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import grpc
 import pytest
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import message_pb2 as m
-from tests.e2e.conftest import NewSession
+from tests.e2e.conftest import NewSession, Stub
 from tests.support.builders import assistant, failed, result, user
 from tests.support.errors import expect_error
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
-def append(stub, sid: str, *msgs: m.Message, **kw: object) -> pb.AppendMessagesResponse:
+def append(stub: Stub, sid: str, *msgs: m.Message, **kw: Any) -> pb.AppendMessagesResponse:
     return stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=list(msgs), **kw))
 
 
-def test_append_assigns_dense_seqs_and_token_counts(stub, new_session: NewSession) -> None:
+def test_append_assigns_dense_seqs_and_token_counts(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     r1 = append(stub, sid, user("hello there"), assistant("hi", [("c1", "read", {"path": "a"})]))
     assert [x.seq for x in r1.messages] == [1, 2] and r1.last_seq == 2
@@ -37,7 +38,7 @@ def test_append_assigns_dense_seqs_and_token_counts(stub, new_session: NewSessio
     assert stub.GetSession(pb.GetSessionRequest(session_id=sid)).last_seq == 3
 
 
-def test_message_id_makes_resend_a_no_op(stub, new_session: NewSession) -> None:
+def test_message_id_makes_resend_a_no_op(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     first = append(stub, sid, user("one", message_id="m-1"))
     again = append(stub, sid, user("one", message_id="m-1"), user("two", message_id="m-2"))
@@ -49,7 +50,7 @@ def test_message_id_makes_resend_a_no_op(stub, new_session: NewSession) -> None:
     assert [x.message_id for x in listed.messages] == ["m-1", "m-2"]
 
 
-def test_request_id_replays_first_result(stub, new_session: NewSession) -> None:
+def test_request_id_replays_first_result(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     req = pb.AppendMessagesRequest(session_id=sid, messages=[user("once")], request_id="r-1")
     a = stub.AppendMessages(req)
@@ -60,7 +61,7 @@ def test_request_id_replays_first_result(stub, new_session: NewSession) -> None:
     expect_error(INVALID, "REQUEST_ID_REUSED", stub.AppendMessages, other)
 
 
-def test_expected_last_seq_conflict_writes_nothing(stub, new_session: NewSession) -> None:
+def test_expected_last_seq_conflict_writes_nothing(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, user("a"), expected_last_seq=0)
     err = expect_error(
@@ -90,10 +91,12 @@ def test_expected_last_seq_conflict_writes_nothing(stub, new_session: NewSession
             "role",
         ),
         (
-            m.Message(role=7, content=[m.ContentBlock(text=m.TextContent(text="x"))]),
+            m.Message(
+                role=m.Role.ValueType(7), content=[m.ContentBlock(text=m.TextContent(text="x"))]
+            ),
             "INVALID_ROLE",
             "role",
-        ),  # type: ignore[arg-type]
+        ),
         (m.Message(role=m.ROLE_USER), "EMPTY_CONTENT", "content"),
         (
             m.Message(role=m.ROLE_ASSISTANT, stop_reason=m.STOP_REASON_STOP),
@@ -137,7 +140,7 @@ def test_expected_last_seq_conflict_writes_nothing(stub, new_session: NewSession
     ],
 )
 def test_validation_names_the_field(
-    stub, new_session: NewSession, message, reason, field_hint
+    stub: Stub, new_session: NewSession, message: m.Message, reason: str, field_hint: str
 ) -> None:
     sid = new_session().session_id
     err = expect_error(INVALID, reason, append, stub, sid, user("fine"), message)
@@ -145,13 +148,13 @@ def test_validation_names_the_field(
     assert stub.GetSession(pb.GetSessionRequest(session_id=sid)).last_seq == 0
 
 
-def test_failed_assistant_may_be_empty(stub, new_session: NewSession) -> None:
+def test_failed_assistant_may_be_empty(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     r = append(stub, sid, user("q"), failed("503 overloaded"))
     assert r.last_seq == 2 and r.messages[1].error_message == "503 overloaded"
 
 
-def test_unknown_tool_call_is_failed_precondition(stub, new_session: NewSession) -> None:
+def test_unknown_tool_call_is_failed_precondition(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, user("q"), assistant(calls=[("c1", "read", {})]))
     expect_error(
@@ -173,13 +176,13 @@ def test_unknown_tool_call_is_failed_precondition(stub, new_session: NewSession)
     )
 
 
-def test_call_and_result_in_one_request(stub, new_session: NewSession) -> None:
+def test_call_and_result_in_one_request(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     r = append(stub, sid, user("q"), assistant(calls=[("c1", "ls", {})]), result("c1", "a b"))
     assert r.last_seq == 3
 
 
-def test_invalid_utf8_is_invalid_argument(channel, new_session: NewSession) -> None:
+def test_invalid_utf8_is_invalid_argument(channel: grpc.Channel, new_session: NewSession) -> None:
     sid = new_session().session_id
     good = pb.AppendMessagesRequest(session_id=sid, messages=[user("PLACEHOLDER")])
     raw = good.SerializeToString().replace(b"PLACEHOLDER", b"bad \xff\xfe str")
@@ -192,7 +195,7 @@ def test_invalid_utf8_is_invalid_argument(channel, new_session: NewSession) -> N
     assert "UTF-8" in err.details()
 
 
-def test_size_limits(stub, new_session: NewSession) -> None:
+def test_size_limits(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     big = user("x" * (8 * 1024 * 1024 + 10))
     err = expect_error(INVALID, "MESSAGE_TOO_LARGE", append, stub, sid, big)
@@ -204,7 +207,7 @@ def test_size_limits(stub, new_session: NewSession) -> None:
     assert ok.last_seq == 1000
 
 
-def test_list_messages_pages_and_rolled_back(stub, new_session: NewSession) -> None:
+def test_list_messages_pages_and_rolled_back(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, *[user(f"m{i}") for i in range(5)], failed("boom"))
     stub.RollbackTurn(pb.RollbackTurnRequest(session_id=sid))
@@ -230,7 +233,7 @@ def test_list_messages_pages_and_rolled_back(stub, new_session: NewSession) -> N
     )
 
 
-def test_stream_messages_in_order(stub, new_session: NewSession) -> None:
+def test_stream_messages_in_order(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     reqs = [
         pb.AppendMessagesRequest(session_id=sid, messages=[user(f"s{i}")], request_id=f"s-{i}")
@@ -241,7 +244,7 @@ def test_stream_messages_in_order(stub, new_session: NewSession) -> None:
     assert [r.messages[0].content[0].text.text for r in responses] == [f"s{i}" for i in range(50)]
 
 
-def test_stream_error_ends_stream_nothing_half_written(stub, new_session: NewSession) -> None:
+def test_stream_error_ends_stream_nothing_half_written(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     reqs = [
         pb.AppendMessagesRequest(session_id=sid, messages=[user("a")]),
@@ -258,7 +261,7 @@ def test_stream_error_ends_stream_nothing_half_written(stub, new_session: NewSes
     assert [x.content[0].text.text for x in listed.messages] == ["a"]
 
 
-def test_roundtrip_of_every_field(stub, new_session: NewSession) -> None:
+def test_roundtrip_of_every_field(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     msg = m.Message(
         role=m.ROLE_ASSISTANT,
@@ -304,7 +307,7 @@ def test_roundtrip_of_every_field(stub, new_session: NewSession) -> None:
     assert listed[2].token_count == 3 + 1200
 
 
-def test_hostile_input_is_refused_cleanly(stub, new_session: NewSession) -> None:
+def test_hostile_input_is_refused_cleanly(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     deep = "[" * 100_000 + "]" * 100_000
     nested = m.Message(
@@ -323,7 +326,7 @@ def test_hostile_input_is_refused_cleanly(stub, new_session: NewSession) -> None
     assert append(stub, sid, user("still here")).last_seq == 1
 
 
-def test_basic_view_leaves_out_the_content(stub, new_session: NewSession) -> None:
+def test_basic_view_leaves_out_the_content(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     full = append(stub, sid, user("hello there"), assistant("hi", [("c1", "read", {"path": "a"})]))
     basic = append(stub, sid, user("again"), view=pb.MESSAGE_VIEW_BASIC)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses
-from tests.e2e.conftest import NewSession
+from tests.e2e.conftest import NewSession, Stub
 from tests.e2e.test_messages import append
 from tests.support.builders import assistant, failed, result, user
 
 
-def build(stub, sid: str, **kw: object) -> pb.ModelInput:
+def build(stub: Stub, sid: str, **kw: Any) -> pb.ModelInput:
     return stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid, **kw))
 
 
@@ -17,7 +19,7 @@ def codes(mi: pb.ModelInput) -> list[tuple[str, int]]:
     return [(n.code, n.seq) for n in mi.notices]
 
 
-def test_empty_session(stub, new_session: NewSession) -> None:
+def test_empty_session(stub: Stub, new_session: NewSession) -> None:
     s = new_session(system_prompt="You are terse.", tools=[ses.ToolDefinition(name="read")])
     mi = build(stub, s.session_id)
     assert mi.system_prompt == "You are terse." and [t.name for t in mi.tools] == ["read"]
@@ -29,7 +31,7 @@ def test_empty_session(stub, new_session: NewSession) -> None:
     assert len(mi.prefix_hash) == 64 and mi.compaction_id == "" and mi.summary == ""
 
 
-def test_view_pairs_tool_calls_and_skips_failures(stub, new_session: NewSession) -> None:
+def test_view_pairs_tool_calls_and_skips_failures(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(
         stub,
@@ -69,7 +71,7 @@ def test_view_pairs_tool_calls_and_skips_failures(stub, new_session: NewSession)
     assert [x.seq for x in stored] == [1, 2, 3, 4, 5, 6]
 
 
-def test_tool_output_truncation_marker(stub, new_session: NewSession) -> None:
+def test_tool_output_truncation_marker(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(
         policy=ses.ContextPolicy(tool_output_max_bytes=100, tool_output_max_lines=3)
     ).session_id
@@ -87,7 +89,7 @@ def test_tool_output_truncation_marker(stub, new_session: NewSession) -> None:
     assert full.content[0].text.text == long_lines
 
 
-def test_same_state_same_bytes(stub, new_session: NewSession) -> None:
+def test_same_state_same_bytes(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(system_prompt="sp").session_id
     append(stub, sid, user("q"), assistant("a", [("x", "t", {"k": [1, 2]})]), result("x", "r"))
     a = build(stub, sid).SerializeToString(deterministic=True)
@@ -95,7 +97,7 @@ def test_same_state_same_bytes(stub, new_session: NewSession) -> None:
     assert a == b
 
 
-def test_prefix_hash_tracks_the_stable_prefix(stub, new_session: NewSession) -> None:
+def test_prefix_hash_tracks_the_stable_prefix(stub: Stub, new_session: NewSession) -> None:
     from google.protobuf import field_mask_pb2
 
     s = new_session(system_prompt="sp")
@@ -111,7 +113,7 @@ def test_prefix_hash_tracks_the_stable_prefix(stub, new_session: NewSession) -> 
     assert build(stub, s.session_id).prefix_hash != h1
 
 
-def test_compaction_recommended(stub, new_session: NewSession) -> None:
+def test_compaction_recommended(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=ses.ContextPolicy(context_window=1000, reserve_tokens=100)).session_id
     append(stub, sid, user("x" * 3000))  # 750 tokens
     mi = build(stub, sid)
@@ -120,7 +122,7 @@ def test_compaction_recommended(stub, new_session: NewSession) -> None:
     assert mi.tokens.compaction_threshold == 700 and mi.compaction_recommended
 
 
-def test_exact_tokenizer_for_known_model(stub, new_session: NewSession) -> None:
+def test_exact_tokenizer_for_known_model(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(model="gpt-4o-2024-08-06").session_id
     r = append(stub, sid, user("hello world"))
     assert r.messages[0].token_count == 2 + 3  # o200k tokens + OpenAI's per-message framing
@@ -128,7 +130,7 @@ def test_exact_tokenizer_for_known_model(stub, new_session: NewSession) -> None:
     assert not mi.tokens.estimated and mi.tokens.context_window == 128000
 
 
-def test_tokenizer_in_policy(stub, new_session: NewSession) -> None:
+def test_tokenizer_in_policy(stub: Stub, new_session: NewSession) -> None:
     sid = new_session(policy=ses.ContextPolicy(tokenizer="tiktoken:cl100k_base")).session_id
     assert append(stub, sid, user("hello world")).messages[0].token_count == 2
     import grpc
@@ -143,7 +145,7 @@ def test_tokenizer_in_policy(stub, new_session: NewSession) -> None:
     )
 
 
-def test_per_model_calibration_seeds_new_sessions(stub, new_session: NewSession) -> None:
+def test_per_model_calibration_seeds_new_sessions(stub: Stub, new_session: NewSession) -> None:
     from ctxwarden.v1 import message_pb2 as m
 
     model = f"house-model-{id(stub)}"

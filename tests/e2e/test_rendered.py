@@ -12,7 +12,7 @@ from ctxwarden.core.render import Format
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import message_pb2 as m
 from ctxwarden.v1 import session_pb2 as ses
-from tests.e2e.conftest import NewSession
+from tests.e2e.conftest import NewSession, Stub
 from tests.e2e.test_messages import append
 from tests.render.sdk import validate
 from tests.support.builders import assistant, result, user
@@ -46,7 +46,7 @@ def _strip_cache_control(value: object) -> None:
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_rendered_json_is_valid_and_grows_at_the_end(
-    stub, new_session: NewSession, fmt: int
+    stub: Stub, new_session: NewSession, fmt: pb.ModelInputFormat.ValueType
 ) -> None:
     key, local = FORMATS[fmt]
     sid = new_session(
@@ -81,7 +81,7 @@ def test_rendered_json_is_valid_and_grows_at_the_end(
 
 
 def test_thinking_from_another_model_is_dropped_with_a_notice(
-    stub, new_session: NewSession
+    stub: Stub, new_session: NewSession
 ) -> None:
     sid = new_session(model="claude-sonnet-4-5").session_id
     thought = m.Message(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import grpc
 from google.protobuf import field_mask_pb2
@@ -26,7 +27,7 @@ class Recorder:
         self.stub, self.sid = stub, sid
         self.saved: dict[int, bytes] = {}
 
-    def build(self, **kw: object) -> pb.ModelInput:
+    def build(self, **kw: Any) -> pb.ModelInput:
         return self.stub.BuildModelInput(
             pb.BuildModelInputRequest(session_id=self.sid, max_output_tokens=2000, **kw)
         )
@@ -47,10 +48,10 @@ class Recorder:
             )
         )
 
-    def update(self, paths: list[str], **fields: object) -> None:
+    def update(self, paths: list[str], **fields: Any) -> None:
         self.stub.UpdateSession(
             pb.UpdateSessionRequest(
-                session=ses.Session(session_id=self.sid, **fields),  # type: ignore[arg-type]
+                session=ses.Session(session_id=self.sid, **fields),
                 update_mask=field_mask_pb2.FieldMask(paths=paths),
             )
         )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from ctxwarden.v1 import context_service_pb2 as pb
-from tests.e2e.conftest import NewSession
+from tests.e2e.conftest import NewSession, Stub
 from tests.e2e.test_messages import append
 from tests.support.builders import assistant, failed, result, user
 from tests.support.errors import expect_error
@@ -15,12 +17,12 @@ COMPACT = pb.RECOVERY_ACTION_COMPACT_AND_RETRY
 FAIL = pb.RECOVERY_ACTION_FAIL
 
 
-def rollback(stub, sid: str, **kw: object) -> pb.RollbackTurnResponse:
+def rollback(stub: Stub, sid: str, **kw: Any) -> pb.RollbackTurnResponse:
     return stub.RollbackTurn(pb.RollbackTurnRequest(session_id=sid, **kw))
 
 
 def test_rolls_back_trailing_failed_turn_and_its_tool_results(
-    stub, new_session: NewSession
+    stub: Stub, new_session: NewSession
 ) -> None:
     sid = new_session().session_id
     append(
@@ -45,7 +47,7 @@ def test_rolls_back_trailing_failed_turn_and_its_tool_results(
     assert append(stub, sid, assistant("done")).messages[0].seq == 7
 
 
-def test_backoff_then_fail(stub, new_session: NewSession) -> None:
+def test_backoff_then_fail(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, user("q"))
     seen = []
@@ -60,7 +62,7 @@ def test_backoff_then_fail(stub, new_session: NewSession) -> None:
     assert rollback(stub, sid).retry_after.seconds == 2
 
 
-def test_overflow_and_fatal_classification(stub, new_session: NewSession) -> None:
+def test_overflow_and_fatal_classification(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, user("q"), failed("prompt is too long: 210000 tokens > 200000 maximum"))
     r = rollback(stub, sid)
@@ -72,7 +74,7 @@ def test_overflow_and_fatal_classification(stub, new_session: NewSession) -> Non
     assert rollback(stub, sid, error_message="context_length_exceeded").action == COMPACT
 
 
-def test_rewind_to_seq(stub, new_session: NewSession) -> None:
+def test_rewind_to_seq(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, user("1"), assistant("2"), user("3"), assistant("4"))
     r = rollback(stub, sid, to_seq=2)
@@ -84,7 +86,7 @@ def test_rewind_to_seq(stub, new_session: NewSession) -> None:
     expect_error(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_SEQ", rollback, stub, sid, to_seq=99)
 
 
-def test_rollback_request_id_applies_once(stub, new_session: NewSession) -> None:
+def test_rollback_request_id_applies_once(stub: Stub, new_session: NewSession) -> None:
     sid = new_session().session_id
     append(stub, sid, user("q"), failed("429"))
     first = rollback(stub, sid, request_id="rb-1")
@@ -96,5 +98,5 @@ def test_rollback_request_id_applies_once(stub, new_session: NewSession) -> None
     assert [n.code for n in mi.notices] == ["FAILED_MESSAGE_OMITTED"]
 
 
-def test_unknown_session(stub) -> None:
+def test_unknown_session(stub: Stub) -> None:
     expect_error(grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND", rollback, stub, "missing-1")

@@ -11,21 +11,21 @@ from sqlalchemy import create_engine, text
 from ctxwarden.store.urls import sync_url
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses
-from tests.e2e.conftest import NewSession
+from tests.e2e.conftest import NewSession, Stub
 from tests.support.builders import user
 from tests.support.errors import expect_error
 
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 
 
-def test_create_with_server_id_is_sortable(stub) -> None:
+def test_create_with_server_id_is_sortable(stub: Stub) -> None:
     a = stub.CreateSession(pb.CreateSessionRequest(session=ses.Session(title="a")))
     b = stub.CreateSession(pb.CreateSessionRequest(session=ses.Session(title="b")))
     assert len(a.session_id) == 26 and a.session_id < b.session_id
     assert a.last_seq == 0 and a.etag and a.create_time.seconds > 0
 
 
-def test_create_with_client_id_and_duplicate(stub) -> None:
+def test_create_with_client_id_and_duplicate(stub: Stub) -> None:
     sid = f"client-{uuid.uuid4().hex}"
     s = stub.CreateSession(
         pb.CreateSessionRequest(
@@ -42,7 +42,7 @@ def test_create_with_client_id_and_duplicate(stub) -> None:
     )
 
 
-def test_create_request_id_returns_first_result(stub) -> None:
+def test_create_request_id_returns_first_result(stub: Stub) -> None:
     rid = uuid.uuid4().hex
     req = pb.CreateSessionRequest(session=ses.Session(title="once"), request_id=rid)
     first = stub.CreateSession(req)
@@ -52,7 +52,7 @@ def test_create_request_id_returns_first_result(stub) -> None:
     expect_error(grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_ID_REUSED", stub.CreateSession, changed)
 
 
-def test_create_rejects_bad_ids(stub) -> None:
+def test_create_rejects_bad_ids(stub: Stub) -> None:
     for bad in ("has space", "-lead", "x" * 129, "ünïcode"):
         expect_error(
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -62,7 +62,7 @@ def test_create_rejects_bad_ids(stub) -> None:
         )
 
 
-def test_get_and_not_found(stub, new_session: NewSession) -> None:
+def test_get_and_not_found(stub: Stub, new_session: NewSession) -> None:
     s = new_session(title="hello", labels={"k": "v"})
     got = stub.GetSession(pb.GetSessionRequest(session_id=s.session_id))
     assert got == s
@@ -72,7 +72,7 @@ def test_get_and_not_found(stub, new_session: NewSession) -> None:
     assert "nope" in err.details()
 
 
-def test_list_newest_first_with_pages_and_filters(stub, new_session: NewSession) -> None:
+def test_list_newest_first_with_pages_and_filters(stub: Stub, new_session: NewSession) -> None:
     project = f"p-{uuid.uuid4().hex[:8]}"
     made = [new_session(project_id=project, user_id=f"u{i % 2}").session_id for i in range(7)]
     seen: list[str] = []
@@ -97,7 +97,7 @@ def test_list_newest_first_with_pages_and_filters(stub, new_session: NewSession)
     )
 
 
-def test_update_with_mask_and_etag(stub, new_session: NewSession) -> None:
+def test_update_with_mask_and_etag(stub: Stub, new_session: NewSession) -> None:
     s = new_session(title="old", system_prompt="sp")
     upd = stub.UpdateSession(
         pb.UpdateSessionRequest(
@@ -147,7 +147,7 @@ def test_update_with_mask_and_etag(stub, new_session: NewSession) -> None:
     assert mi.tokens.context_window == 1000 and mi.tokens.tools_tokens > 0
 
 
-def test_update_model_switches_tokenizer(stub, new_session: NewSession) -> None:
+def test_update_model_switches_tokenizer(stub: Stub, new_session: NewSession) -> None:
     s = new_session(model="unknown-model")
     stub.AppendMessages(
         pb.AppendMessagesRequest(session_id=s.session_id, messages=[user("hello world " * 50)])
@@ -168,7 +168,7 @@ def test_update_model_switches_tokenizer(stub, new_session: NewSession) -> None:
     assert listed.messages[0].token_count == 104  # recounts are persisted
 
 
-def test_delete_is_soft(stub, new_session: NewSession, backend_url: str) -> None:
+def test_delete_is_soft(stub: Stub, new_session: NewSession, backend_url: str) -> None:
     s = new_session()
     stub.AppendMessages(
         pb.AppendMessagesRequest(session_id=s.session_id, messages=[user("keep me")])

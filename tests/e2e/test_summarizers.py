@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -40,14 +41,14 @@ def serving(
         server.stop()
 
 
-def new_sid(stub: pb_grpc.ContextServiceStub, **fields: object) -> str:
+def new_sid(stub: pb_grpc.ContextServiceStub, **fields: Any) -> str:
     sid = f"sum-{uuid.uuid4().hex[:10]}"
     fields.setdefault("policy", policy())
-    stub.CreateSession(pb.CreateSessionRequest(session_id=sid, session=ses.Session(**fields)))  # type: ignore[arg-type]
+    stub.CreateSession(pb.CreateSessionRequest(session_id=sid, session=ses.Session(**fields)))
     return sid
 
 
-def compact(stub: pb_grpc.ContextServiceStub, sid: str, **kw: object) -> pb.Compaction:
+def compact(stub: pb_grpc.ContextServiceStub, sid: str, **kw: Any) -> pb.Compaction:
     return stub.Compact(pb.CompactRequest(session_id=sid, **kw), timeout=60)
 
 
@@ -221,7 +222,7 @@ def test_concurrent_compactions_one_wins(
         wins = [r for r in results if isinstance(r, pb.Compaction)]
         losses = [r for r in results if isinstance(r, grpc.RpcError)]
         assert len(wins) == 1 and len(losses) == 1
-        assert losses[0].code() == grpc.StatusCode.ABORTED  # type: ignore[attr-defined]
+        assert losses[0].code() == grpc.StatusCode.ABORTED
         listed = stub.ListCompactions(pb.ListCompactionsRequest(session_id=sid)).compactions
         assert [c.compaction_id for c in listed] == [wins[0].compaction_id]
         # A retry with the same request_id gets the same result.
@@ -240,12 +241,13 @@ def test_appends_continue_while_summarising(
         sid = new_sid(stub)
         turns(stub, sid, 5)
         t0 = time.monotonic()
-        results = _race(
-            [
-                lambda: compact(stub, sid),
-                lambda: (time.sleep(0.3), turns(stub, sid, 1, start=5), time.monotonic() - t0)[2],
-            ]
-        )
+
+        def append_a_turn() -> float:
+            time.sleep(0.3)
+            turns(stub, sid, 1, start=5)
+            return time.monotonic() - t0
+
+        results = _race([lambda: compact(stub, sid), append_a_turn])
         assert isinstance(results[0], pb.Compaction)
         assert isinstance(results[1], float) and results[1] < 1.5  # not blocked by the LLM call
         seqs = [m.seq for m in build(stub, sid).messages[1:]]

@@ -180,7 +180,7 @@ def api_problems(
     finally:
         engine.dispose()
     stub = pb_grpc.ContextServiceStub(channel)
-    build = channel.unary_unary(
+    build: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
         "/ctxwarden.v1.ContextService/BuildModelInput",
         request_serializer=None,
         response_deserializer=None,
@@ -209,7 +209,7 @@ def api_problems(
                     break
             stub.ListCompactions(pb.ListCompactionsRequest(session_id=sid), timeout=timeout)
         except grpc.RpcError as err:
-            problems.append(f"session {sid!r}: {err.code()} {err.details()}")  # type: ignore[attr-defined]
+            problems.append(f"session {sid!r}: {err.code()} {err.details()}")
             continue
         if not session.last_seq == model_input.last_seq == listed == last_seq:
             problems.append(

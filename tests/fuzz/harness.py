@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf import message_factory
@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, settings
 
 from ctxwarden.v1 import context_service_pb2
 from tests.fuzz.consistency import database_problems
+from tests.support.errors import call_error
 from tests.support.server import ServerProcess
 
 SERVICE = context_service_pb2.DESCRIPTOR.services_by_name["ContextService"]
@@ -92,7 +93,9 @@ class Rpc:
 
     @property
     def request_descriptor(self) -> Descriptor:
-        return self.request_type.DESCRIPTOR
+        # The protobuf stubs type DESCRIPTOR as the pure-Python or the upb class; at run time
+        # it is the one google.protobuf.descriptor.Descriptor stands for.
+        return cast(Descriptor, self.request_type.DESCRIPTOR)
 
     def parse(self, payload: bytes) -> PbMessage | None:
         """The request the server would see, or None when it is not valid protobuf."""
@@ -183,11 +186,12 @@ def error_info(trailing: Iterable[tuple[str, str | bytes]]) -> error_details_pb2
 
 
 def _from_error(err: grpc.RpcError, responses: list[bytes]) -> Outcome:
+    call = call_error(err)
     return Outcome(
-        err.code(),  # type: ignore[attr-defined]
-        err.details() or "",  # type: ignore[attr-defined]
+        call.code(),
+        call.details() or "",
         responses,
-        tuple(err.trailing_metadata() or ()),  # type: ignore[attr-defined]
+        tuple(call.trailing_metadata() or ()),
     )
 
 
@@ -197,12 +201,12 @@ def call_raw(
     payload: bytes | Sequence[bytes],
     *,
     timeout: float = CALL_TIMEOUT,
-    metadata: Sequence[tuple[str, str]] = (),
+    metadata: tuple[tuple[str, str | bytes], ...] = (),
 ) -> Outcome:
     """Send raw request bytes (a list of frames for a streaming RPC)."""
     if rpc.streaming:
         frames = [payload] if isinstance(payload, bytes) else list(payload)
-        stream = channel.stream_stream(
+        stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
             rpc.path, request_serializer=None, response_deserializer=None
         )
         responses: list[bytes] = []
@@ -213,7 +217,9 @@ def call_raw(
             return _from_error(err, responses)
         return Outcome(Code.OK, "", responses)
     assert isinstance(payload, bytes)
-    unary = channel.unary_unary(rpc.path, request_serializer=None, response_deserializer=None)
+    unary: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+        rpc.path, request_serializer=None, response_deserializer=None
+    )
     try:
         response = unary(payload, timeout=timeout, metadata=metadata or None)
     except grpc.RpcError as err:

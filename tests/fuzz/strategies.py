@@ -112,7 +112,7 @@ def odd_text(max_size: int = 40, *, big: bool = True) -> st.SearchStrategy[str]:
     """Any Unicode a proto string can hold except NUL; rarely a large text."""
     small = st.one_of(
         st.text(
-            st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=max_size
+            st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=max_size
         ),
         st.text(st.sampled_from(EDGE_CHARS), max_size=max_size),
         st.sampled_from(ODD_STRINGS),
@@ -618,7 +618,20 @@ TOKEN_SHAPES: dict[str, dict[str, Any]] = {
 }
 """What the server's tokens decode to (urlsafe base64 of JSON), to forge near-misses."""
 
-ODD_TOKEN_VALUES = [None, 10**30, -1, 2**63, 1.5, "9" * 30, "x", "é", "\ud800", [], {}, True]
+ODD_TOKEN_VALUES: list[object] = [
+    None,
+    10**30,
+    -1,
+    2**63,
+    1.5,
+    "9" * 30,
+    "x",
+    "é",
+    "\ud800",
+    [],
+    {},
+    True,
+]
 
 
 def _b64(raw: bytes) -> str:
@@ -958,6 +971,7 @@ def _scalar(f: FieldDescriptor, pool: Pool, depth: int) -> st.SearchStrategy[Any
     if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return st.floats(width=64 if t == FieldDescriptor.TYPE_DOUBLE else 32)
     if t == FieldDescriptor.TYPE_ENUM:
+        assert f.enum_type is not None
         return enum_numbers(True, max(v.number for v in f.enum_type.values))
     if t == FieldDescriptor.TYPE_BYTES:
         return st.one_of(st.binary(max_size=64), image_bytes())
@@ -979,6 +993,7 @@ def from_descriptor(desc: Descriptor, pool: Pool, depth: int = 0) -> st.SearchSt
         if f.message_type is not None and depth >= 3 and not _is_map(f):
             continue
         if _is_map(f):
+            assert f.message_type is not None
             key_f, value_f = (
                 f.message_type.fields_by_name["key"],
                 f.message_type.fields_by_name["value"],
@@ -997,6 +1012,7 @@ def from_descriptor(desc: Descriptor, pool: Pool, depth: int = 0) -> st.SearchSt
             f = desc.fields_by_name[name]
             target = getattr(msg, name) if f.is_repeated else None
             if _is_map(f):
+                assert f.message_type is not None
                 for k, v in value.items():
                     if f.message_type.fields_by_name["value"].message_type is not None:
                         target[k].CopyFrom(v)  # type: ignore[index]
@@ -1218,7 +1234,11 @@ def seed_requests(rpc_name: str, desc: Descriptor, pool: Pool) -> list[bytes]:
             ),
         ]
     elif rpc_name == "BuildModelInput":
-        seeds.append(pb.BuildModelInputRequest(session_id=sid, format=2, as_of_seq=2))
+        seeds.append(
+            pb.BuildModelInputRequest(
+                session_id=sid, format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT, as_of_seq=2
+            )
+        )
     elif rpc_name == "RollbackTurn":
         seeds.append(pb.RollbackTurnRequest(session_id=sid, to_seq=3))
     elif rpc_name == "CreateSession":

@@ -60,8 +60,10 @@ def test_raw_bytes(fuzz: FuzzTarget, rpc: Rpc) -> None:
     ],
 )
 def test_unknown_methods_are_unimplemented(fuzz: FuzzTarget, path: str) -> None:
-    unary = fuzz.channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+    unary: grpc.UnaryUnaryMultiCallable[bytes, bytes] = fuzz.channel.unary_unary(
+        path, request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.RpcError) as caught:
         unary(b"\x0a\x01a", timeout=10)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
     fuzz.assert_healthy()

@@ -10,10 +10,13 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message as PbMessage
 
 from ctxwarden.api.errors import MAX_MESSAGE_BYTES
@@ -91,13 +94,14 @@ def test_errors_quoting_huge_input_keep_their_details(
 ) -> None:
     """An error message quotes the bad value; unbounded, the trailers outgrew what
     clients accept and the call failed as RESOURCE_EXHAUSTED without ErrorInfo."""
-    method = {
+    methods: dict[type[PbMessage], Callable[..., Any]] = {
         pb.CountTokensRequest: stub.CountTokens,
         pb.CreateSessionRequest: stub.CreateSession,
         pb.AppendMessagesRequest: stub.AppendMessages,
-    }[type(request_)]
+    }
+    method = methods[type(request_)]
     err = expect_error(INVALID, None, method, request_, timeout=30)
-    assert len((err.details() or "").encode()) <= MAX_MESSAGE_BYTES  # type: ignore[attr-defined]
+    assert len((err.details() or "").encode()) <= MAX_MESSAGE_BYTES
 
 
 @pytest.mark.parametrize("tokenizer", ["hf:\x00", "hf:/a\x00b", "heuristic\x00"])
@@ -115,7 +119,7 @@ def test_nul_in_tokenizer_spec_is_invalid_argument(
     )
     update = pb.UpdateSessionRequest(
         session=ses.Session(session_id="fuzz-plain", policy=policy),
-        update_mask={"paths": ["policy"]},
+        update_mask=field_mask_pb2.FieldMask(paths=["policy"]),
     )
     expect_error(INVALID, "NUL_CHARACTER", stub.UpdateSession, update, timeout=30)
 
@@ -178,7 +182,7 @@ def test_model_input_bytes_do_not_depend_on_metadata_order(
     """Found by the restart check: messages were encoded with map entries in the order
     the map was filled, which differs between the appended message (request order)
     and the restored one (sorted), so "same state, same bytes" failed after a restore."""
-    build = fuzz.channel.unary_unary(
+    build: grpc.UnaryUnaryMultiCallable[bytes, bytes] = fuzz.channel.unary_unary(
         "/ctxwarden.v1.ContextService/BuildModelInput",
         request_serializer=None,
         response_deserializer=None,
@@ -212,7 +216,7 @@ def test_too_many_messages_is_invalid_argument(stub: pb_grpc.ContextServiceStub)
 
 
 def test_a_request_over_64_mib_is_refused_and_the_server_carries_on(fuzz: FuzzTarget) -> None:
-    unary = fuzz.channel.unary_unary(
+    unary: grpc.UnaryUnaryMultiCallable[bytes, bytes] = fuzz.channel.unary_unary(
         "/ctxwarden.v1.ContextService/CountTokens",
         request_serializer=None,
         response_deserializer=None,
@@ -220,7 +224,7 @@ def test_a_request_over_64_mib_is_refused_and_the_server_carries_on(fuzz: FuzzTa
     payload = pb.CountTokensRequest(text="x" * (64 * 1024 * 1024 + 16)).SerializeToString()
     with pytest.raises(grpc.RpcError) as caught:
         unary(payload, timeout=60)
-    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     fuzz.assert_healthy()
 
 
@@ -253,7 +257,7 @@ def test_forged_page_tokens_are_invalid_argument(
     """A token that decodes but was not issued by the server (was: INTERNAL from
     KeyError, ValueError, TypeError, RecursionError, SQLite OverflowError,
     UnicodeEncodeError; UNAVAILABLE on MySQL for a non-ASCII id; or accepted)."""
-    requests = {
+    requests: dict[str, tuple[Callable[..., Any], PbMessage]] = {
         "ListSessions": (stub.ListSessions, pb.ListSessionsRequest(page_token=forged)),
         "ListMessages": (
             stub.ListMessages,

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,14 +17,6 @@ from tests.support.server import ServerProcess
 
 SERVICE = "ctxwarden.v1.ContextService"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "db_outage: stops the database server (MariaDB) or hides the SQLite file; "
-        "select alone with -m db_outage",
-    )
 
 
 class ObservedServer(ServerProcess):
@@ -108,4 +99,4 @@ def wait_health(target: str, want: int, timeout: float = 30.0) -> float:
             return time.monotonic() - start
         time.sleep(0.1)
     name = health_pb2.HealthCheckResponse.ServingStatus.Name
-    raise AssertionError(f"health stayed {[name(s) for s in seen]}, wanted {name(want)}")  # type: ignore[arg-type]
+    raise AssertionError(f"health stayed {[name(s) for s in seen]}, wanted {name(want)}")

@@ -48,7 +48,8 @@ class FakeCollector(trace_service_pb2_grpc.TraceServiceServicer):
 def collector() -> Iterator[tuple[FakeCollector, int]]:
     fake = FakeCollector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(fake, server)
+    # opentelemetry-proto's generated grpc module has no annotations.
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(fake, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:

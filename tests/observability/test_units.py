@@ -163,11 +163,11 @@ def _handler() -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         "t.Svc",
         {
-            "Unary": grpc.unary_unary_rpc_method_handler(_unary, **ident),  # type: ignore[arg-type]
-            "Sleepy": grpc.unary_unary_rpc_method_handler(_sleepy, **ident),  # type: ignore[arg-type]
-            "ClientStream": grpc.stream_unary_rpc_method_handler(_client_stream, **ident),  # type: ignore[arg-type]
-            "ServerStream": grpc.unary_stream_rpc_method_handler(_server_stream_writer, **ident),  # type: ignore[arg-type]
-            "Bidi": grpc.stream_stream_rpc_method_handler(_bidi, **ident),  # type: ignore[arg-type]
+            "Unary": grpc.unary_unary_rpc_method_handler(_unary, **ident),
+            "Sleepy": grpc.unary_unary_rpc_method_handler(_sleepy, **ident),
+            "ClientStream": grpc.stream_unary_rpc_method_handler(_client_stream, **ident),
+            "ServerStream": grpc.unary_stream_rpc_method_handler(_server_stream_writer, **ident),
+            "Bidi": grpc.stream_stream_rpc_method_handler(_bidi, **ident),
         },
     )
 
@@ -182,7 +182,7 @@ async def test_interceptor_handles_all_four_kinds(
     caplog.set_level(logging.INFO, logger="ctxwarden.access")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            unary = ch.unary_unary("/t.Svc/Unary")
+            unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = ch.unary_unary("/t.Svc/Unary")
             assert await unary(b"x") == b"re:x"
             for req, code in [
                 (b"abort", grpc.StatusCode.NOT_FOUND),
@@ -192,14 +192,19 @@ async def test_interceptor_handles_all_four_kinds(
                 with pytest.raises(grpc.aio.AioRpcError) as err:
                     await unary(req)
                 assert err.value.code() is code
+            sleepy: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = ch.unary_unary("/t.Svc/Sleepy")
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await ch.unary_unary("/t.Svc/Sleepy")(b"", timeout=0.2)
+                await sleepy(b"", timeout=0.2)
             assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-            cs = ch.stream_unary("/t.Svc/ClientStream")
+            cs: grpc.aio.StreamUnaryMultiCallable[bytes, bytes] = ch.stream_unary(
+                "/t.Svc/ClientStream"
+            )
             assert await cs(iter([b"a", b"b"])) == b"a,b"
-            ss = ch.unary_stream("/t.Svc/ServerStream")
+            ss: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = ch.unary_stream(
+                "/t.Svc/ServerStream"
+            )
             assert [r async for r in ss(b"s")] == [b"s0", b"s1", b"s2"]
-            bidi = ch.stream_stream("/t.Svc/Bidi")
+            bidi: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = ch.stream_stream("/t.Svc/Bidi")
             assert [r async for r in bidi(iter([b"a", b"b"]))] == [b"A", b"B"]
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 _ = [r async for r in bidi(iter([b"a", b"stop", b"c"]))]

@@ -7,10 +7,10 @@ server process recovers by itself; and nothing acknowledged is lost or
 duplicated (appends whose commit was in flight when the connection died are
 retried with the same keys).
 
-This stops the MariaDB server the tests share (other tests' connections too) for
-a few seconds. It is always started again (and waited for) in a ``finally``. The
-MariaDB helpers come from tests/observability/test_health.py. Leave the test out
-with ``-m "not db_outage"``.
+The MariaDB stopped is a private server the suite runs itself
+(tests/support/mariadb.py), never the one behind ``CTXWARDEN_TEST_MYSQL_URL``; it is
+always started again (and waited for) in a ``finally``. Leave the test out with
+``-m "not db_outage"``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.observability.test_health import _start_mariadb, _stop_mariadb
 from tests.reliability.harness import (
     HealthWatcher,
     eventually,
@@ -32,7 +31,8 @@ from tests.reliability.harness import (
     write_report,
 )
 from tests.support.agents import LoadOptions, LoadReport, run_agents, verify_database
-from tests.support.server import ServerProcess
+from tests.support.mariadb import PrivateMariaDB
+from tests.support.server import ServerProcess, migrate_database
 
 AGENTS = 100
 DOWN_SECONDS = 3.0
@@ -50,7 +50,7 @@ class Timeline:
 
 
 async def _outage(
-    server: ServerProcess, url: str, options: LoadOptions
+    server: ServerProcess, mariadb: PrivateMariaDB, options: LoadOptions
 ) -> tuple[LoadReport, HealthWatcher, Timeline]:
     report = LoadReport(options)
     stop = asyncio.Event()
@@ -66,13 +66,13 @@ async def _outage(
         await asyncio.sleep(1.0)
         stopping = down = report.now()
         try:
-            await asyncio.to_thread(_stop_mariadb, url)
+            await asyncio.to_thread(mariadb.stop)
             down = report.now()
             await eventually(lambda: health.first("NOT_SERVING", stopping) is not None, 20)
             await asyncio.sleep(DOWN_SECONDS)
         finally:
             starting = report.now()
-            await asyncio.to_thread(_start_mariadb, url)
+            await asyncio.to_thread(mariadb.start)
         back = report.now()
         await eventually(lambda: not report.idle_agents(back, RESUMED_OPS), 60)
         resumed = report.now()
@@ -89,21 +89,25 @@ async def _outage(
 
 
 @pytest.mark.db_outage
-@pytest.mark.parametrize("backend_url", ["mysql"], indirect=True)
-def test_mariadb_restart_under_load(backend_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", [pytest.param("mysql", marks=pytest.mark.mysql)])
+def test_mariadb_restart_under_load(
+    backend: str, private_mariadb: PrivateMariaDB, tmp_path: Path
+) -> None:
     options = LoadOptions(agents=AGENTS, duration=300, retry_budget=60)
+    backend_url = private_mariadb.create_database()
+    migrate_database(backend_url)
     try:
         with serving(
             backend_url, tmp_path, "--summarizer", "extractive", "--health-interval", "0.2"
         ) as server:
             assert server.proc is not None
             pid = server.proc.pid
-            report, health, tl = asyncio.run(_outage(server, backend_url, options))
+            report, health, tl = asyncio.run(_outage(server, private_mariadb, options))
             assert server.proc is not None and server.proc.pid == pid
             alive = server.proc.poll() is None
             log = server.log_text()
     finally:
-        _start_mariadb(backend_url)  # never leave the shared database down
+        private_mariadb.start()  # never leave the session's private database down
     check = verify_database(backend_url, report.agents)
     write_report(
         tmp_path / "mariadb-outage.json", report, timeline=tl.__dict__, health=health.samples

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, cast
 
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 
-def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
-    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+class CallError(Protocol):
+    """What an error of a synchronous gRPC call offers: it is a ``grpc.RpcError`` and a
+    ``grpc.Call``. The grpc stubs type ``grpc.RpcError`` alone, with ``details()`` as
+    ``str | None`` and ``trailing_metadata()`` as objects that are not (key, value) pairs;
+    the errors grpc raises answer like ``grpc.Call``."""
+
+    def code(self) -> grpc.StatusCode: ...
+    def details(self) -> str: ...
+    def trailing_metadata(self) -> Sequence[tuple[str, str | bytes]]: ...
+
+
+def call_error(err: grpc.RpcError) -> CallError:
+    """``err`` typed as what it is at run time (see ``CallError``); the same object."""
+    return cast(CallError, err)
+
+
+def error_info(err: grpc.RpcError | CallError) -> error_details_pb2.ErrorInfo:
+    for key, value in cast(CallError, err).trailing_metadata() or ():
         if key == "grpc-status-details-bin":
             status = status_pb2.Status.FromString(value)
             for detail in status.details:
@@ -23,11 +39,11 @@ def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
 
 def expect_error(
     code: grpc.StatusCode, reason: str | None, fn: Callable[..., Any], *args: Any, **kw: Any
-) -> grpc.RpcError:
+) -> CallError:
     with pytest.raises(grpc.RpcError) as caught:
         fn(*args, **kw)
-    err = caught.value
-    assert err.code() == code, f"{err.code()} {err.details()}"  # type: ignore[attr-defined]
+    err = call_error(caught.value)
+    assert err.code() == code, f"{err.code()} {err.details()}"
     info = error_info(err)
     assert info.domain == "ctxwarden.dev"
     if reason is not None:
