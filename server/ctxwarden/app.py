@@ -164,9 +164,7 @@ async def build_manager(
         engine,
         append_writers=settings.append_writers,
         observe=hooks.observe_db,
-        max_message_bytes=await writable_message_bytes(
-            engine, settings.limits.max_message_bytes
-        ),
+        max_message_bytes=await writable_message_bytes(engine, settings.limits.max_message_bytes),
         quota=quota,
         statement_timeout=settings.db_timeout_seconds,
     )

@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     obs.add_argument(
         "--db-timeout",
         type=float,
-        default=float(_env("CTXWARDEN_DB_TIMEOUT", "10")),
+        default=float(_env("CTXWARDEN_DB_TIMEOUT", "5")),
         help="seconds any database call may take before the RPC fails with UNAVAILABLE "
         "(a hung database); 0: unbounded (env CTXWARDEN_DB_TIMEOUT; default %(default)s)",
     )

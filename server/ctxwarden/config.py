@@ -24,7 +24,7 @@ class Settings:
     max_hot_sessions: int = 1000
     max_retries: int = 3
     db_pool_size: int = 10
-    db_timeout_seconds: float = 10.0
+    db_timeout_seconds: float = 5.0
     """Bound on any database call (a hung database is UNAVAILABLE after this); 0: none."""
     db_connect_timeout_seconds: float = 5.0
     db_pool_timeout_seconds: float = 5.0

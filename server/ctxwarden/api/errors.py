@@ -96,7 +96,15 @@ def to_status(
     error: CtxwardenError,
 ) -> tuple[grpc.StatusCode, str, tuple[tuple[str, bytes], ...]]:
     code, rpc_code = _CODES[error.kind]
-    return rich_status(code, rpc_code, error.message, error.reason, error.metadata, error.field)
+    return rich_status(
+        code,
+        rpc_code,
+        error.message,
+        error.reason,
+        error.metadata,
+        error.field,
+        retry_after=error.retry_after,
+    )
 
 
 def internal_status() -> tuple[grpc.StatusCode, str, tuple[tuple[str, bytes], ...]]:

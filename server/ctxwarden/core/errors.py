@@ -31,12 +31,17 @@ class CtxwardenError(Exception):
         reason: str,
         field: str = "",
         metadata: dict[str, str] | None = None,
+        retry_after: float = 0.0,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.reason = reason
         self.field = field
         self.metadata = dict(metadata or {})
+        self.retry_after = retry_after or self.default_retry_after
+        """Seconds after which a retry may succeed (RetryInfo); 0: no advice."""
+
+    default_retry_after = 0.0
 
 
 class InvalidArgument(CtxwardenError):
@@ -65,3 +70,4 @@ class ResourceExhausted(CtxwardenError):
 
 class Unavailable(CtxwardenError):
     kind = ErrorKind.UNAVAILABLE
+    default_retry_after = 1.0

@@ -53,7 +53,9 @@ def check_json_object(text: str, field: str) -> None:
         return
     try:
         value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise _too_deep(field, 0) from None
+    except ValueError as exc:
         raise InvalidArgument(
             f"{field} is not valid JSON: {exc}", reason="INVALID_JSON", field=field
         ) from None
@@ -65,13 +67,7 @@ def check_json_object(text: str, field: str) -> None:
         )
     depth = json_depth(value)
     if depth > MAX_JSON_DEPTH:
-        raise InvalidArgument(
-            f"{field} nests {depth} levels deep; the limit is {MAX_JSON_DEPTH} "
-            "(objects and arrays inside each other)",
-            reason="JSON_TOO_DEEP",
-            field=field,
-            metadata={"max_depth": str(MAX_JSON_DEPTH)},
-        )
+        raise _too_deep(field, depth)
     if _ESCAPED_SURROGATE.search(text) and _has_lone_surrogate(value):
         raise InvalidArgument(
             f"{field} escapes a lone surrogate (\\ud800-\\udfff), which is not a character "
@@ -87,6 +83,17 @@ MAX_JSON_DEPTH = 64
 """Deepest nesting accepted in tool arguments and tool parameter schemas. Every
 later step (rendering, compaction prompts, file lists) re-parses the JSON; far
 deeper documents would exhaust the interpreter's recursion limit there."""
+
+
+def _too_deep(field: str, depth: int) -> InvalidArgument:
+    deeper = f"{depth} levels" if depth else "too many levels"
+    return InvalidArgument(
+        f"{field} nests {deeper} deep; the limit is {MAX_JSON_DEPTH} (objects and arrays "
+        "inside each other)",
+        reason="JSON_TOO_DEEP",
+        field=field,
+        metadata={"max_depth": str(MAX_JSON_DEPTH)},
+    )
 
 
 def json_depth(value: object) -> int:

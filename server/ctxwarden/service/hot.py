@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ctxwarden.core.context import SessionContext
+from ctxwarden.core.errors import Unavailable
 
 
 class _Entry:
@@ -26,10 +27,15 @@ class _Entry:
 
 
 class SessionLocks:
-    """One asyncio.Lock per session, alive exactly while it is held or awaited."""
+    """One asyncio.Lock per session, alive exactly while it is held or awaited.
 
-    def __init__(self) -> None:
+    ``wait_timeout`` bounds the wait (0: unbounded): a holder is itself bounded
+    by the database timeout, so a longer wait means the database is hung, and the
+    caller gets UNAVAILABLE instead of queueing without end."""
+
+    def __init__(self, wait_timeout: float = 0.0) -> None:
         self._entries: dict[str, _Entry] = {}
+        self.wait_timeout = wait_timeout
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -45,8 +51,21 @@ class SessionLocks:
             entry = self._entries[session_id] = _Entry()
         entry.users += 1
         try:
-            async with entry.lock:
+            try:
+                if self.wait_timeout > 0:
+                    async with asyncio.timeout(self.wait_timeout):
+                        await entry.lock.acquire()
+                else:
+                    await entry.lock.acquire()
+            except TimeoutError:
+                raise Unavailable(
+                    "another call on this session is still waiting for the database; retry shortly",
+                    reason="SESSION_BUSY",
+                ) from None
+            try:
                 yield
+            finally:
+                entry.lock.release()
         finally:
             entry.users -= 1
             if entry.users == 0:
@@ -54,10 +73,10 @@ class SessionLocks:
 
 
 class HotSessions:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, lock_timeout: float = 0.0) -> None:
         self.capacity = max(1, capacity)
         self._items: OrderedDict[str, SessionContext] = OrderedDict()
-        self.locks = SessionLocks()
+        self.locks = SessionLocks(lock_timeout)
 
     def __len__(self) -> int:
         return len(self._items)

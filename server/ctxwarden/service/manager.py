@@ -229,7 +229,7 @@ class SessionManager:
     ) -> None:
         self.repo = repo
         self.settings = settings
-        self.hot = HotSessions(settings.max_hot_sessions)
+        self.hot = HotSessions(settings.max_hot_sessions, settings.db_timeout_seconds)
         self.restores = 0
         self.compactor = Compactor(self, summarizer)
         self.model_calibration = ModelCalibration()

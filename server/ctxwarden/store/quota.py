@@ -50,18 +50,21 @@ class TenantQuota:
         return (0, 0) if row is None else (int(row.sessions), int(row.stored_bytes))
 
     async def claim_session(self, conn: AsyncConnection, tenant: str, stored_bytes: int) -> None:
-        """Count a new session (and its bytes) or raise QuotaExceeded."""
-        await self._ensure(conn, tenant)
+        """Count a new session (and its bytes) or raise QuotaExceeded. Run it first
+        in the transaction: it locks the tenant's row (creates of one tenant queue)."""
         q = update(T).where(T.c.tenant_id == tenant)
         if self.max_sessions > 0:
             q = q.where(T.c.sessions < self.max_sessions)
         if self.max_stored_bytes > 0:
             q = q.where(T.c.stored_bytes + stored_bytes <= self.max_stored_bytes)
-        result = await conn.execute(
-            q.values(sessions=T.c.sessions + 1, stored_bytes=T.c.stored_bytes + stored_bytes)
-        )
-        if result.rowcount == 1:
+        q = q.values(sessions=T.c.sessions + 1, stored_bytes=T.c.stored_bytes + stored_bytes)
+        if (await conn.execute(q)).rowcount == 1:
             return
+        exists = (await conn.execute(select(T.c.sessions).where(T.c.tenant_id == tenant))).first()
+        if exists is None:  # the tenant's first session
+            await self._ensure(conn, tenant)
+            if (await conn.execute(q)).rowcount == 1:
+                return
         sessions, used = await self._used(conn, tenant)
         if self.max_sessions > 0 and sessions >= self.max_sessions:
             raise QuotaExceeded("sessions", sessions, self.max_sessions)

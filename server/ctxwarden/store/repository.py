@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
@@ -96,6 +96,11 @@ def _record_values(record: RequestRecord) -> dict[str, Any]:
     }
 
 
+def _is_deadlock(exc: OperationalError) -> bool:
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else 0
+    return code in (1205, 1213) or "locked" in str(exc.orig)
+
+
 class Repository:
     def __init__(
         self,
@@ -166,17 +171,27 @@ class Repository:
     async def create_session(self, session: Session, record: RequestRecord | None) -> None:
         """Insert a session. Raises DuplicateKey if the ID or request is taken,
         QuotaExceeded if the tenant's quota is used up (nothing is written)."""
-        try:
-            async with self.engine.begin() as conn:
-                added = revision_bytes(session)
-                await conn.execute(
-                    insert(S).values(**session_row_values(session), stored_bytes=added)
-                )
-                await self._revision(conn, session)
-                added += await self._record(conn, record)
-                await self.quota.claim_session(conn, tenant_of(session.session_id), added)
-        except IntegrityError as exc:
-            raise DuplicateKey(str(exc.orig)) from exc
+        record_values = None if record is None else _record_values(record)
+        added = revision_bytes(session)
+        if record_values is not None:
+            added += len(record_values["outcome"]) + RECORD_OVERHEAD
+        for attempt in range(3):
+            try:
+                async with self.engine.begin() as conn:
+                    await self.quota.claim_session(conn, tenant_of(session.session_id), added)
+                    await conn.execute(
+                        insert(S).values(**session_row_values(session), stored_bytes=added)
+                    )
+                    await self._revision(conn, session)
+                    if record_values is not None:
+                        await conn.execute(insert(R).values(**record_values))
+                return
+            except IntegrityError as exc:
+                raise DuplicateKey(str(exc.orig)) from exc
+            except OperationalError as exc:
+                # Two tenants' first sessions can deadlock on the new counter rows.
+                if attempt == 2 or not _is_deadlock(exc):
+                    raise
 
     @staticmethod
     async def _revision(conn: AsyncConnection, session: Session) -> None:
