@@ -68,7 +68,7 @@ async def test_a_hung_database_is_unavailable_within_the_timeouts(
         for sid in sids:
             result = await m.append(sid, [user_msg("after")], None, None)
             listed, _ = await m.list_messages(sid, 0, "", False)
-            assert [x.text for x in listed][0] == "before"
+            assert listed[0].text == "before"
             assert listed[-1].text == "after"
             assert result.last_seq == len(listed)
 

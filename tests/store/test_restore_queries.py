@@ -36,9 +36,7 @@ async def test_restore_of_long_history_reads_only_kept_messages(backend_url: str
     now = ids.now_us()
     session = Session(session_id=sid, create_time_us=now, update_time_us=now)
     await repo.create_session(session, None)
-    last = 0
-    version = 0
-    for start in range(1, HISTORY + 1, 2000):
+    for version, start in enumerate(range(1, HISTORY + 1, 2000)):
         batch = [_msg(s) for s in range(start, min(start + 2000, HISTORY + 1))]
         new_last = batch[-1].seq
         await repo.append_messages(
@@ -47,8 +45,6 @@ async def test_restore_of_long_history_reads_only_kept_messages(backend_url: str
             messages=batch,
             record=None,
         )
-        last = new_last
-        version += 1
     first_kept = HISTORY - KEPT + 1
     async with repo.engine.begin() as conn:
         await conn.execute(

@@ -46,6 +46,8 @@ from google.rpc import error_details_pb2, status_pb2
 from sqlalchemy import Table, create_engine, select
 from sqlalchemy.engine import make_url
 
+from ctxwarden.core.messages import ContentKind
+from ctxwarden.store.codec import message_from_row
 from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
@@ -358,18 +360,18 @@ def message_digest(msg: m.Message) -> str:
     return _digest(int(msg.role), blocks, msg.tool_call_id, msg.error_message)
 
 
-def row_digest(role: int, body: str) -> str:
-    """The same digest, from a ``messages`` row (its JSON body)."""
-    data = json.loads(body)
+def row_digest(row: Any) -> str:
+    """The same digest, from a ``messages`` row (decoded as the server stores it)."""
+    m = message_from_row(row)
     blocks: list[list[str]] = []
-    for b in data["content"]:
-        if b["t"] == "text":
-            blocks.append(["text", b["text"]])
-        elif b["t"] == "tool_call":
-            blocks.append(["tool_call", b["id"], b["name"], b["arguments_json"]])
+    for blk in m.content:
+        if blk.kind is ContentKind.TEXT:
+            blocks.append(["text", blk.text])
+        elif blk.kind is ContentKind.TOOL_CALL:
+            blocks.append(["tool_call", blk.tool_call_id, blk.tool_name, blk.arguments_json])
         else:
-            blocks.append([b["t"]])
-    return _digest(role, blocks, data.get("tool_call_id", ""), data.get("error_message", ""))
+            blocks.append([blk.kind.name.lower()])
+    return _digest(int(m.role), blocks, m.tool_call_id, m.error_message)
 
 
 def error_reason(err: grpc.aio.AioRpcError) -> str:
@@ -779,14 +781,7 @@ def verify_database(database_url: str, agents: Sequence[AgentRecord]) -> Databas
     try:
         with engine.connect() as conn:
             rows = conn.execute(
-                select(
-                    msgs_t.c.session_id,
-                    msgs_t.c.seq,
-                    msgs_t.c.message_id,
-                    msgs_t.c.role,
-                    msgs_t.c.state,
-                    msgs_t.c.body,
-                )
+                select(msgs_t)
                 .where(msgs_t.c.session_id.in_(ids))
                 .order_by(msgs_t.c.session_id, msgs_t.c.seq)
             ).all()
@@ -844,7 +839,7 @@ def _check_agent(
     seen: set[int] = set()
     for r in stored:
         seen.add(r.seq)
-        digest = row_digest(r.role, r.body)
+        digest = row_digest(r)
         ack = a.acked.get(r.seq)
         if ack is None:
             if digest not in uncertain:
