@@ -32,7 +32,8 @@ def _register_descriptor() -> None:
     fdp.package = _V1
     for message in fdp.message_type:
         for f in message.field:
-            f.type_name = f.type_name.replace(f".{_ALPHA}.", f".{_V1}.")
+            if f.type_name:
+                f.type_name = f.type_name.replace(f".{_ALPHA}.", f".{_V1}.")
     for service in fdp.service:
         for m in service.method:
             m.input_type = m.input_type.replace(f".{_ALPHA}.", f".{_V1}.")
