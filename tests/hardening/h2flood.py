@@ -7,7 +7,6 @@ import select
 import socket
 import struct
 import threading
-import time
 from dataclasses import dataclass, field
 
 import h2.config

@@ -90,7 +90,7 @@ def test_unauthenticated_streams_are_refused_unread(guarded: ServerProcess) -> N
             pb.CreateSessionRequest(),
             metadata=AUTH,
         )
-        assert "failed authentication" in err.details()
+        assert "failed authentication" in (err.details() or "")
 
 
 def test_health_cannot_buffer_large_partial_messages(guarded: ServerProcess) -> None:
