@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
 import sys
@@ -11,19 +10,20 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
-from ctxwarden.api.auth import (
-    Authenticator,
-    GuardInterceptor,
-    JwtConfig,
-    RateLimiter,
-    describe,
-    load_api_keys,
-    load_jwks,
-)
+from ctxwarden import listen
+from ctxwarden.api import reflection_v1
+from ctxwarden.api.auth import Authenticator, JwtConfig, describe, load_api_keys, load_jwks
 from ctxwarden.api.convert import encoding_cache
+from ctxwarden.api.guard import GuardInterceptor, RateLimiter
 from ctxwarden.api.handlers import SERVICE_NAME
+from ctxwarden.api.reads import (
+    OPEN_READ_SLOTS,
+    OPEN_READ_TIMEOUT,
+    STREAM_WINDOW_BYTES,
+    BoundedReads,
+    ReadGate,
+)
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
@@ -108,23 +108,18 @@ def make_authenticator(settings: Settings) -> Authenticator:
         )
     except (OSError, ValueError) as exc:
         raise BadConfig(str(exc)) from exc
-    host = settings.listen.rsplit(":", 1)[0].strip("[]")
-    if not auth.enabled and not _is_loopback(host) and not settings.insecure_allow_unauthenticated:
+    try:
+        address = listen.parse(settings.listen)
+    except listen.ListenError as exc:
+        raise BadConfig(str(exc)) from exc
+    if not auth.enabled and not address.is_local and not settings.insecure_allow_unauthenticated:
         raise BadConfig(
             f"refusing to listen on {settings.listen} without authentication: configure "
-            "--api-keys-file, --jwt-jwks-file or --tls-client-ca, listen on 127.0.0.1, or pass "
+            "--api-keys-file, --jwt-jwks-file or --tls-client-ca, listen on 127.0.0.1 or a "
+            "unix:PATH socket, or pass "
             "--insecure-allow-unauthenticated if the network is trusted"
         )
     return auth
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
@@ -215,9 +210,31 @@ def _interceptors(
     # The observer comes first (outermost), so it times, logs and counts every
     # call, including the ones authentication or rate limiting rejects. The
     # guard covers ContextService only: health and reflection stay open.
+    # BoundedReads is innermost: it serves unary methods as client-streaming
+    # ones, so nothing is read before the guard has authenticated the call.
+    timeout = settings.request_read_timeout
     return [
         RpcObserver(obs, tracing),
         GuardInterceptor(auth, RateLimiter(settings.rate_limit_rps)),
+        BoundedReads(
+            ReadGate(settings.max_concurrent_reads, timeout, "--request-read-timeout"),
+            ReadGate(OPEN_READ_SLOTS, min(timeout, OPEN_READ_TIMEOUT), "health and reflection"),
+        ),
+    ]
+
+
+def server_options(settings: Settings, address: listen.Address) -> list[tuple[str, int]]:
+    max_bytes = settings.limits.max_request_bytes
+    return [
+        ("grpc.max_receive_message_length", max_bytes),
+        ("grpc.max_send_message_length", max_bytes),
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        ("grpc.max_allowed_incoming_connections", settings.max_connections),
+        # Windows grow only for messages being read: BDP probing would otherwise
+        # grow every stream's window, read or not, to tens of MB.
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
+        *listen.grpc_options(address, settings.reuse_port),
     ]
 
 
@@ -231,33 +248,23 @@ async def _serve_grpc(
     metrics_server: MetricsServer | None,
 ) -> None:
     servicer = ContextServicer(manager, settings.limits)
-    max_bytes = settings.limits.max_request_bytes
+    address = listen.parse(settings.listen)
     server = grpc.aio.server(
         interceptors=_interceptors(settings, auth, obs, tracing),
-        options=[
-            ("grpc.max_receive_message_length", max_bytes),
-            ("grpc.max_send_message_length", max_bytes),
-            ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
-        ],
+        options=server_options(settings, address),
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     server.add_generic_rpc_handlers((servicer.handler(),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if settings.reflection:
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
+        reflection_v1.enable(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server
         )
-    if credentials is not None:
-        port = server.add_secure_port(settings.listen, credentials)
-    else:
-        port = server.add_insecure_port(settings.listen)
-    if port == 0:
-        raise OSError(f"cannot listen on {settings.listen}")
+    try:
+        port = listen.bind(server, address, credentials, settings.unix_socket_mode)
+    except listen.ListenError as exc:
+        raise BadConfig(str(exc)) from exc
     monitor = HealthMonitor(
         health_servicer,
         HEALTH_SERVICES,
@@ -269,19 +276,19 @@ async def _serve_grpc(
     for name in HEALTH_SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor.start()
-    host = settings.listen.rsplit(":", 1)[0]
-    # Tests and supervisors read this line to learn the bound port.
-    print(f"ctxwarden listening on {host}:{port}", flush=True)
+    bound = address.bound(port)
+    # Tests and supervisors read this line to learn the bound address.
+    print(f"ctxwarden listening on {bound}", flush=True)
     if metrics_server is not None:
         # ... and this one (always after the first) for the metrics port.
         print(f"ctxwarden metrics on {metrics_server.address}", flush=True)
     log.info(
-        "serving on %s:%d (%s), database %s, authentication: %s%s",
-        host,
-        port,
+        "serving on %s (%s), database %s, authentication: %s, summariser: %s%s",
+        bound,
         "TLS" if credentials is not None else "plaintext",
         _redact(settings.database_url),
         describe(auth),
+        _describe_summarizer(settings),
         f", metrics on {metrics_server.address}" if metrics_server else "",
     )
 
@@ -298,6 +305,14 @@ async def _serve_grpc(
     await server.stop(settings.shutdown_grace_seconds)
     await manager.close()
     log.info("stopped")
+
+
+def _describe_summarizer(settings: Settings) -> str:
+    if not settings.summarizer_kind:
+        return "none (Compact needs agent-side summaries)"
+    if settings.summarizer_kind == "extractive":
+        return "extractive"
+    return f"{settings.summarizer_kind} {settings.summarizer_model or '(default model)'}"
 
 
 def _redact(url: str) -> str:

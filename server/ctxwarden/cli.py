@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ctxwarden import __version__, configfile
+from ctxwarden import __version__, checks, configfile
 from ctxwarden.config import DEFAULT_LISTEN, Limits, Settings
 from ctxwarden.core.compaction.types import FileToolNames
 from ctxwarden.store.urls import DEFAULT_DATABASE_URL, UnsupportedDatabase
@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--listen",
         default=_env("CTXWARDEN_LISTEN", DEFAULT_LISTEN),
-        help="HOST:PORT to listen on (env CTXWARDEN_LISTEN; default %(default)s; port 0 "
-        "picks a free port)",
+        help="HOST:PORT (port 1-65535, or 0 to pick a free one) or unix:PATH to listen on "
+        "(env CTXWARDEN_LISTEN; default %(default)s)",
     )
     _add_database(serve)
     serve.add_argument(
@@ -248,7 +248,48 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrent-streams",
         type=int,
         default=_env_int("CTXWARDEN_MAX_CONCURRENT_STREAMS", 100),
-        help="concurrent calls per connection (default %(default)s)",
+        help="concurrent calls per connection (env CTXWARDEN_MAX_CONCURRENT_STREAMS; "
+        "default %(default)s)",
+    )
+    sec.add_argument(
+        "--max-connections",
+        type=int,
+        default=_env_int("CTXWARDEN_MAX_CONNECTIONS", 1000),
+        help="client connections at once; more are refused "
+        "(env CTXWARDEN_MAX_CONNECTIONS; default %(default)s)",
+    )
+    sec.add_argument(
+        "--max-concurrent-rpcs",
+        type=int,
+        default=_env_int("CTXWARDEN_MAX_CONCURRENT_RPCS", 1000),
+        help="calls in progress server-wide; more get RESOURCE_EXHAUSTED "
+        "(env CTXWARDEN_MAX_CONCURRENT_RPCS; default %(default)s)",
+    )
+    sec.add_argument(
+        "--max-concurrent-reads",
+        type=int,
+        default=_env_int("CTXWARDEN_MAX_CONCURRENT_READS", 32),
+        help="authenticated requests being received at once, server-wide; each holds "
+        "at most 64 MiB (env CTXWARDEN_MAX_CONCURRENT_READS; default %(default)s)",
+    )
+    sec.add_argument(
+        "--request-read-timeout",
+        type=float,
+        default=float(_env("CTXWARDEN_REQUEST_READ_TIMEOUT", "30")),
+        help="seconds a request message may take to arrive; slower ones are dropped "
+        "with DEADLINE_EXCEEDED (env CTXWARDEN_REQUEST_READ_TIMEOUT; default %(default)s)",
+    )
+    sec.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="set SO_REUSEPORT so several servers share one port (default: refuse to "
+        "start when the address is taken)",
+    )
+    sec.add_argument(
+        "--unix-socket-mode",
+        default=_env("CTXWARDEN_UNIX_SOCKET_MODE", "0660"),
+        help="octal file mode of a unix:PATH listening socket "
+        "(env CTXWARDEN_UNIX_SOCKET_MODE; default %(default)s: owner and group)",
     )
 
     obs = serve.add_argument_group("observability")
@@ -409,6 +450,9 @@ def _config_check(path: str) -> int:
         if path:
             configfile.apply(_subparser(parser, "serve"), configfile.load(path), path)
         args = parser.parse_args(argv)
+        wrong = checks.problems(args)
+        if wrong:
+            raise ValueError("\n  " + "\n  ".join(wrong))
         settings = _settings(args)
         make_authenticator(settings)
         make_summarizer(settings)
@@ -420,7 +464,7 @@ def _config_check(path: str) -> int:
         print(f"ctxwarden: config is invalid: {exc}", file=sys.stderr)
         return 2
     for key, value in configfile.effective(args).items():
-        print(f"{key} = {value!r}")
+        print(f"{key} = {checks.shown(key, value)!r}")
     return 0
 
 
@@ -472,6 +516,18 @@ def _purge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mode(text: object) -> int:
+    try:
+        mode = int(str(text), 8)
+    except ValueError:
+        raise SystemExit(
+            f"ctxwarden: --unix-socket-mode must be an octal file mode like 0660, got {text!r}"
+        ) from None
+    if not 0 <= mode <= 0o777:
+        raise SystemExit(f"ctxwarden: --unix-socket-mode {text!r} is not a file mode (0-0777)")
+    return mode
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(
         listen=args.listen,
@@ -512,6 +568,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         max_sessions_per_tenant=args.max_sessions_per_tenant,
         max_stored_bytes_per_tenant=args.max_stored_bytes_per_tenant,
         max_concurrent_streams=args.max_concurrent_streams,
+        max_connections=args.max_connections,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        max_concurrent_reads=args.max_concurrent_reads,
+        request_read_timeout=args.request_read_timeout,
+        reuse_port=args.reuse_port,
+        unix_socket_mode=_mode(args.unix_socket_mode),
         log_format=args.log_format,
         metrics_listen=args.metrics_listen,
         otel_endpoint=args.otel_endpoint,
@@ -540,14 +602,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         spinner = _Spinner("applying migrations")
         spinner.update()
         try:
+            before = migrate.schema_status(args.database_url).current
             status = migrate.upgrade(args.database_url)
             spinner.done()
         except UnsupportedDatabase as exc:
             print(f"ctxwarden: {exc}", file=sys.stderr)
             return 2
-        print(f"database schema is at revision {status.current} (head {status.head})")
+        applied = migrate.revisions_between(before, status.current)
+        if applied:
+            print(
+                f"applied {len(applied)} migration{'s' if len(applied) != 1 else ''} "
+                f"({', '.join(applied)}): database schema is now at revision {status.current} "
+                f"(head {status.head})"
+            )
+        else:
+            print(
+                f"database schema is already at revision {status.current} (head "
+                f"{status.head}); nothing to apply"
+            )
         return 0
 
+    wrong = checks.problems(args)
+    if wrong:
+        print("ctxwarden: invalid settings:\n  " + "\n  ".join(wrong), file=sys.stderr)
+        return 2
     settings = _settings(args)
     from ctxwarden.app import run  # configures logging first
 

@@ -66,6 +66,19 @@ class Settings:
     rate_limit_rps: float = 0.0
     """Requests per second per tenant (burst: 2 s worth); 0: unlimited."""
     max_concurrent_streams: int = 100
+    """Concurrent calls per connection."""
+    max_connections: int = 1000
+    """Client connections at once; more are refused."""
+    max_concurrent_rpcs: int = 1000
+    """Calls in progress server-wide; more are refused with RESOURCE_EXHAUSTED."""
+    max_concurrent_reads: int = 32
+    """ContextService requests being received at once, server-wide."""
+    request_read_timeout: float = 30.0
+    """Seconds a request message may take to arrive; slower ones are dropped."""
+    reuse_port: bool = False
+    """SO_REUSEPORT: let several servers share the port (off: refuse a taken address)."""
+    unix_socket_mode: int = 0o660
+    """File mode of a ``unix:`` listening socket."""
     hf_tokenizer_dirs: tuple[str, ...] = ()
     """Directories clients may name hf: tokenizers in (policy.tokenizer)."""
     model_table_file: str = ""

@@ -7,23 +7,14 @@ a tenant or the needed scope is PERMISSION_DENIED.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 import jwt
-from google.rpc import code_pb2
-
-from ctxwarden.api.errors import rich_status
-from ctxwarden.api.handlers import SERVICE_NAME
-from ctxwarden.api.tenancy import current_tenant
-from ctxwarden.observability.logging import note_tenant
 
 TENANT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 READ_METHODS = frozenset(
@@ -138,25 +129,17 @@ class Authenticator:
         try:
             header = jwt.get_unverified_header(token)
             kid = header.get("kid")
-            candidates = [k for k in cfg.keys.keys if kid is None or k.key_id == kid]
-            if not candidates:
-                raise _unauthenticated("INVALID_CREDENTIALS", "the token's key id is unknown")
             alg = header.get("alg", "")
             if alg not in JWT_ALGORITHMS:
                 raise _unauthenticated("INVALID_CREDENTIALS", f"algorithm {alg!r} is not accepted")
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                key=candidates[0],
-                algorithms=[alg],
-                issuer=cfg.issuer or None,
-                audience=cfg.audience or None,
-                options={
-                    "require": ["exp"],
-                    "verify_aud": bool(cfg.audience),
-                    "verify_iss": bool(cfg.issuer),
-                },
-                leeway=30,
-            )
+            candidates = [k for k in cfg.keys.keys if kid is None or k.key_id == kid]
+            if kid is None:
+                # No key id: every key that can check this algorithm is a candidate
+                # (several keys are listed during a key rotation).
+                candidates = [k for k in candidates if _fits(k, alg)]
+            if not candidates:
+                raise _unauthenticated("INVALID_CREDENTIALS", "the token's key id is unknown")
+            claims = _decode(token, candidates, alg, cfg)
         except jwt.ExpiredSignatureError:
             raise _unauthenticated("EXPIRED_CREDENTIALS", "the token has expired") from None
         except jwt.PyJWTError as exc:
@@ -172,6 +155,39 @@ class Authenticator:
             )
         _check_scope(claims, method)
         return tenant
+
+
+_KTY = {"HS": "oct", "RS": "RSA", "ES": "EC"}
+
+
+def _fits(key: jwt.PyJWK, alg: str) -> bool:
+    """Whether ``key`` verifies ``alg`` (its own or inferred algorithm, and key type)."""
+    return key.algorithm_name == alg and key.key_type == _KTY.get(alg[:2])
+
+
+def _decode(token: str, candidates: list[jwt.PyJWK], alg: str, cfg: JwtConfig) -> dict[str, Any]:
+    """The verified claims, from the first candidate key whose signature check passes."""
+    options: Any = {
+        "require": ["exp"],
+        "verify_aud": bool(cfg.audience),
+        "verify_iss": bool(cfg.issuer),
+    }
+    failure: jwt.PyJWTError = jwt.InvalidSignatureError("no key verifies the signature")
+    for key in candidates:
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key=key,
+                algorithms=[alg],
+                issuer=cfg.issuer or None,
+                audience=cfg.audience or None,
+                options=options,
+                leeway=30,
+            )
+            return claims
+        except (jwt.InvalidSignatureError, jwt.InvalidKeyError) as exc:
+            failure = exc  # another key of the set may have signed it
+    raise failure
 
 
 def _check_scope(claims: dict[str, Any], method: str) -> None:
@@ -191,134 +207,6 @@ def _check_scope(claims: dict[str, Any], method: str) -> None:
     raise _denied("MISSING_SCOPE", f"{method} needs the scope {needed!r} (or 'ctxwarden')")
 
 
-@dataclass(slots=True)
-class TokenBucket:
-    rate: float
-    burst: float
-    tokens: float = 0.0
-    stamp: float = 0.0
-
-    def take(self, now: float) -> float:
-        """0 when allowed, else seconds until a token is available."""
-        if self.stamp == 0.0:
-            self.tokens, self.stamp = self.burst, now
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
-
-
-class RateLimiter:
-    """Per-tenant token buckets (requests per second, burst = 2 s worth)."""
-
-    def __init__(self, rps: float) -> None:
-        self.rps = rps
-        self._buckets: dict[str, TokenBucket] = {}
-
-    def check(self, tenant: str) -> float:
-        if self.rps <= 0:
-            return 0.0
-        bucket = self._buckets.get(tenant)
-        if bucket is None:
-            if len(self._buckets) > 100_000:
-                self._buckets.clear()
-            bucket = self._buckets[tenant] = TokenBucket(self.rps, max(2 * self.rps, 1.0))
-        return bucket.take(time.monotonic())
-
-
-class GuardInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates ContextService calls, sets the tenant, applies rate limits."""
-
-    def __init__(self, auth: Authenticator, limiter: RateLimiter) -> None:
-        self.auth = auth
-        self.limiter = limiter
-        self.prefix = f"/{SERVICE_NAME}/"
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(details)
-        method: str = details.method
-        if handler is None or not method.startswith(self.prefix):
-            return handler
-        name = method[len(self.prefix) :]
-        guard = self._guard
-        if handler.unary_unary is not None:
-            inner: Any = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                token = await guard(context, name)
-                try:
-                    return await inner(request, context)
-                finally:
-                    current_tenant.reset(token)
-
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream is not None:
-            stream_inner: Any = handler.stream_stream
-
-            async def stream(
-                requests: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                token = await guard(context, name)
-                try:
-                    async for item in stream_inner(requests, context):
-                        yield item
-                finally:
-                    # A stream abandoned while an answer was being sent (client gone)
-                    # is closed later by the event loop, from another context, where
-                    # the token is not valid; that context is gone anyway.
-                    with contextlib.suppress(ValueError):
-                        current_tenant.reset(token)
-
-            return grpc.stream_stream_rpc_method_handler(
-                stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
-
-    async def _guard(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> Any:
-        tenant = ""
-        if self.auth.enabled:
-            try:
-                tenant = self.auth.authenticate(
-                    context.invocation_metadata(), dict(context.auth_context()), method
-                )
-            except AuthError as exc:
-                code = (
-                    code_pb2.UNAUTHENTICATED
-                    if exc.code is grpc.StatusCode.UNAUTHENTICATED
-                    else code_pb2.PERMISSION_DENIED
-                )
-                _, message, trailer = rich_status(exc.code, code, exc.message, exc.reason)
-                await context.abort(exc.code, message, trailing_metadata=trailer)
-        wait = self.limiter.check(tenant)
-        if wait > 0:
-            _, message, trailer = rich_status(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                code_pb2.RESOURCE_EXHAUSTED,
-                f"rate limit exceeded for this tenant; retry in {wait:.2f} s",
-                "RATE_LIMITED",
-                {"retry_after_seconds": f"{wait:.3f}"},
-                retry_after=wait,
-            )
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer
-            )
-        return note_tenant(tenant)
-
-
 def describe(auth: Authenticator) -> str:
     parts = []
     if auth.api_keys:
@@ -333,9 +221,7 @@ def describe(auth: Authenticator) -> str:
 __all__ = [
     "AuthError",
     "Authenticator",
-    "GuardInterceptor",
     "JwtConfig",
-    "RateLimiter",
     "describe",
     "load_api_keys",
     "load_jwks",

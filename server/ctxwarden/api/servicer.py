@@ -199,6 +199,8 @@ class ContextServicer:
             async for request in request_iterator:
                 yield await self._append(request)
             return
+        except grpc.aio.AbortError:
+            raise  # the call is already answered (rate limit, read timeout)
         except CtxwardenError as exc:
             code, message, trailer = to_status(exc)
         except Exception:

@@ -30,7 +30,6 @@ from google.protobuf.message import Message
 from ctxwarden.observability.logging import (
     FIELDS_ATTR,
     REQUEST_ID_METADATA_KEY,
-    TENANT_METADATA_KEY,
     RpcInfo,
     current_rpc,
     current_tenant,
@@ -118,7 +117,6 @@ class _Call:
         "debug",
         "info",
         "metadata",
-        "metadata_tenant",
         "method",
         "metrics",
         "observer",
@@ -147,7 +145,6 @@ class _Call:
             method=method,
             request_id=metadata.get(REQUEST_ID_METADATA_KEY, ""),
         )
-        self.metadata_tenant = metadata.get(TENANT_METADATA_KEY, "")
         self.rpc_token: Token[RpcInfo | None] | None = current_rpc.set(self.info)
         self.span: Span | None = None
         if observer.tracing is not None:
@@ -189,9 +186,10 @@ class _Call:
             if self.streaming:
                 m.stream_messages.labels(self.method, "received").inc(self.requests)
                 m.stream_messages.labels(self.method, "sent").inc(self.responses)
-        # note_tenant() records the authenticated tenant on self.info; the
-        # x-ctxwarden-tenant metadata is only a fallback.
-        tenant = current_tenant.get() or self.info.tenant or self.metadata_tenant
+        # note_tenant() records the authenticated tenant on self.info. Request
+        # metadata is never trusted for it: an unauthenticated call could claim
+        # any tenant there.
+        tenant = current_tenant.get() or self.info.tenant
         if self.span is not None:
             if self.info.session_id:
                 self.span.set_attribute("ctxwarden.session_id", self.info.session_id)
@@ -262,6 +260,10 @@ def _peer(context: grpc.aio.ServicerContext[Any, Any]) -> str:
 Behaviour = Callable[..., Any]
 
 
+def _is_unary(behaviour: object) -> bool:
+    return bool(getattr(behaviour, "_ctxwarden_unary", False))
+
+
 class RpcObserver(grpc.aio.ServerInterceptor):
     """Metrics, access log and tracing for every RPC the server handles."""
 
@@ -287,8 +289,13 @@ class RpcObserver(grpc.aio.ServerInterceptor):
                 self._unary_response(handler.unary_unary, method, metadata, False), des, ser
             )
         if handler.stream_unary is not None:
+            # A unary method served as client-streaming (api/reads.py) is logged
+            # and counted as the unary call it is.
+            streaming = not _is_unary(handler.stream_unary)
             return grpc.stream_unary_rpc_method_handler(
-                self._unary_response(handler.stream_unary, method, metadata, True), des, ser
+                self._unary_response(handler.stream_unary, method, metadata, True, streaming),
+                des,
+                ser,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
@@ -301,10 +308,17 @@ class RpcObserver(grpc.aio.ServerInterceptor):
         return handler
 
     def _unary_response(
-        self, inner: Behaviour, method: str, metadata: dict[str, str], request_streaming: bool
+        self,
+        inner: Behaviour,
+        method: str,
+        metadata: dict[str, str],
+        request_streaming: bool,
+        streaming: bool | None = None,
     ) -> Behaviour:
+        counted = request_streaming if streaming is None else streaming
+
         async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            call = _Call(self, method, metadata, request_streaming)
+            call = _Call(self, method, metadata, counted)
             if request_streaming:
                 request = _observe_requests(request, call)
             else:

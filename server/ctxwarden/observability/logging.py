@@ -23,12 +23,11 @@ from typing import Any, TextIO
 current_tenant: ContextVar[str] = ContextVar("ctxwarden_tenant", default="")
 """The authenticated tenant of the RPC being served ("" when unknown).
 
-Set it from the authentication layer (``current_tenant.set(tenant)``) inside the
-RPC's task; the access log reads it when the RPC ends and falls back to the
-``x-ctxwarden-tenant`` request metadata.
+Set it from the authentication layer (``note_tenant(tenant)``) inside the RPC's
+task; the access log reads it when the RPC ends. Request metadata never names
+the tenant: without authentication the logged tenant is empty.
 """
 
-TENANT_METADATA_KEY = "x-ctxwarden-tenant"
 REQUEST_ID_METADATA_KEY = "x-request-id"
 FIELDS_ATTR = "ctxw_fields"
 

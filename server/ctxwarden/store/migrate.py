@@ -57,3 +57,12 @@ def upgrade(url: str, revision: str = "head") -> SchemaStatus:
     """Apply migrations up to ``revision``; safe to run repeatedly."""
     command.upgrade(_config(url), revision)
     return schema_status(url)
+
+
+def revisions_between(start: str | None, end: str | None) -> list[str]:
+    """The revisions after ``start`` up to ``end``, oldest first (what an upgrade applied)."""
+    if end is None or start == end:
+        return []
+    script = ScriptDirectory.from_config(_config("sqlite://"))
+    walked = [r.revision for r in script.walk_revisions(base=start or "base", head=end)]
+    return [r for r in reversed(walked) if r != start]

@@ -1,0 +1,90 @@
+"""Checks of the ``serve`` settings as a person wrote them (flag, environment or
+config file): every problem in one message, each naming the setting."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ctxwarden import listen
+from ctxwarden.observability.logging import parse_level
+from ctxwarden.store.urls import async_url
+
+AT_LEAST_ONE = (
+    "max_hot_sessions",
+    "max_message_bytes",
+    "max_messages_per_request",
+    "summarizer_max_output_tokens",
+    "max_concurrent_streams",
+    "max_connections",
+    "max_concurrent_rpcs",
+    "max_concurrent_reads",
+)
+NOT_NEGATIVE = (
+    "encoding_cache_mb",
+    "max_retries",
+    "rate_limit_rps",
+    "max_sessions_per_tenant",
+    "max_stored_bytes_per_tenant",
+)
+POSITIVE = (
+    "summarizer_timeout",
+    "compaction_plan_ttl",
+    "request_read_timeout",
+    "health_interval",
+)
+AUTO_WRITERS = "auto (1 on SQLite, 2 on MySQL)"
+
+
+def problems(args: argparse.Namespace) -> list[str]:
+    """What is wrong with the settings, one line per setting (empty: all good)."""
+    out: list[str] = []
+    for name in AT_LEAST_ONE:
+        if getattr(args, name) < 1:
+            out.append(f"{name} = {getattr(args, name)!r}: must be 1 or more")
+    for name in NOT_NEGATIVE:
+        if getattr(args, name) < 0:
+            out.append(f"{name} = {getattr(args, name)!r}: must be 0 or more")
+    for name in POSITIVE:
+        if not getattr(args, name) > 0:
+            out.append(f"{name} = {getattr(args, name)!r}: must be more than 0 seconds")
+    if args.append_writers < -1:
+        out.append(
+            f"append_writers = {args.append_writers!r}: must be 0 (off), 1 or more, or unset "
+            "for the default"
+        )
+    try:
+        async_url(args.database_url)
+    except Exception as exc:
+        out.append(f"database_url: {exc}")
+    try:
+        listen.parse(args.listen)
+    except listen.ListenError as exc:
+        out.append(f"listen: {exc}")
+    if args.metrics_listen:
+        try:
+            address = listen.parse(args.metrics_listen)
+            if address.is_unix:
+                out.append("metrics_listen: must be HOST:PORT (metrics are served over HTTP)")
+        except listen.ListenError as exc:
+            out.append(f"metrics_listen: {str(exc).replace('--listen', '--metrics-listen')}")
+    try:
+        mode = int(str(args.unix_socket_mode), 8)
+        if not 0 <= mode <= 0o777:
+            raise ValueError
+    except ValueError:
+        out.append(
+            f"unix_socket_mode = {args.unix_socket_mode!r}: must be an octal file mode like 0660"
+        )
+    try:
+        parse_level(args.log_level)
+    except ValueError as exc:
+        out.append(f"log_level: {exc}")
+    return out
+
+
+def shown(key: str, value: Any) -> Any:
+    """A setting as a person would write it (no internal sentinels)."""
+    if key == "append_writers" and isinstance(value, int) and value < 0:
+        return AUTO_WRITERS
+    return value
