@@ -19,7 +19,7 @@ from google.rpc import error_details_pb2, status_pb2
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from tests.support.builders import user
-from tests.support.errors import expect_error
+from tests.support.errors import CallError, expect_error
 from tests.support.server import ServerProcess
 
 KEY = "limits-key-" + "q" * 24
@@ -54,7 +54,7 @@ def _server(backend_url: str, tmp_path: Path, *extra: str) -> ServerProcess:
     return server
 
 
-def _details(err: grpc.RpcError) -> tuple[str, float]:
+def _details(err: grpc.RpcError | CallError) -> tuple[str, float]:
     trailers: Any = err.trailing_metadata() or ()  # type: ignore[attr-defined,unused-ignore]
     raw = next(item[1] for item in trailers if item[0] == "grpc-status-details-bin")
     status = status_pb2.Status.FromString(raw)
