@@ -678,7 +678,8 @@ class SessionManager:
             # Counts are recomputed with the tokenizer and model of that time
             # (a later change of either re-counted the stored ones).
             ctx = SessionContext(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
-            return ctx.model_input(max_output_tokens)
+            # A one-off input: its encodings would only crowd out those of hot sessions.
+            return replace(ctx.model_input(max_output_tokens), render_cache=None)
 
         return await asyncio.to_thread(build)
 
