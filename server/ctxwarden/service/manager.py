@@ -136,6 +136,11 @@ def _page_size(requested: int, default: int, maximum: int = 1000) -> int:
 STORAGE_REFRESH_SECONDS = 10.0
 
 
+def message_page_token(session_id: str, include_rolled_back: bool, after_seq: int) -> str:
+    """ListMessages' next_page_token: the page after ``after_seq``."""
+    return _encode_token({"s": session_id, "r": include_rolled_back, "a": after_seq})
+
+
 def _content_bytes(m: Message) -> int:
     """Approximate stored size of a message's content."""
     return sum(
@@ -601,7 +606,7 @@ class SessionManager:
         token = ""
         if len(rows) > size:
             rows = rows[:size]
-            token = _encode_token({"s": session_id, "r": include_rolled_back, "a": rows[-1].seq})
+            token = message_page_token(session_id, include_rolled_back, rows[-1].seq)
         return rows, token
 
     # -- model input ------------------------------------------------------------
