@@ -95,6 +95,10 @@ class EncodingCache:
             if m.seq:  # stored messages only: the summary and synthetic results are remade
                 cache[id(m)] = (m, encoded)
                 size += len(encoded) + ENTRY_OVERHEAD
+        if size > self.limit_bytes:  # alone over budget: caching it would evict every other session
+            cache.clear()
+            self.total_bytes -= prev
+            return out
         self.total_bytes += size - prev
         self._caches[id(cache)] = (ref, size)
         while self.total_bytes > self.limit_bytes and self._caches:
