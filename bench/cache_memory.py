@@ -61,9 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for mb in (args.cache_mb, 0):
             url = f"sqlite:///{tmp}/cache-{mb}.db"
             migrate_database(url)
-            curve = rss_curve(
-                url, Path(tmp), args.hot, mb, args.sessions, args.step, args.messages
-            )
+            curve = rss_curve(url, Path(tmp), args.hot, mb, args.sessions, args.step, args.messages)
             full = [rss for n, rss in curve if n >= args.hot] or [curve[-1][1]]
             plateaus[mb] = max(full)
     on, off = plateaus[args.cache_mb], plateaus[0]
