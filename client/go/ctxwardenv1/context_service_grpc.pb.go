@@ -39,9 +39,13 @@ type ContextServiceClient interface {
 	// order. An error ends the stream; requests acknowledged before it are durable,
 	// the failing one wrote nothing.
 	StreamMessages(ctx context.Context, opts ...grpc.CallOption) (ContextService_StreamMessagesClient, error)
-	// Lists the complete history in seq order.
+	// Lists the complete history in seq order, in pages bounded by count and
+	// by size (see ListMessagesRequest.page_size).
 	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
 	// Returns exactly what to send to the model next. Same state, same bytes.
+	// Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is
+	// larger than the server may send: send resume_token, compact, or ask for
+	// less (view MODEL_INPUT_VIEW_BASIC with a format).
 	BuildModelInput(ctx context.Context, in *BuildModelInputRequest, opts ...grpc.CallOption) (*ModelInput, error)
 	// Rolls back a failed assistant turn (or rewinds to a seq) and says what to
 	// do next. Calling it again with nothing left to roll back is harmless.
@@ -272,9 +276,13 @@ type ContextServiceServer interface {
 	// order. An error ends the stream; requests acknowledged before it are durable,
 	// the failing one wrote nothing.
 	StreamMessages(ContextService_StreamMessagesServer) error
-	// Lists the complete history in seq order.
+	// Lists the complete history in seq order, in pages bounded by count and
+	// by size (see ListMessagesRequest.page_size).
 	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
 	// Returns exactly what to send to the model next. Same state, same bytes.
+	// Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is
+	// larger than the server may send: send resume_token, compact, or ask for
+	// less (view MODEL_INPUT_VIEW_BASIC with a format).
 	BuildModelInput(context.Context, *BuildModelInputRequest) (*ModelInput, error)
 	// Rolls back a failed assistant turn (or rewinds to a seq) and says what to
 	// do next. Calling it again with nothing left to roll back is harmless.

@@ -267,10 +267,16 @@ class AsyncClient:
         *,
         auto_compact: bool = False,
         incremental: bool = False,
+        format: context_service_pb2.ModelInputFormat.ValueType = _common.NO_FORMAT,
+        view: context_service_pb2.ModelInputView.ValueType = _common.DEFAULT_VIEW,
         timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
         """Returns exactly what to send to the model next (compacting first with
         ``auto_compact`` when the input would cross the threshold).
+
+        ``format`` (e.g. ``MODEL_INPUT_FORMAT_OPENAI_CHAT``) also renders it into
+        ``rendered_json``; the native ``messages`` then stay empty unless ``view``
+        is ``MODEL_INPUT_VIEW_FULL``.
 
         ``incremental``: the client keeps the session's last input and the
         server sends only the messages it does not hold yet (a few KB instead
@@ -278,7 +284,11 @@ class AsyncClient:
         the cached object, updated in place by the next incremental call for
         this session, so copy it if you keep it longer."""
         request = context_service_pb2.BuildModelInputRequest(
-            session_id=session_id, max_output_tokens=max_output_tokens, auto_compact=auto_compact
+            session_id=session_id,
+            max_output_tokens=max_output_tokens,
+            auto_compact=auto_compact,
+            format=format,
+            view=view,
         )
         if incremental:
             request.resume_token = self._inputs.token(session_id)

@@ -27,6 +27,8 @@ CHANNEL_OPTIONS = (
     ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
 )
 INPUT_CACHE_SESSIONS = 64
+NO_FORMAT = context_service_pb2.MODEL_INPUT_FORMAT_UNSPECIFIED
+DEFAULT_VIEW = context_service_pb2.MODEL_INPUT_VIEW_UNSPECIFIED
 
 
 class InputCache:

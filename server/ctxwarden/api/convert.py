@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
 from dataclasses import replace
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.types import SummaryPrompt
@@ -275,59 +275,17 @@ def message_to_pb(m: Message) -> msg_pb.Message:
 # -- model input ----------------------------------------------------------------
 
 
-class EncodingCache:
-    """Encoded messages of hot sessions, under one byte budget for the process.
+def encode_message(m: Message) -> bytes:
+    """``m`` as a length-delimited ModelInput.messages field.
 
-    Stored messages are immutable objects that live as long as their session
-    is hot, so each is encoded once; a cache entry keeps its object alive, so
-    its id cannot be reused while cached. The budget evicts whole sessions'
-    caches, least recently built first: an agent's active session stays
-    encoded, thousands of idle ones do not each keep a second copy of their
-    history in memory.
+    Deterministic: metadata entries in key order, not in the order the map was
+    filled (request order while hot, sorted after a restore).
     """
-
-    def __init__(self, limit_bytes: int = 32 * 1024 * 1024) -> None:
-        self.limit_bytes = limit_bytes
-        self.total_bytes = 0
-        self._sessions: OrderedDict[str, tuple[dict[int, tuple[object, bytes]], int]] = (
-            OrderedDict()
-        )
-
-    def encode(self, v: ModelInputView, offset: int) -> list[bytes]:
-        cache = v.render_cache
-        key = v.session.session_id
-        held, prev = self._sessions.pop(key, (cache, 0))
-        size = prev
-        if held is not cache:  # the session was restored since: a new cache
-            held.clear()
-            size = 0
-        if len(cache) > 2 * len(v.messages) + 256:  # mostly messages no longer in view
-            cache.clear()
-            size = 0
-        out = []
-        for m in v.messages[offset:]:
-            hit = cache.get(id(m))
-            if hit is not None and hit[0] is m:
-                out.append(hit[1])
-                continue
-            # deterministic: metadata entries in key order, not in the order the map
-            # was filled (request order while hot, sorted after a restore).
-            body: bytes = message_to_pb(m).SerializeToString(deterministic=True)
-            encoded = _MESSAGES_TAG + _varint(len(body)) + body
-            out.append(encoded)
-            if m.seq and self.limit_bytes > 0:
-                cache[id(m)] = (m, encoded)
-                size += len(encoded)
-        self.total_bytes += size - prev
-        self._sessions[key] = (cache, size)
-        while self.total_bytes > self.limit_bytes and self._sessions:
-            _, (old_cache, old_size) = self._sessions.popitem(last=False)
-            old_cache.clear()
-            self.total_bytes -= old_size
-        return out
+    body: bytes = message_to_pb(m).SerializeToString(deterministic=True)
+    return _MESSAGES_TAG + _varint(len(body)) + body
 
 
-encoding_cache = EncodingCache()
+encoding_cache = EncodingCache(encode_message)
 
 
 def resume_token(v: ModelInputView) -> str:
@@ -354,14 +312,18 @@ def resume_offset(token: str, v: ModelInputView) -> int:
     return held if f"{v.digests[index]:016x}" == fingerprint else 0
 
 
-def model_input_bytes(v: ModelInputView, offset: int = 0) -> bytes:
+def model_input_bytes(v: ModelInputView, offset: int = 0, *, with_messages: bool = True) -> bytes:
     """The serialized ModelInput, built from cached per-message encodings.
 
     Byte-for-byte deterministic for the same state (and offset). Encoding a
     1,000-message input from scratch costs ~20 ms in Python; this costs
-    ~0.2 ms. With ``offset`` > 0 only messages[offset:] are sent.
+    ~0.2 ms. With ``offset`` > 0 only messages[offset:] are sent; without
+    ``with_messages`` none are (view BASIC), and so there is no resume_token.
     """
     head = model_input_to_pb(replace(v, messages=()))
+    if not with_messages:
+        head.resume_token = ""
+        return head.SerializeToString(deterministic=True)
     head.messages_offset = offset
     return head.SerializeToString(deterministic=True) + b"".join(encoding_cache.encode(v, offset))
 

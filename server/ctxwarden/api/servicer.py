@@ -27,12 +27,18 @@ from ctxwarden.api.convert import (
 )
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.handlers import Malformed, generic_handler
+from ctxwarden.api.responses import (
+    carries_messages,
+    check_response_size,
+    page_length,
+    response_size,
+)
 from ctxwarden.api.tenancy import current_tenant, inner_id
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.service.compaction import TRIGGER_MANUAL
-from ctxwarden.service.manager import IdempotencyKey, SessionManager
+from ctxwarden.service.manager import IdempotencyKey, SessionManager, message_page_token
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
 
@@ -55,13 +61,19 @@ def _check_decoded(request: object) -> None:
 
 
 def unary(fn: Handler) -> Handler:
-    """Map domain errors to rich gRPC statuses; hide unexpected errors as INTERNAL."""
+    """Map domain errors to rich gRPC statuses; hide unexpected errors as INTERNAL.
+
+    A response larger than the server may send is RESPONSE_TOO_LARGE, not the
+    transport's bare error.
+    """
 
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             _check_decoded(request)
-            return await fn(self, request, context)
+            response = await fn(self, request, context)
+            check_response_size(fn.__name__, response_size(response), self.limits.max_request_bytes)
+            return response
         except CtxwardenError as exc:
             code, message, trailer = to_status(exc)
         except Exception:
@@ -197,7 +209,10 @@ class ContextServicer:
         """One response per request, in order; the first error ends the stream."""
         try:
             async for request in request_iterator:
-                yield await self._append(request)
+                response = await self._append(request)
+                limit = self.limits.max_request_bytes
+                check_response_size("AppendMessages", response.ByteSize(), limit)
+                yield response
             return
         except grpc.aio.AbortError:
             raise  # the call is already answered (rate limit, read timeout)
@@ -212,21 +227,23 @@ class ContextServicer:
     async def ListMessages(
         self, request: pb.ListMessagesRequest, context: Any
     ) -> pb.ListMessagesResponse:
-        messages, token = await self.manager.list_messages(
-            inner_id(request.session_id),
-            request.page_size,
-            request.page_token,
-            request.include_rolled_back,
+        sid = inner_id(request.session_id)
+        rows, token = await self.manager.list_messages(
+            sid, request.page_size, request.page_token, request.include_rolled_back
         )
-        return pb.ListMessagesResponse(
-            messages=[message_to_pb(m) for m in messages], next_page_token=token
-        )
+        messages = [message_to_pb(m) for m in rows]
+        keep = page_length(messages)
+        if keep < len(messages):  # bounded by bytes too: the rest is the next page
+            del messages[keep:]
+            token = message_page_token(sid, request.include_rolled_back, rows[keep - 1].seq)
+        return pb.ListMessagesResponse(messages=messages, next_page_token=token)
 
     # -- model input and rollback ---------------------------------------------
 
     @unary
     async def BuildModelInput(self, request: pb.BuildModelInputRequest, context: Any) -> bytes:
         """Returns the encoded ModelInput (see model_input_bytes)."""
+        with_messages = carries_messages(request)
         as_of = request.as_of_seq if request.HasField("as_of_seq") else None
         view = await self.manager.build_model_input(
             inner_id(request.session_id),
@@ -235,6 +252,8 @@ class ContextServicer:
             as_of,
             int(request.format),
         )
+        if not with_messages:
+            return model_input_bytes(view, with_messages=False)
         offset = resume_offset(request.resume_token, view) if request.resume_token else 0
         return model_input_bytes(view, offset)
 

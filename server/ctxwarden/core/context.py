@@ -62,6 +62,17 @@ METHOD_ANCHORED = 2
 METHOD_ESTIMATED = 3
 
 
+class RenderCache(dict[int, tuple[object, bytes]]):
+    """Opaque per-session cache for the api layer's encoding of stored messages.
+
+    It lives and dies with its SessionContext. It is weak-referenceable so
+    that a process-wide budget can account for it without keeping an evicted
+    session's cache (and the messages its entries hold) alive.
+    """
+
+    __slots__ = ("__weakref__",)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInputView:
     session: Session
@@ -76,8 +87,8 @@ class ModelInputView:
     summary: str
     rendered_json: str = ""
     """The input in a provider's wire schema (when a format was asked for)."""
-    render_cache: dict[int, tuple[object, bytes]] = field(default_factory=dict, compare=False)
-    """Opaque per-session cache for the api layer's encoding of stored messages."""
+    render_cache: RenderCache | None = field(default=None, compare=False)
+    """The session's RenderCache; None: nothing to cache (a one-off input)."""
     stable_messages: int = 0
     """Leading messages that later inputs start with, until history is rewritten."""
     summary_messages: int = 0
@@ -170,7 +181,7 @@ class SessionContext:
         # The view so far; valid while _entries is the same list and only grew.
         self._builder: ViewBuilder | None = None
         self._builder_source: list[ViewEntry] | None = None
-        self.render_cache: dict[int, tuple[object, bytes]] = {}
+        self.render_cache = RenderCache()
         # message_id -> stored message, built on first use: most clients never
         # send message_ids, and thousands of hot sessions need not pay for it.
         self._by_message_id: dict[str, Message] | None = None

@@ -163,6 +163,11 @@ def quota_error(exc: QuotaExceeded) -> ResourceExhausted:
     )
 
 
+def message_page_token(session_id: str, include_rolled_back: bool, after_seq: int) -> str:
+    """ListMessages' next_page_token: the page after ``after_seq``."""
+    return _encode_token({"s": session_id, "r": include_rolled_back, "a": after_seq})
+
+
 def store_error(exc: Exception) -> Exception:
     """The domain error for a store failure (the one map from store to domain)."""
     if isinstance(exc, (StoreUnavailable, PoolTimeout, TimeoutError, OSError)):
@@ -685,7 +690,7 @@ class SessionManager:
         token = ""
         if len(rows) > size:
             rows = rows[:size]
-            token = _encode_token({"s": session_id, "r": include_rolled_back, "a": rows[-1].seq})
+            token = message_page_token(session_id, include_rolled_back, rows[-1].seq)
         return rows, token
 
     # -- model input ------------------------------------------------------------
@@ -762,7 +767,8 @@ class SessionManager:
             # Counts are recomputed with the tokenizer and model of that time
             # (a later change of either re-counted the stored ones).
             ctx = SessionContext(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
-            return ctx.model_input(max_output_tokens)
+            # A one-off input: its encodings would only crowd out those of hot sessions.
+            return replace(ctx.model_input(max_output_tokens), render_cache=None)
 
         return await asyncio.to_thread(build)
 

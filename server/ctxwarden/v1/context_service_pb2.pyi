@@ -52,6 +52,34 @@ stop_reason, usage, tool_call_id and the other small fields.
 """
 Global___MessageView: _TypeAlias = MessageView  # noqa: Y015
 
+class _ModelInputView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ModelInputViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ModelInputView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MODEL_INPUT_VIEW_UNSPECIFIED: _ModelInputView.ValueType  # 0
+    """BASIC with a rendered format, FULL without one."""
+    MODEL_INPUT_VIEW_FULL: _ModelInputView.ValueType  # 1
+    """Every field: messages, and rendered_json too when a format is asked for."""
+    MODEL_INPUT_VIEW_BASIC: _ModelInputView.ValueType  # 2
+    """Everything but messages (and so no resume_token): rendered_json, tokens,
+    notices and the other small fields. The size of a rendered input.
+    """
+
+class ModelInputView(_ModelInputView, metaclass=_ModelInputViewEnumTypeWrapper):
+    """How much of a ModelInput a BuildModelInput response carries (AIP-157)."""
+
+MODEL_INPUT_VIEW_UNSPECIFIED: ModelInputView.ValueType  # 0
+"""BASIC with a rendered format, FULL without one."""
+MODEL_INPUT_VIEW_FULL: ModelInputView.ValueType  # 1
+"""Every field: messages, and rendered_json too when a format is asked for."""
+MODEL_INPUT_VIEW_BASIC: ModelInputView.ValueType  # 2
+"""Everything but messages (and so no resume_token): rendered_json, tokens,
+notices and the other small fields. The size of a rendered input.
+"""
+Global___ModelInputView: _TypeAlias = ModelInputView  # noqa: Y015
+
 class _ModelInputFormat:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -443,7 +471,10 @@ class ListMessagesRequest(_message.Message):
     session_id: _builtins.str
     """The session's ID. Required."""
     page_size: _builtins.int
-    """Default 100, max 1000."""
+    """Default 100, max 1000. A page also ends before its messages would exceed
+    4 MiB encoded (gRPC's default receive limit), but always holds at least
+    one message: a short page is not the last one, an empty next_page_token is.
+    """
     page_token: _builtins.str
     """next_page_token of a previous call with the same other fields; empty for the first page."""
     include_rolled_back: _builtins.bool
@@ -504,6 +535,7 @@ class BuildModelInputRequest(_message.Message):
     FORMAT_FIELD_NUMBER: _builtins.int
     AS_OF_SEQ_FIELD_NUMBER: _builtins.int
     RESUME_TOKEN_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     max_output_tokens: _builtins.int
@@ -519,6 +551,8 @@ class BuildModelInputRequest(_message.Message):
     format: Global___ModelInputFormat.ValueType
     """Also render the input in a provider's wire schema into
     ModelInput.rendered_json. UNSPECIFIED means NATIVE (no rendering).
+    With a rendered format the response leaves out ModelInput.messages
+    unless view is MODEL_INPUT_VIEW_FULL: rendered_json already carries them.
     """
     as_of_seq: _builtins.int
     """Replay: the input exactly as BuildModelInput returned it just before
@@ -531,6 +565,11 @@ class BuildModelInputRequest(_message.Message):
     messages to keep in front of them. An unknown, stale or foreign token
     is not an error: the whole input comes back (messages_offset 0).
     """
+    view: Global___ModelInputView.ValueType
+    """Which fields the response carries (AIP-157 partial responses).
+    UNSPECIFIED means BASIC when format renders the input (rendered_json
+    carries the messages, so they are not sent twice) and FULL otherwise.
+    """
     def __init__(
         self,
         *,
@@ -540,10 +579,11 @@ class BuildModelInputRequest(_message.Message):
         format: Global___ModelInputFormat.ValueType = ...,
         as_of_seq: _builtins.int | None = ...,
         resume_token: _builtins.str = ...,
+        view: Global___ModelInputView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "resume_token", b"resume_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "resume_token", b"resume_token", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__as_of_seq: _TypeAlias = _typing.Literal["as_of_seq"]  # noqa: Y015
     _WhichOneofArgType__as_of_seq: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq"]  # noqa: Y015
@@ -698,7 +738,7 @@ class ModelInput(_message.Message):
     resume_token: _builtins.str
     """Pass this as BuildModelInputRequest.resume_token next time to receive
     only what changed. Empty when the input cannot be resumed (replays,
-    policies with keep_tool_results).
+    policies with keep_tool_results) or messages were left out (view BASIC).
     """
     messages_offset: _builtins.int
     """When > 0, messages holds only the messages from this index on: the first
@@ -713,6 +753,8 @@ class ModelInput(_message.Message):
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]:
         """The effective context, in order, ready to send. Messages made up by the
         view (synthetic tool results) have seq 0 and metadata "ctxwarden.synthetic".
+        Empty with view MODEL_INPUT_VIEW_BASIC (the default with a rendered
+        format: rendered_json carries the messages).
         """
 
     @_builtins.property

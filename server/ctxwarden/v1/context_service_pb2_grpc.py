@@ -188,7 +188,8 @@ class ContextServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMessages(self, request, context):
-        """Lists the complete history in seq order.
+        """Lists the complete history in seq order, in pages bounded by count and
+        by size (see ListMessagesRequest.page_size).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -196,6 +197,9 @@ class ContextServiceServicer:
 
     def BuildModelInput(self, request, context):
         """Returns exactly what to send to the model next. Same state, same bytes.
+        Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is
+        larger than the server may send: send resume_token, compact, or ask for
+        less (view MODEL_INPUT_VIEW_BASIC with a format).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

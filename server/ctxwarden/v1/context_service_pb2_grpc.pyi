@@ -66,9 +66,15 @@ class ContextServiceStub:
     the failing one wrote nothing.
     """
     ListMessages: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListMessagesRequest, _context_service_pb2.ListMessagesResponse]
-    """Lists the complete history in seq order."""
+    """Lists the complete history in seq order, in pages bounded by count and
+    by size (see ListMessagesRequest.page_size).
+    """
     BuildModelInput: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.BuildModelInputRequest, _context_service_pb2.ModelInput]
-    """Returns exactly what to send to the model next. Same state, same bytes."""
+    """Returns exactly what to send to the model next. Same state, same bytes.
+    Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is
+    larger than the server may send: send resume_token, compact, or ask for
+    less (view MODEL_INPUT_VIEW_BASIC with a format).
+    """
     RollbackTurn: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.RollbackTurnRequest, _context_service_pb2.RollbackTurnResponse]
     """Rolls back a failed assistant turn (or rewinds to a seq) and says what to
     do next. Calling it again with nothing left to roll back is harmless.
@@ -141,9 +147,15 @@ class ContextServiceAsyncStub(ContextServiceStub):
     the failing one wrote nothing.
     """
     ListMessages: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListMessagesRequest, _context_service_pb2.ListMessagesResponse]  # type: ignore[assignment]
-    """Lists the complete history in seq order."""
+    """Lists the complete history in seq order, in pages bounded by count and
+    by size (see ListMessagesRequest.page_size).
+    """
     BuildModelInput: _aio.UnaryUnaryMultiCallable[_context_service_pb2.BuildModelInputRequest, _context_service_pb2.ModelInput]  # type: ignore[assignment]
-    """Returns exactly what to send to the model next. Same state, same bytes."""
+    """Returns exactly what to send to the model next. Same state, same bytes.
+    Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is
+    larger than the server may send: send resume_token, compact, or ask for
+    less (view MODEL_INPUT_VIEW_BASIC with a format).
+    """
     RollbackTurn: _aio.UnaryUnaryMultiCallable[_context_service_pb2.RollbackTurnRequest, _context_service_pb2.RollbackTurnResponse]  # type: ignore[assignment]
     """Rolls back a failed assistant turn (or rewinds to a seq) and says what to
     do next. Calling it again with nothing left to roll back is harmless.
@@ -261,7 +273,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.ListMessagesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.ListMessagesResponse, _abc.Awaitable[_context_service_pb2.ListMessagesResponse]]:
-        """Lists the complete history in seq order."""
+        """Lists the complete history in seq order, in pages bounded by count and
+        by size (see ListMessagesRequest.page_size).
+        """
 
     @_abc_1.abstractmethod
     def BuildModelInput(
@@ -269,7 +283,11 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.BuildModelInputRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.ModelInput, _abc.Awaitable[_context_service_pb2.ModelInput]]:
-        """Returns exactly what to send to the model next. Same state, same bytes."""
+        """Returns exactly what to send to the model next. Same state, same bytes.
+        Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is
+        larger than the server may send: send resume_token, compact, or ask for
+        less (view MODEL_INPUT_VIEW_BASIC with a format).
+        """
 
     @_abc_1.abstractmethod
     def RollbackTurn(
