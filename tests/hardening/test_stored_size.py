@@ -125,3 +125,18 @@ async def test_a_row_the_database_refuses_fails_only_its_own_append(backend_url:
                 assert isinstance(result, StoreRejected), result
             else:
                 assert result is None, result
+
+
+async def test_message_pages_read_no_more_than_their_byte_budget(backend_url: str) -> None:
+    async with replica(backend_url) as m:
+        sid = await new_session(m)
+        for i in range(6):
+            await m.append(sid, [user_msg(str(i) * (3 * MiB // 2))], None, None)
+        pages: list[list[str]] = []
+        token = ""
+        while True:
+            rows, token = await m.list_messages(sid, 1000, token, False)
+            pages.append([r.text[0] for r in rows])
+            if not token:
+                break
+        assert pages == [["0", "1"], ["2", "3"], ["4", "5"]]

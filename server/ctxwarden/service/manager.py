@@ -146,6 +146,10 @@ def _page_size(requested: int, default: int, maximum: int = 1000) -> int:
     return min(requested or default, maximum)
 
 
+LIST_PAGE_BYTES = 4 * 1024 * 1024
+"""A ListMessages page reads at most this much message data (plus one message)."""
+
+
 def quota_error(exc: QuotaExceeded) -> ResourceExhausted:
     if exc.quota == "sessions":
         return ResourceExhausted(
@@ -682,15 +686,16 @@ class SessionManager:
                     field="page_token",
                 )
             after = token_int(tok, "a")
-        rows = await self._db(
+        rows, more = await self._db(
             lambda: self.repo.list_messages(
-                session_id, after_seq=after, limit=size + 1, include_rolled_back=include_rolled_back
+                session_id,
+                after_seq=after,
+                limit=size,
+                include_rolled_back=include_rolled_back,
+                max_bytes=LIST_PAGE_BYTES,
             )
         )
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = message_page_token(session_id, include_rolled_back, rows[-1].seq)
+        token = message_page_token(session_id, include_rolled_back, rows[-1].seq) if more else ""
         return rows, token
 
     # -- model input ------------------------------------------------------------

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.core.session import Session
@@ -198,7 +199,7 @@ class GroupCommitter:
                         await _release(w)
                         return None
                     return w
-                except (self._dbapi.Error, OSError, TimeoutError) as exc:
+                except (self._dbapi.Error, DBAPIError, OSError, TimeoutError) as exc:
                     await _discard(w)
                     w = None
                     if attempt == 1 and stage[0] == "write":

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, insert, or_, select, update
+from sqlalchemy import Table, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -393,15 +393,50 @@ class Repository:
         return message_from_row(row) if row is not None else None
 
     async def list_messages(
-        self, session_id: str, *, after_seq: int, limit: int, include_rolled_back: bool
-    ) -> list[Message]:
-        q = select(M).where(M.c.session_id == session_id, M.c.seq > after_seq)
+        self,
+        session_id: str,
+        *,
+        after_seq: int,
+        limit: int,
+        include_rolled_back: bool,
+        max_bytes: int = 0,
+    ) -> tuple[list[Message], bool]:
+        """Up to ``limit`` messages after ``after_seq`` and whether more follow.
+
+        With ``max_bytes`` the page also stops before its stored bodies pass that
+        many bytes (always at least one message): the sizes are read first, so a
+        page of huge messages never loads more than it returns.
+        """
+        where = [M.c.session_id == session_id, M.c.seq > after_seq]
         if not include_rolled_back:
-            q = q.where(M.c.state == int(MessageState.ACTIVE))
-        q = q.order_by(M.c.seq).limit(limit)
+            where.append(M.c.state == int(MessageState.ACTIVE))
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(q)).all()
-        return [message_from_row(r) for r in rows]
+            if max_bytes <= 0:
+                rows = (
+                    await conn.execute(select(M).where(*where).order_by(M.c.seq).limit(limit + 1))
+                ).all()
+                return [message_from_row(r) for r in rows[:limit]], len(rows) > limit
+            size = func.coalesce(func.length(M.c.data), 0) + func.coalesce(func.length(M.c.body), 0)
+            sizes = (
+                await conn.execute(
+                    select(M.c.seq, size.label("size"))
+                    .where(*where)
+                    .order_by(M.c.seq)
+                    .limit(limit + 1)
+                )
+            ).all()
+            if not sizes:
+                return [], False
+            total, last = 0, sizes[0].seq
+            for i, r in enumerate(sizes[:limit]):
+                total += int(r.size)
+                if i > 0 and total > max_bytes:
+                    break
+                last = r.seq
+            rows = (
+                await conn.execute(select(M).where(*where, M.c.seq <= last).order_by(M.c.seq))
+            ).all()
+        return [message_from_row(r) for r in rows], sizes[-1].seq > last
 
     async def _advance(
         self, conn: AsyncConnection, session: Session, expected_version: int, **values: Any
