@@ -8,23 +8,18 @@ UPDATE of the session row followed by INSERTs, in one transaction.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
-from ctxwarden.core.session import Checkpoint, Session
+from ctxwarden.core.session import Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store import purge
 from ctxwarden.store.codec import (
-    checkpoint_bytes,
-    checkpoint_from_row,
-    checkpoint_row_values,
     message_from_row,
     message_row_values,
     revision_bytes,
@@ -33,6 +28,7 @@ from ctxwarden.store.codec import (
     settings_data,
     stored_message_bytes,
 )
+from ctxwarden.store.compactions import CompactionStore
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge
 from ctxwarden.store.group_commit import AppendOp, GroupCommitter
 from ctxwarden.store.models import (
@@ -44,10 +40,17 @@ from ctxwarden.store.models import (
     SessionRow,
 )
 from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.records import (
+    RequestRecord,
+    RequestScope,
+    StoredRequest,
+    advance,
+    get_request,
+    insert_record,
+    record_bytes,
+    record_values,
+)
 from ctxwarden.store.restore import Snapshot, load_snapshot, replay_snapshot
-
-RECORD_OVERHEAD = 64
-"""Bytes charged per idempotency record on top of its outcome."""
 
 S = cast(Table, SessionRow.__table__)
 M = cast(Table, MessageRow.__table__)
@@ -57,51 +60,12 @@ P = cast(Table, CompactionPlanRow.__table__)
 V = cast(Table, SessionRevisionRow.__table__)
 
 
-@dataclass(frozen=True, slots=True)
-class RequestScope:
-    """Where a request_id is unique: a method of one session (or, for
-    CreateSession, of one tenant)."""
-
-    method: str
-    session_id: str = ""
-    tenant_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """An idempotent request's key and outcome, written with its effects."""
-
-    scope: RequestScope
-    request_id: str
-    request_hash: str
-    outcome: dict[str, Any]
-    create_time_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRequest:
-    request_hash: str
-    outcome: dict[str, Any]
-
-
-def _record_values(record: RequestRecord) -> dict[str, Any]:
-    return {
-        "session_id": record.scope.session_id,
-        "tenant_id": record.scope.tenant_id,
-        "method": record.scope.method,
-        "request_id": record.request_id,
-        "request_hash": record.request_hash,
-        "outcome": json.dumps(record.outcome, separators=(",", ":")).encode(),
-        "create_time_us": record.create_time_us,
-    }
-
-
 def _is_deadlock(exc: OperationalError) -> bool:
     code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else 0
     return code in (1205, 1213) or "locked" in str(exc.orig)
 
 
-class Repository:
+class Repository(CompactionStore):
     def __init__(
         self,
         engine: AsyncEngine,
@@ -131,6 +95,9 @@ class Repository:
             timeout=statement_timeout,
         )
 
+    async def get_request(self, scope: RequestScope, request_id: str) -> StoredRequest | None:
+        return await get_request(self.engine, scope, request_id)
+
     async def close(self) -> None:
         await self.committer.close()
         await self.engine.dispose()
@@ -141,40 +108,15 @@ class Repository:
 
     # -- idempotency ----------------------------------------------------------
 
-    @staticmethod
-    async def _record(conn: AsyncConnection, record: RequestRecord | None) -> int:
-        """Insert an idempotency record; returns the bytes it stores."""
-        if record is None:
-            return 0
-        values = _record_values(record)
-        await conn.execute(insert(R).values(**values))
-        return len(values["outcome"]) + RECORD_OVERHEAD
-
-    async def get_request(self, scope: RequestScope, request_id: str) -> StoredRequest | None:
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(R.c.request_hash, R.c.outcome).where(
-                        R.c.session_id == scope.session_id,
-                        R.c.tenant_id == scope.tenant_id,
-                        R.c.method == scope.method,
-                        R.c.request_id == request_id,
-                    )
-                )
-            ).first()
-        if row is None:
-            return None
-        return StoredRequest(row.request_hash, json.loads(bytes(row.outcome)))
-
     # -- sessions -------------------------------------------------------------
 
     async def create_session(self, session: Session, record: RequestRecord | None) -> None:
         """Insert a session. Raises DuplicateKey if the ID or request is taken,
         QuotaExceeded if the tenant's quota is used up (nothing is written)."""
-        record_values = None if record is None else _record_values(record)
+        stored = None if record is None else record_values(record)
         added = revision_bytes(session)
-        if record_values is not None:
-            added += len(record_values["outcome"]) + RECORD_OVERHEAD
+        if stored is not None:
+            added += record_bytes(stored)
         for attempt in range(3):
             try:
                 async with self.engine.begin() as conn:
@@ -183,8 +125,8 @@ class Repository:
                         insert(S).values(**session_row_values(session), stored_bytes=added)
                     )
                     await self._revision(conn, session)
-                    if record_values is not None:
-                        await conn.execute(insert(R).values(**record_values))
+                    if stored is not None:
+                        await conn.execute(insert(R).values(**stored))
                 return
             except IntegrityError as exc:
                 raise DuplicateKey(str(exc.orig)) from exc
@@ -327,11 +269,11 @@ class Repository:
                 raise TooLarge(f"messages[{i}]", size, self.max_message_bytes)
             rows.append(values)
             added += stored_message_bytes(values)
-        record_values = None if record is None else _record_values(record)
-        if record_values is not None:
-            added += len(record_values["outcome"]) + RECORD_OVERHEAD
+        stored = None if record is None else record_values(record)
+        if stored is not None:
+            added += record_bytes(stored)
         return AppendOp(
-            session, expected_version, rows, record_values, added, tenant_of(session.session_id)
+            session, expected_version, rows, stored, added, tenant_of(session.session_id)
         )
 
     async def append(self, op: AppendOp) -> None:
@@ -438,22 +380,6 @@ class Repository:
             ).all()
         return [message_from_row(r) for r in rows], sizes[-1].seq > last
 
-    async def _advance(
-        self, conn: AsyncConnection, session: Session, expected_version: int, **values: Any
-    ) -> None:
-        """Compare-and-set the session row on its version (else ConcurrentWrite)."""
-        result = await conn.execute(
-            update(S)
-            .where(
-                S.c.session_id == session.session_id,
-                S.c.version == expected_version,
-                S.c.delete_time_us == 0,
-            )
-            .values(version=session.version, update_time_us=session.update_time_us, **values)
-        )
-        if result.rowcount != 1:
-            raise ConcurrentWrite(session.session_id)
-
     async def rollback(
         self,
         session: Session,
@@ -466,8 +392,8 @@ class Repository:
         compare-and-set on the version."""
         try:
             async with self.engine.begin() as conn:
-                added = await self._record(conn, record)
-                await self._advance(
+                added = await insert_record(conn, record)
+                await advance(
                     conn,
                     session,
                     expected_version,
@@ -493,165 +419,6 @@ class Repository:
                         raise ConcurrentWrite(session.session_id)
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
-
-    # -- compaction -------------------------------------------------------------
-
-    async def commit_compaction(
-        self,
-        checkpoint: Checkpoint,
-        session: Session,
-        *,
-        expected_version: int,
-        plan_id: str = "",
-        record: RequestRecord | None = None,
-    ) -> None:
-        """Insert the checkpoint and make it the session's current one, atomically,
-        compare-and-set on the session's version. History rows are not touched."""
-        values = checkpoint_row_values(checkpoint)
-        try:
-            async with self.engine.begin() as conn:
-                added = await self._record(conn, record) + checkpoint_bytes(values)
-                await self._advance(
-                    conn,
-                    session,
-                    expected_version,
-                    compaction_id=checkpoint.compaction_id,
-                    context_tokens=session.context_tokens,
-                    stored_bytes=S.c.stored_bytes + added,
-                )
-                await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
-                await conn.execute(insert(C).values(**values))
-                if plan_id:
-                    await conn.execute(
-                        update(P)
-                        .where(P.c.plan_id == plan_id)
-                        .values(committed_compaction_id=checkpoint.compaction_id)
-                    )
-        except IntegrityError as exc:
-            raise DuplicateKey(str(exc.orig)) from exc
-
-    async def save_plan(
-        self, plan_id: str, session_id: str, payload: dict[str, Any], expire_us: int, now_us: int
-    ) -> None:
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                insert(P).values(
-                    plan_id=plan_id,
-                    session_id=session_id,
-                    payload=json.dumps(payload, separators=(",", ":")),
-                    expire_time_us=expire_us,
-                    committed_compaction_id="",
-                    create_time_us=now_us,
-                )
-            )
-
-    async def get_plan(self, plan_id: str) -> tuple[str, dict[str, Any], int, str] | None:
-        """(session_id, payload, expire_time_us, committed_compaction_id)."""
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(P).where(P.c.plan_id == plan_id))).first()
-        if row is None:
-            return None
-        return (
-            row.session_id,
-            json.loads(row.payload),
-            row.expire_time_us,
-            row.committed_compaction_id,
-        )
-
-    async def get_compaction(self, compaction_id: str) -> Checkpoint | None:
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(C).where(C.c.compaction_id == compaction_id))).first()
-        return checkpoint_from_row(row) if row is not None else None
-
-    async def list_compactions(
-        self, session_id: str, *, limit: int, before: tuple[int, str] | None
-    ) -> list[Checkpoint]:
-        q = select(C).where(C.c.session_id == session_id)
-        if before is not None:
-            t, cid = before
-            q = q.where(or_(C.c.created_at < t, and_(C.c.created_at == t, C.c.compaction_id < cid)))
-        q = q.order_by(C.c.created_at.desc(), C.c.compaction_id.desc()).limit(limit)
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(q)).all()
-        return [checkpoint_from_row(r) for r in rows]
-
-    async def rollback_across_checkpoints(
-        self,
-        session: Session,
-        *,
-        expected_version: int,
-        to_seq: int,
-        record: Callable[[list[int]], RequestRecord | None],
-    ) -> tuple[list[int], str]:
-        """Rewind to ``to_seq`` when that is before the current checkpoint.
-
-        Marks every active message after ``to_seq`` rolled back, supersedes
-        every checkpoint that summarised messages after ``to_seq`` and falls
-        back to the newest one still valid. Returns the rolled-back seqs and
-        the checkpoint now in effect ("" for none).
-        """
-        sid = session.session_id
-        try:
-            async with self.engine.begin() as conn:
-                await self._advance(
-                    conn,
-                    session,
-                    expected_version,
-                    consecutive_failures=session.consecutive_failures,
-                )
-                seqs = [
-                    int(r.seq)
-                    for r in (
-                        await conn.execute(
-                            select(M.c.seq)
-                            .where(
-                                M.c.session_id == sid,
-                                M.c.seq > to_seq,
-                                M.c.state == int(MessageState.ACTIVE),
-                            )
-                            .order_by(M.c.seq)
-                        )
-                    ).all()
-                ]
-                await conn.execute(
-                    update(M)
-                    .where(
-                        M.c.session_id == sid,
-                        M.c.seq > to_seq,
-                        M.c.state == int(MessageState.ACTIVE),
-                    )
-                    .values(
-                        state=int(MessageState.ROLLED_BACK), rolled_back_at_seq=session.last_seq
-                    )
-                )
-                await conn.execute(
-                    update(C)
-                    .where(
-                        C.c.session_id == sid,
-                        C.c.superseded_at_seq == 0,
-                        C.c.first_kept_seq - 1 > to_seq,
-                    )
-                    .values(superseded_at_seq=session.last_seq)
-                )
-                newest = (
-                    await conn.execute(
-                        select(C.c.compaction_id)
-                        .where(C.c.session_id == sid, C.c.superseded_at_seq == 0)
-                        .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
-                        .limit(1)
-                    )
-                ).first()
-                current = str(newest.compaction_id) if newest is not None else ""
-                added = await self._record(conn, record(seqs))
-                await conn.execute(
-                    update(S)
-                    .where(S.c.session_id == sid)
-                    .values(compaction_id=current, stored_bytes=S.c.stored_bytes + added)
-                )
-                await self.quota.add_bytes(conn, tenant_of(sid), added)
-        except IntegrityError as exc:
-            raise DuplicateKey(str(exc.orig)) from exc
-        return seqs, current
 
     # -- restore --------------------------------------------------------------
 

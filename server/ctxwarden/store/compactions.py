@@ -1,0 +1,191 @@
+"""The compaction side of the repository: checkpoints, plans, rewinds across them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ctxwarden.core.messages import MessageState
+from ctxwarden.core.session import Checkpoint, Session
+from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
+from ctxwarden.store.errors import DuplicateKey
+from ctxwarden.store.models import CompactionPlanRow, CompactionRow, MessageRow, SessionRow
+from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.records import RequestRecord, advance, insert_record
+
+S = cast(Table, SessionRow.__table__)
+M = cast(Table, MessageRow.__table__)
+C = cast(Table, CompactionRow.__table__)
+P = cast(Table, CompactionPlanRow.__table__)
+
+
+class CompactionStore:
+    """Every write compares-and-sets the session's version (see records.advance)."""
+
+    engine: AsyncEngine
+    quota: TenantQuota
+
+    # -- compaction -------------------------------------------------------------
+
+    async def commit_compaction(
+        self,
+        checkpoint: Checkpoint,
+        session: Session,
+        *,
+        expected_version: int,
+        plan_id: str = "",
+        record: RequestRecord | None = None,
+    ) -> None:
+        """Insert the checkpoint and make it the session's current one, atomically,
+        compare-and-set on the session's version. History rows are not touched."""
+        values = checkpoint_row_values(checkpoint)
+        try:
+            async with self.engine.begin() as conn:
+                added = await insert_record(conn, record) + checkpoint_bytes(values)
+                await advance(
+                    conn,
+                    session,
+                    expected_version,
+                    compaction_id=checkpoint.compaction_id,
+                    context_tokens=session.context_tokens,
+                    stored_bytes=S.c.stored_bytes + added,
+                )
+                await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
+                await conn.execute(insert(C).values(**values))
+                if plan_id:
+                    await conn.execute(
+                        update(P)
+                        .where(P.c.plan_id == plan_id)
+                        .values(committed_compaction_id=checkpoint.compaction_id)
+                    )
+        except IntegrityError as exc:
+            raise DuplicateKey(str(exc.orig)) from exc
+
+    async def save_plan(
+        self, plan_id: str, session_id: str, payload: dict[str, Any], expire_us: int, now_us: int
+    ) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(P).values(
+                    plan_id=plan_id,
+                    session_id=session_id,
+                    payload=json.dumps(payload, separators=(",", ":")),
+                    expire_time_us=expire_us,
+                    committed_compaction_id="",
+                    create_time_us=now_us,
+                )
+            )
+
+    async def get_plan(self, plan_id: str) -> tuple[str, dict[str, Any], int, str] | None:
+        """(session_id, payload, expire_time_us, committed_compaction_id)."""
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(P).where(P.c.plan_id == plan_id))).first()
+        if row is None:
+            return None
+        return (
+            row.session_id,
+            json.loads(row.payload),
+            row.expire_time_us,
+            row.committed_compaction_id,
+        )
+
+    async def get_compaction(self, compaction_id: str) -> Checkpoint | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(C).where(C.c.compaction_id == compaction_id))).first()
+        return checkpoint_from_row(row) if row is not None else None
+
+    async def list_compactions(
+        self, session_id: str, *, limit: int, before: tuple[int, str] | None
+    ) -> list[Checkpoint]:
+        q = select(C).where(C.c.session_id == session_id)
+        if before is not None:
+            t, cid = before
+            q = q.where(or_(C.c.created_at < t, and_(C.c.created_at == t, C.c.compaction_id < cid)))
+        q = q.order_by(C.c.created_at.desc(), C.c.compaction_id.desc()).limit(limit)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(q)).all()
+        return [checkpoint_from_row(r) for r in rows]
+
+    async def rollback_across_checkpoints(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        to_seq: int,
+        record: Callable[[list[int]], RequestRecord | None],
+    ) -> tuple[list[int], str]:
+        """Rewind to ``to_seq`` when that is before the current checkpoint.
+
+        Marks every active message after ``to_seq`` rolled back, supersedes
+        every checkpoint that summarised messages after ``to_seq`` and falls
+        back to the newest one still valid. Returns the rolled-back seqs and
+        the checkpoint now in effect ("" for none).
+        """
+        sid = session.session_id
+        try:
+            async with self.engine.begin() as conn:
+                await advance(
+                    conn,
+                    session,
+                    expected_version,
+                    consecutive_failures=session.consecutive_failures,
+                )
+                seqs = [
+                    int(r.seq)
+                    for r in (
+                        await conn.execute(
+                            select(M.c.seq)
+                            .where(
+                                M.c.session_id == sid,
+                                M.c.seq > to_seq,
+                                M.c.state == int(MessageState.ACTIVE),
+                            )
+                            .order_by(M.c.seq)
+                        )
+                    ).all()
+                ]
+                await conn.execute(
+                    update(M)
+                    .where(
+                        M.c.session_id == sid,
+                        M.c.seq > to_seq,
+                        M.c.state == int(MessageState.ACTIVE),
+                    )
+                    .values(
+                        state=int(MessageState.ROLLED_BACK), rolled_back_at_seq=session.last_seq
+                    )
+                )
+                await conn.execute(
+                    update(C)
+                    .where(
+                        C.c.session_id == sid,
+                        C.c.superseded_at_seq == 0,
+                        C.c.first_kept_seq - 1 > to_seq,
+                    )
+                    .values(superseded_at_seq=session.last_seq)
+                )
+                newest = (
+                    await conn.execute(
+                        select(C.c.compaction_id)
+                        .where(C.c.session_id == sid, C.c.superseded_at_seq == 0)
+                        .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
+                        .limit(1)
+                    )
+                ).first()
+                current = str(newest.compaction_id) if newest is not None else ""
+                added = await insert_record(conn, record(seqs))
+                await conn.execute(
+                    update(S)
+                    .where(S.c.session_id == sid)
+                    .values(compaction_id=current, stored_bytes=S.c.stored_bytes + added)
+                )
+                await self.quota.add_bytes(conn, tenant_of(sid), added)
+        except IntegrityError as exc:
+            raise DuplicateKey(str(exc.orig)) from exc
+        return seqs, current
