@@ -26,8 +26,12 @@ NOT_NEGATIVE = (
     "rate_limit_rps",
     "max_sessions_per_tenant",
     "max_stored_bytes_per_tenant",
+    "max_read_staleness",
+    "db_timeout",
 )
 POSITIVE = (
+    "db_connect_timeout",
+    "db_pool_timeout",
     "summarizer_timeout",
     "compaction_plan_ttl",
     "request_read_timeout",

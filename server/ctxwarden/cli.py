@@ -313,6 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
         "opentelemetry-sdk (env OTEL_EXPORTER_OTLP_ENDPOINT; default: off)",
     )
     obs.add_argument(
+        "--max-read-staleness",
+        type=float,
+        default=float(_env("CTXWARDEN_MAX_READ_STALENESS", "0")),
+        help="seconds a replica may serve a hot session without checking that no other "
+        "replica changed it; 0: every read checks (one primary-key read) "
+        "(env CTXWARDEN_MAX_READ_STALENESS; default %(default)s)",
+    )
+    obs.add_argument(
         "--db-timeout",
         type=float,
         default=float(_env("CTXWARDEN_DB_TIMEOUT", "5")),
@@ -578,6 +586,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         metrics_listen=args.metrics_listen,
         otel_endpoint=args.otel_endpoint,
         health_interval_seconds=args.health_interval,
+        max_read_staleness_seconds=args.max_read_staleness,
         db_timeout_seconds=args.db_timeout,
         db_connect_timeout_seconds=args.db_connect_timeout,
         db_pool_timeout_seconds=args.db_pool_timeout,

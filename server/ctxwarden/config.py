@@ -24,6 +24,9 @@ class Settings:
     max_hot_sessions: int = 1000
     max_retries: int = 3
     db_pool_size: int = 10
+    max_read_staleness_seconds: float = 0.0
+    """How long a replica may serve a hot session it last verified against the
+    database without checking again (0: every read checks)."""
     db_timeout_seconds: float = 5.0
     """Bound on any database call (a hung database is UNAVAILABLE after this); 0: none."""
     db_connect_timeout_seconds: float = 5.0

@@ -14,6 +14,7 @@ from ctxwarden.core.messages import Usage
 from ctxwarden.core.session import Session
 from ctxwarden.service.manager import SessionManager
 from tests.support.inproc import (
+    FakeClock,
     assistant_msg,
     new_session,
     replica,
@@ -114,3 +115,24 @@ async def test_usage_reported_on_a_is_not_lost_by_b(backend_url: str) -> None:
         await a.append(sid, [assistant_msg("answer", usage=usage)], None, None)
         view = await b.build_model_input(sid, 0)
         assert view.tokens.anchored_total_tokens > 0
+
+
+async def test_a_configured_staleness_bound_is_the_longest_b_serves_a_stale_copy(
+    backend_url: str,
+) -> None:
+    clock = FakeClock()
+    async with (
+        replica(backend_url) as a,
+        replica(backend_url, clock, max_read_staleness_seconds=2.0) as b,
+    ):
+        sid = await _seed(a, b)
+        await a.rollback(sid, 2, "", None)
+        clock.now += 1.9
+        assert len(await _texts(b, sid)) == 4  # within the documented bound: not checked
+        clock.now += 0.2
+        assert await _texts(b, sid) == ["q1", "a2"]
+        # Writes never rely on the bound: they compare-and-set the version.
+        await a.append(sid, [user_msg("from a")], None, None)
+        appended = await b.append(sid, [user_msg("from b")], None, None)
+        assert appended.last_seq == 6  # seqs 3-4 stay stored, rolled back
+        assert await _texts(a, sid) == ["q1", "a2", "from a", "from b"]

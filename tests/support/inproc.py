@@ -24,10 +24,24 @@ from ctxwarden.service.manager import SessionManager
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 
 
+class FakeClock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @asynccontextmanager
-async def replica(url: str, **settings: Any) -> AsyncIterator[SessionManager]:
+async def replica(
+    url: str, clock: FakeClock | None = None, **settings: Any
+) -> AsyncIterator[SessionManager]:
     """One server's service layer on ``url`` (a migrated database)."""
     manager = await build_manager(Settings(database_url=url, **settings), None)
+    if clock is not None:
+        manager.clock = clock
     try:
         yield manager
     finally:

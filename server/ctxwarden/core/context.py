@@ -187,6 +187,9 @@ class SessionContext:
         self._by_message_id: dict[str, Message] | None = None
         self._calls: dict[str, _CallState] = {}
         self.session = session
+        self.checked_at = float("-inf")
+        """When this copy was last known to be the stored version (the service's
+        clock; core never reads it)."""
         self.policy = effective_policy(session.policy, session.model)
         self._refresh_fixed_costs()
         key = self.profile.key

@@ -186,6 +186,7 @@ class Compactor:
                 raise
             ctx.apply_checkpoint(checkpoint)
             ctx.session = replace(ctx.session, version=session.version)
+            ctx.checked_at = self.m.clock()
             metrics.observe_compaction(checkpoint)
             log.info(
                 "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -234,8 +235,15 @@ async def _tokenizer(spec: str) -> Tokenizer:
 
 class SessionManager:
     def __init__(
-        self, repo: Repository, settings: Settings, summarizer: Summarizer | None = None
+        self,
+        repo: Repository,
+        settings: Settings,
+        summarizer: Summarizer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` (seconds) times how long a verified hot copy may be served
+        unchecked (``settings.max_read_staleness_seconds``)."""
+        self.clock = clock
         self.repo = repo
         self.settings = settings
         self.hot = HotSessions(settings.max_hot_sessions, settings.db_timeout_seconds)
@@ -284,13 +292,20 @@ class SessionManager:
             return await self._context_locked(session_id, verify=verify)
 
     async def _current(self, ctx: SessionContext) -> bool:
-        """Whether the in-memory copy is the stored session's current version."""
+        """Whether the in-memory copy is the stored session's current version
+        (checked in the database unless it was within the staleness bound)."""
+        now = self.clock()
+        if now - ctx.checked_at < self.settings.max_read_staleness_seconds:
+            return True
         sid = ctx.session.session_id
         stored = await self._db(lambda: self.repo.session_version(sid))
         if stored is None or stored[1]:
             self.hot.evict(sid)
             raise self._not_found(sid)
-        return stored[0] == ctx.session.version
+        if stored[0] != ctx.session.version:
+            return False
+        ctx.checked_at = now
+        return True
 
     async def _context_locked(self, session_id: str, *, verify: bool = False) -> SessionContext:
         """Like _context, for a caller that already holds the session's lock."""
@@ -314,6 +329,7 @@ class SessionManager:
         else:
             ctx = build()
         self.restores += 1
+        ctx.checked_at = self.clock()
         self.hot.put(session_id, ctx)
         return ctx
 
@@ -406,6 +422,7 @@ class SessionManager:
                 reason="SESSION_ALREADY_EXISTS",
                 metadata={"session_id": visible_id(sid)},
             ) from None
+        ctx.checked_at = self.clock()
         self.hot.put(sid, ctx)
         return fresh
 
@@ -628,6 +645,7 @@ class SessionManager:
                 samples_before = base.estimate_samples
                 ctx.apply_append(plan, now)
                 ctx.session = replace(ctx.session, version=new_session.version)
+                ctx.checked_at = self.clock()
                 if plan.calibration.samples > samples_before:
                     self.model_calibration.learn(
                         tenant_of(session_id), ctx.session.model, plan.calibration.ratio
@@ -840,6 +858,7 @@ class SessionManager:
                     return _rollback_from_outcome(stored.outcome)
                 ctx.apply_rollback(seqs, failures, now)
                 ctx.session = replace(ctx.session, version=new_session.version)
+                ctx.checked_at = self.clock()
             return result
 
     async def _rollback_across(
