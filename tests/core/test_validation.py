@@ -101,18 +101,19 @@ def test_tool_result_without_tool_call_id() -> None:
 
 
 @pytest.mark.parametrize(
-    ("arguments", "detail"),
+    ("arguments", "detail", "reason"),
     [
-        ("[1]", "got list"),
-        ("not json", "not valid JSON"),
-        ("1", "got int"),
-        ('"s"', "got str"),
-        ("null", "got NoneType"),
-        ("{", "not valid JSON"),
-        ("[" * 100_000, ""),
+        ("[1]", "got list", "INVALID_JSON"),
+        ("not json", "not valid JSON", "INVALID_JSON"),
+        ("1", "got int", "INVALID_JSON"),
+        ('"s"', "got str", "INVALID_JSON"),
+        ("null", "got NoneType", "INVALID_JSON"),
+        ("{", "not valid JSON", "INVALID_JSON"),
+        ("[" * 100_000, "the limit is 64", "JSON_TOO_DEEP"),
+        ('{"a":' * 65 + "1" + "}" * 65, "nests 65 levels", "JSON_TOO_DEEP"),
     ],
 )
-def test_tool_call_arguments_must_be_json_object(arguments: str, detail: str) -> None:
+def test_tool_call_arguments_must_be_json_object(arguments: str, detail: str, reason: str) -> None:
     msg = assistant(
         text("x"),
         ContentBlock.of_tool_call("c0", "ok", "{}"),
@@ -121,7 +122,7 @@ def test_tool_call_arguments_must_be_json_object(arguments: str, detail: str) ->
     )
     err = rejects([user(), msg])
     assert err.field == "messages[1].content[2].tool_call.arguments_json"
-    assert err.reason == "INVALID_JSON"
+    assert err.reason == reason
     assert detail in err.message
 
 

@@ -314,10 +314,10 @@ def test_hostile_input_is_refused_cleanly(stub: Stub, new_session: NewSession) -
         role=m.ROLE_ASSISTANT,
         content=[m.ContentBlock(tool_call=m.ToolCall(id="c", name="t", arguments_json=deep))],
     )
-    expect_error(INVALID, "INVALID_JSON", append, stub, sid, nested)
+    expect_error(INVALID, "JSON_TOO_DEEP", append, stub, sid, nested)
     deep_obj = '{"a":' * 50_000 + "1" + "}" * 50_000
     nested.content[0].tool_call.arguments_json = deep_obj
-    expect_error(INVALID, "INVALID_JSON", append, stub, sid, nested)
+    expect_error(INVALID, "JSON_TOO_DEEP", append, stub, sid, nested)
     expect_error(INVALID, "NUL_CHARACTER", append, stub, sid, user("bad \x00 byte"))
     bogus = assistant("hi")
     bogus.usage.CopyFrom(m.Usage(input_tokens=5_000_000_000))
