@@ -13,8 +13,10 @@ import asyncio
 import time
 
 import pytest
+from grpc_health.v1 import health as health_aio
 
 from ctxwarden.core.errors import Unavailable
+from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
 from ctxwarden.service.manager import SessionManager
 from tests.support.inproc import new_session, replica, user_msg
 from tests.support.mariadb import PrivateMariaDB
@@ -53,9 +55,17 @@ async def test_a_hung_database_is_unavailable_within_the_timeouts(
         sids = [await new_session(m) for _ in range(4)]
         for sid in sids:
             await m.append(sid, [user_msg("before")], None, None)
+        health = health_aio.aio.HealthServicer()
+        monitor = HealthMonitor(
+            health, ("",), DatabaseProbe(m.repo.ping, url), interval=0.2, timeout=1.0
+        )
+        assert await monitor.check_once()
         with private_mariadb.paused():
             calls = [asyncio.ensure_future(_call(m, sids[i % 4], i)) for i in range(40)]
             outcomes = await asyncio.gather(*(_timed(c) for c in calls))
+            assert not await monitor.check_once()
+            assert not monitor.serving  # health is NOT_SERVING while it hangs
+        assert await monitor.check_once()
         slowest = max(t for t, _ in outcomes)
         errors = [r for _, r in outcomes]
         assert all(isinstance(e, Unavailable) for e in errors), {type(e) for e in errors}

@@ -11,6 +11,7 @@ import {
   INPUT_CACHE_SESSIONS,
   InputCache,
   ModelInputFormat,
+  ModelInputView,
   ModelInputSchema,
   assistant,
   create,
@@ -121,13 +122,15 @@ describe("InputCache against a real ctxwarden server", () => {
     assert.equal(rec.answers.at(-1)?.messagesOffset, 20n);
     assert.equal(rec.answers.at(-1)?.messages.length, 0);
 
-    // Other request fields are passed on; rendered_json comes back complete.
+    // Other request fields are passed on; rendered_json comes back complete. (With a
+    // format, the native messages come back only with view FULL: what a cache merges.)
     await client.appendMessages({ sessionId, messages: turn(6) });
-    const rendered = await inputs.build({ sessionId, format: ModelInputFormat.OPENAI_CHAT, maxOutputTokens: 1000n });
+    const asked = { sessionId, format: ModelInputFormat.OPENAI_CHAT, view: ModelInputView.FULL, maxOutputTokens: 1000n };
+    const rendered = await inputs.build(asked);
     assert.ok(rec.answers.at(-1)!.messagesOffset > 0n);
     assertSameInput(
       rendered,
-      await client.buildModelInput({ sessionId, format: ModelInputFormat.OPENAI_CHAT, maxOutputTokens: 1000n }),
+      await client.buildModelInput(asked),
     );
     assert.notEqual(rendered.renderedJson, "");
   });
