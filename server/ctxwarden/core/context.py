@@ -368,12 +368,14 @@ class SessionContext:
             new.append(message)
         return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, calibration)
 
-    def apply_append(self, plan: AppendPlan, now_us: int) -> None:
+    def apply_append(self, plan: AppendPlan, now_us: int, version: int | None = None) -> None:
+        """Install a committed append (``version``: the session's new version)."""
         for message in plan.new:
             self._add(message)
             self._message_tokens += self._entries[-1].token_count
         self.session = replace(
             self.session,
+            version=self.session.version if version is None else version,
             last_seq=plan.last_seq,
             context_tokens=self.context_tokens,
             update_time_us=now_us,

@@ -643,8 +643,7 @@ class SessionManager:
                     stored_dups = found
                     continue
                 samples_before = base.estimate_samples
-                ctx.apply_append(plan, now)
-                ctx.session = replace(ctx.session, version=new_session.version)
+                ctx.apply_append(plan, now, new_session.version)
                 ctx.checked_at = self.clock()
                 if plan.calibration.samples > samples_before:
                     self.model_calibration.learn(

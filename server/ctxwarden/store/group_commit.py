@@ -95,8 +95,8 @@ class GroupCommitter:
         timeout: float = 0.0,
     ) -> None:
         """``observe(operation, seconds, ok)`` is told about every statement;
-        ``timeout``: seconds any statement may take before the connection is
-        considered lost (0: unbounded)."""
+        ``timeout``: seconds a batch's statements and commit may take before the
+        connection is considered lost (0: unbounded)."""
         self.engine = engine
         self._sql = WriterSql(engine.dialect.name, max_stored_bytes)
         self._dbapi: Any = engine.dialect.loaded_dbapi
@@ -187,7 +187,7 @@ class GroupCommitter:
                 try:
                     if w is None:
                         w = await self._connect()
-                    await self._write(w, batch, stage)
+                    await self._bounded(self._write(w, batch, stage))
                 except _BatchFailed as failed:
                     assert w is not None
                     await w.rollback()
@@ -284,7 +284,7 @@ class GroupCommitter:
         start = time.perf_counter()
         ok = False
         try:
-            value = await self._bounded(call)
+            value = await call
             ok = True
             return value
         finally:

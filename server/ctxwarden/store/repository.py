@@ -51,6 +51,7 @@ from ctxwarden.store.records import (
     record_values,
 )
 from ctxwarden.store.restore import Snapshot, load_snapshot, replay_snapshot
+from ctxwarden.store.version_reader import VersionReader
 
 S = cast(Table, SessionRow.__table__)
 M = cast(Table, MessageRow.__table__)
@@ -87,6 +88,7 @@ class Repository(CompactionStore):
         self.quota = quota or TenantQuota()
         if append_writers is None:
             append_writers = 1 if engine.dialect.name == "sqlite" else 2
+        self.versions = VersionReader(engine, statement_timeout)
         self.committer = GroupCommitter(
             engine,
             writers=append_writers,
@@ -99,6 +101,7 @@ class Repository(CompactionStore):
         return await get_request(self.engine, scope, request_id)
 
     async def close(self) -> None:
+        await self.versions.close()
         await self.committer.close()
         await self.engine.dispose()
 
@@ -182,14 +185,8 @@ class Repository(CompactionStore):
 
     async def session_version(self, session_id: str) -> tuple[int, bool] | None:
         """(version, deleted) of the stored session: what a replica compares its
-        in-memory copy with before serving it."""
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(S.c.version, S.c.delete_time_us).where(S.c.session_id == session_id)
-                )
-            ).first()
-        return None if row is None else (int(row.version), bool(row.delete_time_us))
+        in-memory copy with before serving it (see version_reader)."""
+        return await self.versions.version(session_id)
 
     async def update_session(
         self,

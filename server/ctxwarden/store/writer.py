@@ -194,6 +194,21 @@ class Writer:
         await cur.close()
         return count
 
+    async def fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        if self.mysql:
+            async with self.driver.cursor() as cur:
+                await cur.execute(sql, params)
+                return list(await cur.fetchall())
+        cur = await self.driver.execute(sql, params)
+        rows = list(await cur.fetchall())
+        await cur.close()
+        return rows
+
+    async def autocommit(self) -> None:
+        """Every statement its own transaction: each read sees the latest commits."""
+        if self.mysql:
+            await self.driver.autocommit(True)
+
     async def insert_many(self, table: TableSql, rows: Sequence[Sequence[Any]]) -> None:
         if not self.mysql:
             await self.driver.executemany(table.insert, rows)
