@@ -89,10 +89,21 @@ class VersionReader:
             f"WHERE session_id IN ({marks})"
         )
         async with asyncio.timeout(self.timeout if self.timeout > 0 else None):
-            if self._conn is None:
-                self._conn = await Writer.open(self.engine)
-                await self._conn.autocommit()
-            rows = await self._conn.fetch_all(sql, ids)
+            for attempt in (1, 2):
+                fresh = self._conn is None
+                if self._conn is None:
+                    self._conn = await Writer.open(self.engine)
+                    await self._conn.autocommit()
+                try:
+                    rows = await self._conn.fetch_all(sql, ids)
+                    break
+                except Exception:
+                    # A connection that served before may have died since (the
+                    # database restarted): a read is safe to try once more.
+                    await self._conn.discard()
+                    self._conn = None
+                    if fresh or attempt == 2:
+                        raise
         self.queries += 1
         return rows
 
