@@ -41,7 +41,7 @@ async def replica(
     """One server's service layer on ``url`` (a migrated database)."""
     manager = await build_manager(Settings(database_url=url, **settings), None)
     if clock is not None:
-        manager.clock = clock
+        manager.runtime.clock = clock
     try:
         yield manager
     finally:

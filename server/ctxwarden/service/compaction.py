@@ -35,18 +35,20 @@ from ctxwarden.core.session import Checkpoint
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.observability.metrics import metrics
+from ctxwarden.service.checkpoint import build_checkpoint
+from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.repository import RequestScope
 
 if TYPE_CHECKING:
-    from ctxwarden.service.manager import IdempotencyKey, SessionManager
+    from ctxwarden.service.results import IdempotencyKey
+    from ctxwarden.service.runtime import SessionRuntime
 
 log = logging.getLogger(__name__)
 
 TRIGGER_MANUAL = 1
 TRIGGER_THRESHOLD = 2
 TRIGGER_OVERFLOW = 3
-NO_EARLIER_HISTORY = "(no earlier history)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +81,8 @@ def _plan_payload(plan: Plan, trigger: int) -> dict[str, Any]:
 
 
 class Compactor:
-    def __init__(self, manager: SessionManager, summarizer: Summarizer | None) -> None:
-        self.m = manager
+    def __init__(self, runtime: SessionRuntime, summarizer: Summarizer | None) -> None:
+        self.m = runtime
         self.summarizer = summarizer
 
     # -- planning -------------------------------------------------------------
@@ -111,12 +113,12 @@ class Compactor:
         self, session_id: str, instructions: str, keep_recent_tokens: int
     ) -> PlanHandle:
         async with self.m.hot.lock(session_id):
-            ctx = await self.m._context_locked(session_id, verify=True)
+            ctx = await self.m.context_locked(session_id, verify=True)
             plan = self._plan(ctx, keep_recent_tokens, instructions)
         plan_id = ids.new_id()
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
-        await self.m._db(
+        await self.m.db(
             lambda: self.m.repo.save_plan(
                 plan_id, session_id, _plan_payload(plan, TRIGGER_MANUAL), expire, now
             )
@@ -139,7 +141,7 @@ class Compactor:
         key: IdempotencyKey | None = None,
     ) -> Checkpoint:
         async with self.m.hot.lock(session_id):
-            ctx = await self.m._context_locked(session_id, verify=True)
+            ctx = await self.m.context_locked(session_id, verify=True)
             current = ctx.checkpoint.compaction_id if ctx.checkpoint else ""
             if current != payload["base_compaction_id"]:
                 raise Aborted(
@@ -154,12 +156,12 @@ class Compactor:
                     "prepare a new plan",
                     reason="PLAN_STALE",
                 )
-            checkpoint = self._checkpoint(
+            checkpoint = build_checkpoint(
                 ctx, payload, summary, turn_prefix_summary, summarizer, trigger
             )
             now = ids.now_us()
             record = (
-                self.m._record(record_scope, key, {"compaction_id": checkpoint.compaction_id})
+                self.m.record(record_scope, key, {"compaction_id": checkpoint.compaction_id})
                 if record_scope is not None
                 else None
             )
@@ -170,7 +172,7 @@ class Compactor:
                 update_time_us=now,
             )
             try:
-                await self.m._db(
+                await self.m.db(
                     lambda: self.m.repo.commit_compaction(
                         checkpoint,
                         session,
@@ -180,7 +182,7 @@ class Compactor:
                     )
                 )
             except ConcurrentWrite:
-                raise self.m._concurrent(session_id) from None
+                raise self.m.concurrent(session_id) from None
             except (Unavailable, asyncio.CancelledError):
                 self.m.hot.evict(session_id)
                 raise
@@ -198,66 +200,6 @@ class Compactor:
             )
             return checkpoint
 
-    def _checkpoint(
-        self,
-        ctx: SessionContext,
-        payload: dict[str, Any],
-        summary: str,
-        turn_prefix_summary: str,
-        summarizer: str,
-        trigger: int,
-    ) -> Checkpoint:
-        """Build the checkpoint; trim the summary so it never pushes the rebuilt
-        context over the threshold (nor past its own budget)."""
-        if payload["has_history"] and not summary.strip():
-            raise InvalidArgument(
-                "summary is empty; send the LLM's answer to history_prompt",
-                reason="MISSING_FIELD",
-                field="summary",
-            )
-        if payload["split_turn"] and not turn_prefix_summary.strip():
-            raise InvalidArgument(
-                "turn_prefix_summary is required: the plan splits a turn; send the LLM's "
-                "answer to turn_prefix_prompt",
-                reason="MISSING_FIELD",
-                field="turn_prefix_summary",
-            )
-        if not payload["has_history"]:
-            summary = payload["previous_summary"] or NO_EARLIER_HISTORY
-        else:
-            summary, _ = ctx.trim_summary(summary.strip(), payload["history_max_tokens"])
-        if payload["split_turn"]:
-            turn_prefix_summary, _ = ctx.trim_summary(
-                turn_prefix_summary.strip(), payload["prefix_max_tokens"]
-            )
-        else:
-            turn_prefix_summary = ""
-        checkpoint = Checkpoint(
-            compaction_id=ids.new_id(),
-            session_id=ctx.session.session_id,
-            summary=summary,
-            first_kept_seq=payload["first_kept_seq"],
-            tokens_before=payload["tokens_before"],
-            create_time_us=ids.now_us(),
-            turn_prefix_summary=turn_prefix_summary,
-            split_turn=payload["split_turn"],
-            read_files=tuple(payload["read_files"]),
-            modified_files=tuple(payload["modified_files"]),
-            summarizer=summarizer,
-            trigger=trigger,
-            at_seq=ctx.session.last_seq,
-        )
-        after = ctx.tokens_with(checkpoint)
-        threshold = ctx.threshold()
-        if after > threshold:
-            over = after - threshold
-            room = max(ctx.tokenizer.count(checkpoint.summary) - over, 64)
-            trimmed, changed = ctx.trim_summary(checkpoint.summary, room)
-            if changed:
-                checkpoint = replace(checkpoint, summary=trimmed)
-                after = ctx.tokens_with(checkpoint)
-        return replace(checkpoint, tokens_after=after)
-
     async def commit(
         self, session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
     ) -> Checkpoint:
@@ -266,7 +208,7 @@ class Compactor:
         # Plan IDs are server-made ASCII: anything else names no plan (and must not
         # reach MySQL's ASCII column, where it is an illegal mix of collations).
         found = (
-            await self.m._db(lambda: self.m.repo.get_plan(plan_id))
+            await self.m.db(lambda: self.m.repo.get_plan(plan_id))
             if KEY_RE.fullmatch(plan_id)
             else None
         )
@@ -277,7 +219,7 @@ class Compactor:
             )
         _, payload, expire_us, committed = found
         if committed:
-            done = await self.m._db(lambda: self.m.repo.get_compaction(committed))
+            done = await self.m.db(lambda: self.m.repo.get_compaction(committed))
             if done is not None:
                 return done
         if ids.now_us() > expire_us:
@@ -316,14 +258,14 @@ class Compactor:
         if key is not None:
             check_key(key.request_id, "request_id")
         scope = RequestScope("Compact", session_id, tenant_of(session_id))
-        stored = await self.m._replay(scope, key)
+        stored = await self.m.replay(scope, key)
         if stored is not None:
             stored_id = str(stored.outcome["compaction_id"])
-            done = await self.m._db(lambda: self.m.repo.get_compaction(stored_id))
+            done = await self.m.db(lambda: self.m.repo.get_compaction(stored_id))
             if done is not None:
                 return done
         async with self.m.hot.lock(session_id):
-            ctx = await self.m._context_locked(session_id, verify=True)
+            ctx = await self.m.context_locked(session_id, verify=True)
             plan = self._plan(ctx, keep_recent_tokens, instructions)
             pinned = ctx.session.pinned_state
         summary, prefix = await metrics.timed_summarize(
@@ -341,13 +283,13 @@ class Compactor:
                 key=key,
             )
         except DuplicateKey:
-            again = await self.m._replay(scope, key)
+            again = await self.m.replay(scope, key)
             if again is None:
-                raise self.m._concurrent(session_id) from None
+                raise self.m.concurrent(session_id) from None
             first_id = str(again.outcome["compaction_id"])
-            done = await self.m._db(lambda: self.m.repo.get_compaction(first_id))
+            done = await self.m.db(lambda: self.m.repo.get_compaction(first_id))
             if done is None:
-                raise self.m._concurrent(session_id) from None
+                raise self.m.concurrent(session_id) from None
             return done
 
     async def _summarize(
@@ -404,19 +346,11 @@ class Compactor:
     async def list(
         self, session_id: str, page_size: int, page_token: str
     ) -> tuple[list[Checkpoint], str]:
-        from ctxwarden.service.manager import (
-            _decode_token,
-            _encode_token,
-            _page_size,
-            token_id,
-            token_int,
-        )
-
         await self.m.get_session(session_id)
-        size = _page_size(page_size, 50)
+        size = clamp_page_size(page_size, 50)
         before = None
         if page_token:
-            tok = _decode_token(page_token)
+            tok = decode_token(page_token)
             if tok.get("s") != session_id:
                 raise InvalidArgument(
                     "page_token was issued for a different session",
@@ -424,14 +358,14 @@ class Compactor:
                     field="page_token",
                 )
             before = (token_int(tok, "t"), token_id(tok, "i"))
-        rows = await self.m._db(
+        rows = await self.m.db(
             lambda: self.m.repo.list_compactions(session_id, limit=size + 1, before=before)
         )
         token = ""
         if len(rows) > size:
             rows = rows[:size]
             last = rows[-1]
-            token = _encode_token(
+            token = encode_token(
                 {"s": session_id, "t": last.create_time_us, "i": last.compaction_id}
             )
         return rows, token

@@ -1,0 +1,108 @@
+"""BuildModelInput: the live input (compacting first if asked) or an exact replay."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+
+from ctxwarden.core.context import ModelInputView, SessionContext
+from ctxwarden.core.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+)
+from ctxwarden.core.render import Format, render_view
+from ctxwarden.core.session import effective_policy
+from ctxwarden.observability.metrics import metrics
+from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
+from ctxwarden.service.runtime import SessionRuntime
+from ctxwarden.service.tokenizer_access import tokenizer_for
+
+log = logging.getLogger(__name__)
+
+
+class ModelInputs:
+    """BuildModelInput: the live input (compacting first if asked) or an exact replay."""
+
+    def __init__(self, rt: SessionRuntime, compactor: Compactor) -> None:
+        self.rt = rt
+        self.compactor = compactor
+
+    # -- model input ------------------------------------------------------------
+
+    async def build_model_input(
+        self,
+        session_id: str,
+        max_output_tokens: int,
+        auto_compact: bool = False,
+        as_of_seq: int | None = None,
+        fmt: int = 0,
+    ) -> ModelInputView:
+        view = await self._build_model_input(session_id, max_output_tokens, auto_compact, as_of_seq)
+        if fmt in (0, Format.NATIVE):
+            return view
+        try:
+            target = Format(fmt)
+        except ValueError:
+            raise InvalidArgument(
+                f"format {fmt} is unknown", reason="INVALID_FORMAT", field="format"
+            ) from None
+        rendered = await asyncio.to_thread(render_view, target, view)
+        return replace(
+            view, rendered_json=rendered.json, notices=view.notices + tuple(rendered.notices)
+        )
+
+    async def _build_model_input(
+        self,
+        session_id: str,
+        max_output_tokens: int,
+        auto_compact: bool,
+        as_of_seq: int | None,
+    ) -> ModelInputView:
+        if max_output_tokens < 0:
+            raise InvalidArgument(
+                "max_output_tokens must be >= 0",
+                reason="INVALID_MAX_OUTPUT_TOKENS",
+                field="max_output_tokens",
+            )
+        ctx = await self.rt.context(session_id)
+        if as_of_seq is not None:
+            return await self._replay_input(ctx, as_of_seq, max_output_tokens)
+        view = ctx.model_input(max_output_tokens)
+        if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
+            try:
+                await self.compactor.compact(session_id, "", 0, None, TRIGGER_THRESHOLD)
+            except FailedPrecondition as exc:
+                if exc.reason != "NOTHING_TO_COMPACT":
+                    raise
+            ctx = await self.rt.context(session_id)
+            view = ctx.model_input(max_output_tokens)
+        metrics.observe_model_input(view.tokens)
+        return view
+
+    async def _replay_input(
+        self, live: SessionContext, as_of_seq: int, max_output_tokens: int
+    ) -> ModelInputView:
+        """The input exactly as it was just before message ``as_of_seq`` was appended."""
+        sid = live.session.session_id
+        last = live.session.last_seq
+        if not 1 <= as_of_seq <= last + 1:
+            raise InvalidArgument(
+                f"as_of_seq must be between 1 and last_seq + 1 ({last + 1})",
+                reason="INVALID_SEQ",
+                field="as_of_seq",
+            )
+        snap = await self.rt.db(lambda: self.rt.repo.replay_snapshot(sid, as_of_seq))
+        if snap is None:
+            raise self.rt.not_found(sid)
+        s = snap.session
+        tokenizer = await tokenizer_for(effective_policy(s.policy, s.model).tokenizer)
+
+        def build() -> ModelInputView:
+            # Counts are recomputed with the tokenizer and model of that time
+            # (a later change of either re-counted the stored ones).
+            ctx = SessionContext(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
+            # A one-off input: its encodings would only crowd out those of hot sessions.
+            return replace(ctx.model_input(max_output_tokens), render_cache=None)
+
+        return await asyncio.to_thread(build)

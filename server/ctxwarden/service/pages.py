@@ -1,0 +1,71 @@
+"""Opaque page tokens and page sizes (AIP-158), shared by the list use cases."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+from ctxwarden.core.errors import InvalidArgument
+
+
+def encode_token(value: dict[str, Any]) -> str:
+    raw = json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _invalid_token() -> InvalidArgument:
+    return InvalidArgument(
+        "page_token is not a token this server issued",
+        reason="INVALID_PAGE_TOKEN",
+        field="page_token",
+    )
+
+
+def decode_token(token: str) -> dict[str, Any]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise ValueError
+        return value
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise _invalid_token() from None
+
+
+_TOKEN_ID = re.compile(r"[\x21-\x7e]{1,200}")
+"""IDs in tokens (session and compaction IDs) are printable ASCII, like the columns."""
+
+
+def token_int(token: dict[str, Any], key: str) -> int:
+    """A non-negative int64 the server put in ``token`` (else INVALID_PAGE_TOKEN)."""
+    value = token.get(key)
+    if type(value) is not int or not 0 <= value < 2**63:
+        raise _invalid_token()
+    return value
+
+
+def token_id(token: dict[str, Any], key: str) -> str:
+    """An ID the server put in ``token`` (else INVALID_PAGE_TOKEN)."""
+    value = token.get(key)
+    if not isinstance(value, str) or not _TOKEN_ID.fullmatch(value):
+        raise _invalid_token()
+    return value
+
+
+def clamp_page_size(requested: int, default: int, maximum: int = 1000) -> int:
+    if requested < 0:
+        raise InvalidArgument(
+            "page_size must be >= 0", reason="INVALID_PAGE_SIZE", field="page_size"
+        )
+    return min(requested or default, maximum)
+
+
+LIST_PAGE_BYTES = 4 * 1024 * 1024
+"""A ListMessages page reads at most this much message data (plus one message)."""
+
+
+def message_page_token(session_id: str, include_rolled_back: bool, after_seq: int) -> str:
+    """ListMessages' next_page_token: the page after ``after_seq``."""
+    return encode_token({"s": session_id, "r": include_rolled_back, "a": after_seq})

@@ -1,0 +1,147 @@
+"""RollbackTurn: roll back the trailing failed turn, or rewind to a seq."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+
+from ctxwarden import ids
+from ctxwarden.core.context import SessionContext
+from ctxwarden.core.errors import (
+    Unavailable,
+)
+from ctxwarden.core.recovery import decide_recovery
+from ctxwarden.core.rollback import last_failure_message
+from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.core.validation import (
+    check_key,
+    check_session_id,
+)
+from ctxwarden.service.results import (
+    IdempotencyKey,
+    RollbackResult,
+    rollback_from_outcome,
+    rollback_outcome,
+)
+from ctxwarden.service.runtime import SessionRuntime
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.repository import RequestRecord, RequestScope
+
+log = logging.getLogger(__name__)
+
+
+class Rollbacks:
+    """RollbackTurn: the trailing failed turn, or a rewind to a seq (across checkpoints too)."""
+
+    def __init__(self, rt: SessionRuntime) -> None:
+        self.rt = rt
+
+    # -- rollback ---------------------------------------------------------------
+
+    async def rollback(
+        self,
+        session_id: str,
+        to_seq: int | None,
+        error_message: str,
+        key: IdempotencyKey | None,
+    ) -> RollbackResult:
+        if key is not None:
+            check_key(key.request_id, "request_id")
+        check_session_id(session_id)
+        scope = RequestScope("RollbackTurn", session_id, tenant_of(session_id))
+        async with self.rt.hot.lock(session_id):
+            ctx = await self.rt.context_locked(session_id, verify=True)
+            stored = await self.rt.replay(scope, key)
+            if stored is not None:
+                return rollback_from_outcome(stored.outcome)
+            if ctx.crosses_checkpoint(to_seq):
+                assert to_seq is not None
+                return await self._rollback_across(ctx, to_seq, error_message, scope, key)
+            seqs = ctx.plan_rollback(to_seq)
+            error = error_message or last_failure_message(ctx.active_messages, seqs)
+            failures = ctx.session.consecutive_failures
+            if seqs and to_seq is None:
+                failures += 1
+            recovery = decide_recovery(error, failures, self.rt.settings.max_retries)
+            reason = "nothing to roll back" if not seqs and not error else recovery.reason
+            result = RollbackResult(
+                tuple(seqs), recovery.action, recovery.retry_after_seconds, reason
+            )
+            now = ids.now_us()
+            gone = set(seqs)
+            remaining = sum(e.token_count for e in ctx.entries if e.message.seq not in gone)
+            new_session = replace(
+                ctx.session,
+                consecutive_failures=failures,
+                context_tokens=ctx.fixed_tokens + remaining,
+                update_time_us=now,
+                version=ctx.session.version + 1,
+            )
+            if seqs or key is not None:
+                try:
+                    await self.rt.db(
+                        lambda: self.rt.repo.rollback(
+                            new_session,
+                            expected_version=ctx.session.version,
+                            seqs=seqs,
+                            record=self.rt.record(scope, key, rollback_outcome(result)),
+                        )
+                    )
+                except ConcurrentWrite:
+                    raise self.rt.concurrent(session_id) from None
+                except (Unavailable, asyncio.CancelledError):
+                    self.rt.hot.evict(session_id)
+                    raise
+                except DuplicateKey:
+                    stored = await self.rt.replay(scope, key)
+                    if stored is None:
+                        raise self.rt.concurrent(session_id) from None
+                    return rollback_from_outcome(stored.outcome)
+                ctx.apply_rollback(seqs, failures, now)
+                ctx.session = replace(ctx.session, version=new_session.version)
+                ctx.checked_at = self.rt.clock()
+            return result
+
+    async def _rollback_across(
+        self,
+        ctx: SessionContext,
+        to_seq: int,
+        error_message: str,
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+    ) -> RollbackResult:
+        """Rewind to before the checkpoint: supersede it, fall back, reload."""
+        ctx.plan_rollback(to_seq)  # validates to_seq
+        sid = ctx.session.session_id
+        failures = ctx.session.consecutive_failures
+        recovery = decide_recovery(error_message, failures, self.rt.settings.max_retries)
+        now = ids.now_us()
+        session = replace(ctx.session, update_time_us=now, version=ctx.session.version + 1)
+        reason = recovery.reason if error_message else f"rewound to seq {to_seq}"
+
+        def record(seqs: list[int]) -> RequestRecord | None:
+            result = RollbackResult(
+                tuple(seqs), recovery.action, recovery.retry_after_seconds, reason
+            )
+            return self.rt.record(scope, key, rollback_outcome(result))
+
+        try:
+            seqs, current = await self.rt.db(
+                lambda: self.rt.repo.rollback_across_checkpoints(
+                    session, expected_version=ctx.session.version, to_seq=to_seq, record=record
+                )
+            )
+        except ConcurrentWrite:
+            raise self.rt.concurrent(sid) from None
+        except DuplicateKey:
+            stored = await self.rt.replay(scope, key)
+            if stored is None:
+                raise self.rt.concurrent(sid) from None
+            return rollback_from_outcome(stored.outcome)
+        finally:
+            # The effective context now starts at an older checkpoint (or at the
+            # beginning): reload it from the database on the next call.
+            self.rt.hot.evict(sid)
+        log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, current)
+        return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)

@@ -1,0 +1,190 @@
+"""The session runtime every use case works over: hot sessions, the repository,
+version checks, the database timeout and the error map, idempotency records."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from ctxwarden import ids
+from ctxwarden.config import Settings
+from ctxwarden.core.calibration import ModelCalibration
+from ctxwarden.core.context import SessionContext
+from ctxwarden.core.errors import Aborted, InvalidArgument, NotFound
+from ctxwarden.core.session import Session, effective_policy
+from ctxwarden.core.tenancy import visible_id
+from ctxwarden.core.validation import check_session_id
+from ctxwarden.service.errors import store_error
+from ctxwarden.service.hot import HotSessions
+from ctxwarden.service.results import IdempotencyKey
+from ctxwarden.service.tokenizer_access import tokenizer_for
+from ctxwarden.store.errors import (
+    ConcurrentWrite,
+    DuplicateKey,
+    QuotaExceeded,
+    StoreRejected,
+    StoreUnavailable,
+    TooLarge,
+)
+from ctxwarden.store.repository import Repository, RequestRecord, RequestScope, StoredRequest
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class SessionRuntime:
+    def __init__(
+        self,
+        repo: Repository,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``clock`` (seconds) times how long a verified hot copy may be served
+        unchecked (``settings.max_read_staleness_seconds``)."""
+        self.clock = clock
+        self.repo = repo
+        self.settings = settings
+        self.hot = HotSessions(settings.max_hot_sessions, settings.db_timeout_seconds)
+        self.restores = 0
+        self.model_calibration = ModelCalibration()
+        self.db_timeout = settings.db_timeout_seconds
+
+    # -- plumbing -------------------------------------------------------------
+
+    async def db(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a store call within the database timeout; a lost, hung or saturated
+        database is UNAVAILABLE (safe to retry), a refused write a clear error."""
+        try:
+            if self.db_timeout > 0:
+                async with asyncio.timeout(self.db_timeout):
+                    return await op()
+            return await op()
+        except (ConcurrentWrite, DuplicateKey):
+            raise
+        except (StoreUnavailable, PoolTimeout, TimeoutError, OSError) as exc:
+            log.warning("database unavailable: %s", exc)
+            raise store_error(exc) from exc
+        except (TooLarge, QuotaExceeded, StoreRejected) as exc:
+            raise store_error(exc) from exc
+        except (OperationalError, DBAPIError) as exc:
+            if (
+                isinstance(exc, DBAPIError)
+                and not exc.connection_invalidated
+                and not isinstance(exc, OperationalError)
+            ):
+                raise
+            log.warning("database unavailable: %s", exc)
+            raise store_error(StoreUnavailable(str(exc))) from exc
+
+    async def context(self, session_id: str, *, verify: bool = True) -> SessionContext:
+        """The hot session, restored from the database when it is not in memory.
+
+        ``verify``: compare the copy's version with the stored one first (another
+        replica may have changed the session); a stale copy is reloaded."""
+        check_session_id(session_id)
+        ctx = self.hot.get(session_id)
+        if ctx is not None and (not verify or await self.current(ctx)):
+            return ctx
+        async with self.hot.lock(session_id):
+            return await self.context_locked(session_id, verify=verify)
+
+    async def current(self, ctx: SessionContext) -> bool:
+        """Whether the in-memory copy is the stored session's current version
+        (checked in the database unless it was within the staleness bound)."""
+        now = self.clock()
+        if now - ctx.checked_at < self.settings.max_read_staleness_seconds:
+            return True
+        sid = ctx.session.session_id
+        stored = await self.db(lambda: self.repo.session_version(sid))
+        if stored is None or stored[1]:
+            self.hot.evict(sid)
+            raise self.not_found(sid)
+        if stored[0] != ctx.session.version:
+            return False
+        ctx.checked_at = now
+        return True
+
+    async def context_locked(self, session_id: str, *, verify: bool = False) -> SessionContext:
+        """Like _context, for a caller that already holds the session's lock."""
+        check_session_id(session_id)
+        ctx = self.hot.get(session_id)
+        if ctx is not None:
+            if not verify or await self.current(ctx):
+                return ctx
+            self.hot.evict(session_id)
+        snapshot = await self.db(lambda: self.repo.load_snapshot(session_id))
+        if snapshot is None or snapshot.session.deleted:
+            raise self.not_found(session_id)
+        s = snapshot.session
+        tokenizer = await tokenizer_for(effective_policy(s.policy, s.model).tokenizer)
+
+        def build() -> SessionContext:
+            return SessionContext(s, snapshot.checkpoint, snapshot.kept, tokenizer)
+
+        if len(snapshot.kept) > 2000:
+            ctx = await asyncio.to_thread(build)
+        else:
+            ctx = build()
+        self.restores += 1
+        ctx.checked_at = self.clock()
+        self.hot.put(session_id, ctx)
+        return ctx
+
+    @staticmethod
+    def not_found(session_id: str) -> NotFound:
+        shown = visible_id(session_id)
+        return NotFound(
+            f"session {shown!r} does not exist (or was deleted)",
+            reason="SESSION_NOT_FOUND",
+            metadata={"session_id": shown},
+        )
+
+    def concurrent(self, session_id: str) -> Aborted:
+        self.hot.evict(session_id)
+        shown = visible_id(session_id)
+        return Aborted(
+            f"session {shown!r} was changed by another writer; reload it and retry",
+            reason="CONCURRENT_MODIFICATION",
+            metadata={"session_id": shown},
+        )
+
+    async def replay(self, scope: RequestScope, key: IdempotencyKey | None) -> StoredRequest | None:
+        if key is None:
+            return None
+        stored = await self.db(lambda: self.repo.get_request(scope, key.request_id))
+        if stored is not None and stored.request_hash != key.request_hash:
+            raise InvalidArgument(
+                f"request_id {key.request_id!r} was already used for a different request",
+                reason="REQUEST_ID_REUSED",
+                field="request_id",
+            )
+        return stored
+
+    @staticmethod
+    def record(
+        scope: RequestScope, key: IdempotencyKey | None, outcome: dict[str, Any]
+    ) -> RequestRecord | None:
+        if key is None:
+            return None
+        return RequestRecord(scope, key.request_id, key.request_hash, outcome, ids.now_us())
+
+    async def get_session(self, session_id: str) -> Session:
+        check_session_id(session_id)
+        ctx = self.hot.get(session_id)
+        if ctx is not None and await self.current(ctx):
+            return ctx.session
+        session = await self.db(lambda: self.repo.get_session(session_id))
+        if session is None or session.deleted:
+            raise self.not_found(session_id)
+        return session
+
+    async def reload(self, session_id: str) -> SessionContext:
+        """Drop the in-memory copy and restore the session (caller holds the lock)."""
+        self.hot.evict(session_id)
+        return await self.context_locked(session_id)

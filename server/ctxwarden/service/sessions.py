@@ -1,0 +1,213 @@
+"""Session use cases: create, list, update settings, delete."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ctxwarden import ids
+from ctxwarden.core.context import SessionContext, counting_profile
+from ctxwarden.core.errors import (
+    Aborted,
+    AlreadyExists,
+    InvalidArgument,
+    Unavailable,
+)
+from ctxwarden.core.session import Session, effective_policy
+from ctxwarden.core.tenancy import scoped_id, visible_id
+from ctxwarden.core.validation import (
+    check_key,
+    check_session_fields,
+    check_session_id,
+)
+from ctxwarden.service.pages import (
+    clamp_page_size,
+    decode_token,
+    encode_token,
+    token_id,
+    token_int,
+)
+from ctxwarden.service.results import (
+    IdempotencyKey,
+)
+from ctxwarden.service.runtime import SessionRuntime
+from ctxwarden.service.tokenizer_access import check_client_tokenizer, tokenizer_for
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.repository import RequestScope
+
+log = logging.getLogger(__name__)
+
+
+class Sessions:
+    """CreateSession, ListSessions, UpdateSession, DeleteSession."""
+
+    def __init__(self, rt: SessionRuntime) -> None:
+        self.rt = rt
+
+    # -- sessions -------------------------------------------------------------
+
+    async def create_session(
+        self, session: Session, session_id: str, key: IdempotencyKey | None, tenant: str = ""
+    ) -> Session:
+        """``session_id`` is internal (tenant-prefixed); "" makes a sortable one."""
+        if key is not None:
+            check_key(key.request_id, "request_id")
+        if session_id:
+            check_session_id(session_id)
+        check_session_fields(session)
+        check_client_tokenizer(session.policy.tokenizer, self.rt.settings.hf_tokenizer_dirs)
+        sid = session_id or scoped_id(tenant, ids.new_id())
+        policy = effective_policy(session.policy, session.model)
+        tokenizer = await tokenizer_for(policy.tokenizer)
+        now = ids.now_us()
+        prior = self.rt.model_calibration.prior(tenant, session.model)
+        fresh = replace(
+            session,
+            estimate_ratio=prior.ratio,
+            estimate_samples=0,
+            session_id=sid,
+            last_seq=0,
+            revision=1,
+            version=1,
+            consecutive_failures=0,
+            create_time_us=now,
+            update_time_us=now,
+            delete_time_us=0,
+        )
+        ctx = SessionContext(fresh, None, (), tokenizer)
+        fresh = replace(fresh, context_tokens=ctx.context_tokens)
+        ctx.session = fresh
+        scope = RequestScope("CreateSession", tenant_id=tenant)
+        try:
+            await self.rt.db(
+                lambda: self.rt.repo.create_session(
+                    fresh, self.rt.record(scope, key, {"session_id": sid})
+                )
+            )
+        except DuplicateKey:
+            stored = await self.rt.replay(scope, key)
+            if stored is not None:
+                return await self.rt.get_session(str(stored.outcome["session_id"]))
+            raise AlreadyExists(
+                f"session {visible_id(sid)!r} already exists",
+                reason="SESSION_ALREADY_EXISTS",
+                metadata={"session_id": visible_id(sid)},
+            ) from None
+        ctx.checked_at = self.rt.clock()
+        self.rt.hot.put(sid, ctx)
+        return fresh
+
+    async def list_sessions(
+        self, user_id: str, project_id: str, page_size: int, page_token: str, tenant: str = ""
+    ) -> tuple[list[Session], str]:
+        size = clamp_page_size(page_size, 50)
+        before: tuple[int, str] | None = None
+        if page_token:
+            tok = decode_token(page_token)
+            if tok.get("u") != user_id or tok.get("p") != project_id:
+                raise InvalidArgument(
+                    "page_token was issued for different filters",
+                    reason="INVALID_PAGE_TOKEN",
+                    field="page_token",
+                )
+            before = (token_int(tok, "t"), token_id(tok, "i"))
+        rows = await self.rt.db(
+            lambda: self.rt.repo.list_sessions(
+                tenant=tenant,
+                user_id=user_id,
+                project_id=project_id,
+                limit=size + 1,
+                before=before,
+            )
+        )
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            last = rows[-1]
+            token = encode_token(
+                {"u": user_id, "p": project_id, "t": last.create_time_us, "i": last.session_id}
+            )
+        # A hot session's row may lag its in-memory counters by nothing: rows are
+        # written before memory changes, so the row is authoritative here.
+        return rows, token
+
+    async def update_session(self, updated: Session, paths: Sequence[str], etag: str) -> Session:
+        sid = updated.session_id
+        check_session_id(sid, "session.session_id")
+        async with self.rt.hot.lock(sid):
+            ctx = await self.rt.context_locked(sid, verify=True)
+            current = ctx.session
+            if etag and etag != current.etag:
+                raise Aborted(
+                    f"etag {etag} is stale (current {current.etag}); re-read the session",
+                    reason="ETAG_MISMATCH",
+                    metadata={"etag": current.etag},
+                )
+            changes: dict[str, Any] = {p: getattr(updated, p) for p in paths}
+            if "policy" in changes:
+                check_client_tokenizer(updated.policy.tokenizer, self.rt.settings.hf_tokenizer_dirs)
+            now = ids.now_us()
+            new = replace(
+                current,
+                **changes,
+                revision=current.revision + 1,
+                version=current.version + 1,
+                update_time_us=now,
+            )
+            check_session_fields(new)
+            new_spec = effective_policy(new.policy, new.model).tokenizer
+            tokenizer = ctx.tokenizer if new_spec == ctx.tokenizer.spec else None
+            if tokenizer is None:
+                tokenizer = await tokenizer_for(new_spec)
+            probe_profile = counting_profile(new.model, tokenizer)
+            if probe_profile.key != ctx.profile.key:
+                active = ctx.active_messages
+                checkpoint = ctx.checkpoint
+                tok = tokenizer
+                # A new tokenizer or model: every kept message is recounted (once,
+                # here) and the new counts are stored with the settings.
+                rebuilt: SessionContext | None = await asyncio.to_thread(
+                    lambda: SessionContext(new, checkpoint, active, tok, recount=True)
+                )
+                assert rebuilt is not None
+                new = replace(new, context_tokens=rebuilt.context_tokens)
+                rebuilt.session = new
+                counts = [
+                    (m.seq, m.token_count, probe_profile.key) for m in rebuilt.active_messages
+                ]
+            else:
+                rebuilt = None
+                probe = SessionContext(new, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
+                new = replace(new, context_tokens=probe.context_tokens)
+                counts = []
+            try:
+                await self.rt.db(
+                    lambda: self.rt.repo.update_session(
+                        new, expected_version=current.version, token_counts=counts
+                    )
+                )
+            except ConcurrentWrite:
+                raise self.rt.concurrent(sid) from None
+            except (Unavailable, asyncio.CancelledError):
+                self.rt.hot.evict(sid)
+                raise
+            if rebuilt is not None:
+                self.rt.hot.put(sid, rebuilt)
+            else:
+                ctx.replace_session(new)
+                ctx.session = replace(ctx.session, context_tokens=ctx.context_tokens)
+                new = ctx.session
+            return new
+
+    async def delete_session(self, session_id: str) -> None:
+        check_session_id(session_id)
+        async with self.rt.hot.lock(session_id):
+            deleted = await self.rt.db(
+                lambda: self.rt.repo.delete_session(session_id, ids.now_us())
+            )
+            self.rt.hot.evict(session_id)
+        if not deleted:
+            raise self.rt.not_found(session_id)
