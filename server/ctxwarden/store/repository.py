@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from sqlalchemy import Table, and_, func, insert, or_, select, update
+from sqlalchemy import Table, and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -20,7 +20,6 @@ from ctxwarden.core.session import Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store import purge
 from ctxwarden.store.codec import (
-    message_from_row,
     message_row_values,
     revision_bytes,
     session_from_row,
@@ -31,6 +30,7 @@ from ctxwarden.store.codec import (
 from ctxwarden.store.compactions import CompactionStore
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge
 from ctxwarden.store.group_commit import AppendOp, GroupCommitter
+from ctxwarden.store.message_reads import MessageReads
 from ctxwarden.store.models import (
     CompactionPlanRow,
     CompactionRow,
@@ -66,7 +66,7 @@ def _is_deadlock(exc: OperationalError) -> bool:
     return code in (1205, 1213) or "locked" in str(exc.orig)
 
 
-class Repository(CompactionStore):
+class Repository(CompactionStore, MessageReads):
     def __init__(
         self,
         engine: AsyncEngine,
@@ -299,83 +299,6 @@ class Repository(CompactionStore):
                 session, expected_version=expected_version, messages=messages, record=record
             )
         )
-
-    async def find_by_message_ids(
-        self, session_id: str, message_ids: Sequence[str]
-    ) -> dict[str, Message]:
-        if not message_ids:
-            return {}
-        async with self.engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(M).where(M.c.session_id == session_id, M.c.message_id.in_(message_ids))
-                )
-            ).all()
-        return {r.message_id: message_from_row(r) for r in rows}
-
-    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[Message]:
-        async with self.engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(M)
-                    .where(M.c.session_id == session_id, M.c.seq.in_(list(seqs)))
-                    .order_by(M.c.seq)
-                )
-            ).all()
-        return [message_from_row(r) for r in rows]
-
-    async def get_message(self, session_id: str, seq: int) -> Message | None:
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(select(M).where(M.c.session_id == session_id, M.c.seq == seq))
-            ).first()
-        return message_from_row(row) if row is not None else None
-
-    async def list_messages(
-        self,
-        session_id: str,
-        *,
-        after_seq: int,
-        limit: int,
-        include_rolled_back: bool,
-        max_bytes: int = 0,
-    ) -> tuple[list[Message], bool]:
-        """Up to ``limit`` messages after ``after_seq`` and whether more follow.
-
-        With ``max_bytes`` the page also stops before its stored bodies pass that
-        many bytes (always at least one message): the sizes are read first, so a
-        page of huge messages never loads more than it returns.
-        """
-        where = [M.c.session_id == session_id, M.c.seq > after_seq]
-        if not include_rolled_back:
-            where.append(M.c.state == int(MessageState.ACTIVE))
-        async with self.engine.connect() as conn:
-            if max_bytes <= 0:
-                rows = (
-                    await conn.execute(select(M).where(*where).order_by(M.c.seq).limit(limit + 1))
-                ).all()
-                return [message_from_row(r) for r in rows[:limit]], len(rows) > limit
-            size = func.coalesce(func.length(M.c.data), 0) + func.coalesce(func.length(M.c.body), 0)
-            sizes = (
-                await conn.execute(
-                    select(M.c.seq, size.label("size"))
-                    .where(*where)
-                    .order_by(M.c.seq)
-                    .limit(limit + 1)
-                )
-            ).all()
-            if not sizes:
-                return [], False
-            total, last = 0, sizes[0].seq
-            for i, r in enumerate(sizes[:limit]):
-                total += int(r.size)
-                if i > 0 and total > max_bytes:
-                    break
-                last = r.seq
-            rows = (
-                await conn.execute(select(M).where(*where, M.c.seq <= last).order_by(M.c.seq))
-            ).all()
-        return [message_from_row(r) for r in rows], sizes[-1].seq > last
 
     async def rollback(
         self,
