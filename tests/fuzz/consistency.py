@@ -9,28 +9,16 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from typing import Any, cast
+from typing import Any
 
 import grpc
-from sqlalchemy import Table, create_engine, func, select
+from sqlalchemy import create_engine, func, select
 
 from ctxwarden.store.codec import message_from_row
-from ctxwarden.store.models import (
-    CompactionPlanRow,
-    CompactionRow,
-    MessageRow,
-    SessionRevisionRow,
-    SessionRow,
-)
+from ctxwarden.store.tables import C, M, P, S, V
 from ctxwarden.store.urls import sync_url
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
-
-S = cast(Table, SessionRow.__table__)
-M = cast(Table, MessageRow.__table__)
-C = cast(Table, CompactionRow.__table__)
-P = cast(Table, CompactionPlanRow.__table__)
-V = cast(Table, SessionRevisionRow.__table__)
 
 ACTIVE, ROLLED_BACK = 1, 2
 ROLE_ASSISTANT, ROLE_TOOL_RESULT = 2, 3

@@ -5,15 +5,16 @@ another's write."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 from sqlalchemy import func, select
 
 from ctxwarden import ids
+from ctxwarden.config import Limits
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
 from ctxwarden.core.session import Session
+from ctxwarden.service.manager import SessionManager
 from ctxwarden.store.errors import StoreRejected
 from ctxwarden.store.models import MessageRow
 from tests.support.inproc import assistant_msg, new_session, replica, user_msg
@@ -21,11 +22,8 @@ from tests.support.inproc import assistant_msg, new_session, replica, user_msg
 MiB = 1024 * 1024
 
 
-async def _stored_size(url_manager: object, sid: str) -> int:
-    from ctxwarden.service.manager import SessionManager
-
-    assert isinstance(url_manager, SessionManager)
-    async with url_manager.repo.engine.connect() as conn:
+async def _stored_size(m: SessionManager, sid: str) -> int:
+    async with m.repo.engine.connect() as conn:
         size = (
             await conn.execute(
                 select(func.max(func.length(MessageRow.data))).where(MessageRow.session_id == sid)
@@ -59,7 +57,7 @@ async def test_escape_heavy_messages_are_stored_at_their_own_size(
 
 async def test_a_message_over_the_limit_as_stored_is_refused_up_front(backend_url: str) -> None:
     limit = 64 * 1024
-    async with replica(backend_url, limits=_limits(limit)) as m:
+    async with replica(backend_url, limits=Limits(max_message_bytes=limit)) as m:
         sid = await new_session(m)
         with pytest.raises(InvalidArgument) as info:
             await m.append(sid, [user_msg("x" * (limit + 1))], None, None)
@@ -67,12 +65,6 @@ async def test_a_message_over_the_limit_as_stored_is_refused_up_front(backend_ur
         assert f"{limit:,}" in info.value.message
         assert (await m.get_session(sid)).last_seq == 0
         await m.append(sid, [user_msg("x" * (limit - 100))], None, None)
-
-
-def _limits(max_message_bytes: int) -> object:
-    from ctxwarden.config import Limits
-
-    return Limits(max_message_bytes=max_message_bytes)
 
 
 async def test_deep_tool_arguments_are_refused_at_ingest(backend_url: str) -> None:
@@ -85,12 +77,11 @@ async def test_deep_tool_arguments_are_refused_at_ingest(backend_url: str) -> No
         assert info.value.reason == "JSON_TOO_DEEP"
         ok = '{"a":' * 60 + "1" + "}" * 60
         await m.append(sid, [assistant_msg("", calls=(("c1", "read", ok),))], None, None)
-        json.loads(ok)
         view = await m.build_model_input(sid, 0, auto_compact=True)
         assert len(view.messages) == 2  # the call and its synthetic result
 
 
-async def test_deep_tool_parameters_are_refused(backend_url: str) -> None:
+def test_deep_tool_parameters_are_refused() -> None:
     from ctxwarden.api.convert import tool_from_pb
     from ctxwarden.v1 import session_pb2
 
@@ -98,7 +89,6 @@ async def test_deep_tool_parameters_are_refused(backend_url: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         tool_from_pb(session_pb2.ToolDefinition(name="t", parameters_json=deep), "tools[0]")
     assert info.value.reason == "JSON_TOO_DEEP"
-    del backend_url
 
 
 @pytest.mark.parametrize("backend_url", ["mysql"], indirect=True)

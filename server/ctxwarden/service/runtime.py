@@ -25,8 +25,6 @@ from ctxwarden.service.hot import HotSessions
 from ctxwarden.service.results import IdempotencyKey
 from ctxwarden.service.tokenizer_access import tokenizer_for
 from ctxwarden.store.errors import (
-    ConcurrentWrite,
-    DuplicateKey,
     QuotaExceeded,
     StoreRejected,
     StoreUnavailable,
@@ -65,8 +63,6 @@ class SessionRuntime:
                 async with asyncio.timeout(self.db_timeout):
                     return await op()
             return await op()
-        except (ConcurrentWrite, DuplicateKey):
-            raise
         except (StoreUnavailable, PoolTimeout, TimeoutError, OSError) as exc:
             log.warning("database unavailable: %s", exc)
             raise store_error(exc) from exc

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, and_, insert, or_, select, update
+from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -15,14 +15,9 @@ from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
 from ctxwarden.store.errors import DuplicateKey
-from ctxwarden.store.models import CompactionPlanRow, CompactionRow, MessageRow, SessionRow
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, advance, insert_record
-
-S = cast(Table, SessionRow.__table__)
-M = cast(Table, MessageRow.__table__)
-C = cast(Table, CompactionRow.__table__)
-P = cast(Table, CompactionPlanRow.__table__)
+from ctxwarden.store.tables import C, M, P, S
 
 
 class CompactionStore:

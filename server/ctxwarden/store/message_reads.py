@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
-from sqlalchemy import Table, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.store.codec import message_from_row
-from ctxwarden.store.models import MessageRow
-
-M = cast(Table, MessageRow.__table__)
+from ctxwarden.store.tables import M
 
 
 class MessageReads:

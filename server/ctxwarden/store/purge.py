@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
-from sqlalchemy import Table, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ctxwarden.store.models import (
-    CompactionPlanRow,
-    CompactionRow,
-    MessageRow,
-    RequestRow,
-    SessionRevisionRow,
-    SessionRow,
-)
+from ctxwarden.store.tables import C, M, P, R, S, V
 
-S = cast(Table, SessionRow.__table__)
-CHILDREN = tuple(
-    cast(Table, t.__table__)
-    for t in (MessageRow, CompactionRow, CompactionPlanRow, SessionRevisionRow, RequestRow)
-)
+CHILDREN = (M, C, P, V, R)
+"""Every table with rows of a session (purged with it)."""
 
 
 async def purge_deleted(

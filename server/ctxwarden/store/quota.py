@@ -13,16 +13,12 @@ recomputed from the sessions' own counters when a server starts with one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store.errors import QuotaExceeded
-from ctxwarden.store.models import SessionRow, TenantRow
-
-S = cast(Table, SessionRow.__table__)
-T = cast(Table, TenantRow.__table__)
+from ctxwarden.store.tables import S, T
 
 
 @dataclass(frozen=True, slots=True)

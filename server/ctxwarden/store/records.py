@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.session import Session
 from ctxwarden.store.errors import ConcurrentWrite
-from ctxwarden.store.models import RequestRow, SessionRow
-
-S = cast(Table, SessionRow.__table__)
-R = cast(Table, RequestRow.__table__)
+from ctxwarden.store.tables import R, S
 
 RECORD_OVERHEAD = 64
 """Bytes charged per idempotency record on top of its outcome."""

@@ -9,9 +9,8 @@ UPDATE of the session row followed by INSERTs, in one transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import cast
 
-from sqlalchemy import Table, and_, insert, or_, select, update
+from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -31,14 +30,6 @@ from ctxwarden.store.compactions import CompactionStore
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge
 from ctxwarden.store.group_commit import AppendOp, GroupCommitter
 from ctxwarden.store.message_reads import MessageReads
-from ctxwarden.store.models import (
-    CompactionPlanRow,
-    CompactionRow,
-    MessageRow,
-    RequestRow,
-    SessionRevisionRow,
-    SessionRow,
-)
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import (
     RequestRecord,
@@ -51,14 +42,8 @@ from ctxwarden.store.records import (
     record_values,
 )
 from ctxwarden.store.restore import Snapshot, load_snapshot, replay_snapshot
+from ctxwarden.store.tables import M, R, S, V
 from ctxwarden.store.version_reader import VersionReader
-
-S = cast(Table, SessionRow.__table__)
-M = cast(Table, MessageRow.__table__)
-C = cast(Table, CompactionRow.__table__)
-R = cast(Table, RequestRow.__table__)
-P = cast(Table, CompactionPlanRow.__table__)
-V = cast(Table, SessionRevisionRow.__table__)
 
 
 def _is_deadlock(exc: OperationalError) -> bool:

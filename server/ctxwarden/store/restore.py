@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import cast
 
-from sqlalchemy import Table, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
@@ -16,12 +15,7 @@ from ctxwarden.store.codec import (
     session_from_row,
     session_with_settings,
 )
-from ctxwarden.store.models import CompactionRow, MessageRow, SessionRevisionRow, SessionRow
-
-S = cast(Table, SessionRow.__table__)
-M = cast(Table, MessageRow.__table__)
-C = cast(Table, CompactionRow.__table__)
-V = cast(Table, SessionRevisionRow.__table__)
+from ctxwarden.store.tables import C, M, S, V
 
 
 @dataclass(frozen=True, slots=True)

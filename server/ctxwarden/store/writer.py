@@ -17,10 +17,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store import mysql_sql
-from ctxwarden.store.models import MessageRow, RequestRow, SessionRow, TenantRow
+from ctxwarden.store.models import MessageRow, RequestRow
+from ctxwarden.store.tables import S, T
 
-SESSIONS = cast(Table, SessionRow.__table__).name
-TENANTS = cast(Table, TenantRow.__table__).name
+SESSIONS = S.name
+TENANTS = T.name
 
 SET_COLUMNS = (
     "last_seq",

@@ -1,0 +1,35 @@
+"""The mapped tables as SQLAlchemy Core ``Table`` objects, for query building.
+
+One short name each, used by every store module (``S.c.session_id`` ...).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sqlalchemy import Table
+
+from ctxwarden.store.models import (
+    CompactionPlanRow,
+    CompactionRow,
+    MessageRow,
+    RequestRow,
+    SessionRevisionRow,
+    SessionRow,
+    TenantRow,
+)
+
+S = cast(Table, SessionRow.__table__)
+"""sessions"""
+M = cast(Table, MessageRow.__table__)
+"""messages"""
+C = cast(Table, CompactionRow.__table__)
+"""compactions (checkpoints)"""
+P = cast(Table, CompactionPlanRow.__table__)
+"""compaction_plans"""
+V = cast(Table, SessionRevisionRow.__table__)
+"""session_revisions"""
+R = cast(Table, RequestRow.__table__)
+"""request_records (idempotency)"""
+T = cast(Table, TenantRow.__table__)
+"""tenants (quota counters)"""
