@@ -536,6 +536,55 @@ async def test_async_client_flow(server_target: str) -> None:
         assert info.value.reason
 
 
+def test_sync_count_tokens(server_target: str) -> None:
+    with Client(server_target, timeout=10) as client:
+        counted = client.count_tokens(
+            "gpt-4o", messages=three_messages(), tools=[READ_TOOL], text="Summarise the file."
+        )
+        assert len(counted.message_tokens) == 3
+        assert all(n > 0 for n in counted.message_tokens)
+        assert counted.tools_tokens > 0
+        assert counted.text_tokens > 0
+        # Messages add their reply framing once; tools and text add exactly their counts.
+        only_messages = client.count_tokens("gpt-4o", messages=three_messages())
+        assert list(only_messages.message_tokens) == list(counted.message_tokens)
+        assert only_messages.total_tokens >= sum(only_messages.message_tokens)
+        assert counted.total_tokens == (
+            only_messages.total_tokens + counted.tools_tokens + counted.text_tokens
+        )
+        no_messages = client.count_tokens("gpt-4o", tools=[READ_TOOL], text="Summarise the file.")
+        assert no_messages.total_tokens == counted.tools_tokens + counted.text_tokens
+        assert counted.tokenizer
+
+        short = client.count_tokens(text="hello")
+        longer = client.count_tokens(text="hello " * 50)
+        assert list(short.message_tokens) == [] and short.tools_tokens == 0
+        assert 0 < short.total_tokens < longer.total_tokens
+        assert longer.total_tokens == longer.text_tokens
+
+        heuristic = client.count_tokens(text="hello " * 50, tokenizer="heuristic")
+        assert heuristic.tokenizer == "heuristic"
+        assert not heuristic.exact
+        assert heuristic.text_tokens > 0
+
+
+async def test_async_count_tokens(server_target: str) -> None:
+    async with AsyncClient(server_target, timeout=10) as client:
+        counted = await client.count_tokens(
+            "gpt-4o", messages=user("What is in a.txt?"), tools=[READ_TOOL], text="extra"
+        )
+        assert len(counted.message_tokens) == 1
+        assert counted.tools_tokens > 0
+        only_message = await client.count_tokens("gpt-4o", messages=[user("What is in a.txt?")])
+        assert only_message.total_tokens >= sum(only_message.message_tokens) > 0
+        assert counted.total_tokens == (
+            only_message.total_tokens + counted.tools_tokens + counted.text_tokens
+        )
+        short = await client.count_tokens("gpt-4o", text="one two three")
+        longer = await client.count_tokens("gpt-4o", text="one two three " * 40)
+        assert 0 < short.total_tokens < longer.total_tokens
+
+
 async def test_async_stream_messages(server_target: str) -> None:
     async with AsyncClient(server_target, timeout=10) as client:
         sid = (await client.create_session(title="async stream")).session_id

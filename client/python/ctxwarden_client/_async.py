@@ -411,6 +411,23 @@ class AsyncClient:
         )
         return await self._call(self._get_stub().GetToolOutput, request, timeout=timeout, safe=True)
 
+    async def count_tokens(
+        self,
+        model: str = "",
+        *,
+        messages: MessagesArg = (),
+        tools: Iterable[session_pb2.ToolDefinition] = (),
+        text: str = "",
+        tokenizer: str = "",
+        timeout: float | None = None,
+    ) -> context_service_pb2.CountTokensResponse:
+        """Counts the tokens of messages, tool definitions and text with a model's tokenizer.
+
+        ``tokenizer`` overrides the model's ("heuristic", "tiktoken:o200k_base", ...).
+        """
+        request = _common.count_tokens_request(model, messages, tools, text, tokenizer)
+        return await self._call(self._get_stub().CountTokens, request, timeout=timeout, safe=True)
+
 
 class AsyncMessageStream:
     """An asyncio helper over the bidirectional ``StreamMessages`` RPC.

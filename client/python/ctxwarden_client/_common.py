@@ -198,6 +198,22 @@ def rollback_request(
     return request
 
 
+def count_tokens_request(
+    model: str,
+    messages: MessagesArg,
+    tools: Iterable[session_pb2.ToolDefinition],
+    text: str,
+    tokenizer: str,
+) -> context_service_pb2.CountTokensRequest:
+    return context_service_pb2.CountTokensRequest(
+        model=model,
+        tokenizer=tokenizer,
+        messages=as_messages(messages),
+        tools=list(tools),
+        text=text,
+    )
+
+
 def clone_error(error: CtxwardenError) -> CtxwardenError:
     """A fresh exception equal to ``error`` (so one failure can be raised many times)."""
     return make_error(

@@ -16,18 +16,19 @@
  * with a `ConnectError`; `errorReason(err)` gives the stable ErrorInfo reason.
  */
 import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { anyIs, anyUnpack, type Duration } from "@bufbuild/protobuf/wkt";
+import { FieldMaskSchema, anyIs, anyUnpack, type Duration, type FieldMask } from "@bufbuild/protobuf/wkt";
 import {
   Code,
   ConnectError,
   createClient as createConnectClient,
+  type CallOptions,
   type Client,
   type Interceptor,
   type Transport,
 } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 
-import { ContextService } from "./gen/ctxwarden/v1/context_service_pb.js";
+import { ContextService, type ListSessionsRequestSchema } from "./gen/ctxwarden/v1/context_service_pb.js";
 import {
   ContentBlockSchema,
   MessageSchema,
@@ -38,7 +39,7 @@ import {
   type Message,
   type ToolCall,
 } from "./gen/ctxwarden/v1/message_pb.js";
-import { ToolDefinitionSchema, type ToolDefinition } from "./gen/ctxwarden/v1/session_pb.js";
+import { ToolDefinitionSchema, type Session, type ToolDefinition } from "./gen/ctxwarden/v1/session_pb.js";
 import {
   BadRequestSchema,
   ErrorInfoSchema,
@@ -427,4 +428,38 @@ export function messageText(message: Message): string {
   return message.content
     .flatMap((b) => (b.block.case === "text" ? [b.block.value.text] : []))
     .join("\n");
+}
+
+// ---------------------------------------------------------------------------
+// Sessions
+
+/**
+ * A google.protobuf.FieldMask for UpdateSession's `updateMask`. Paths are the
+ * proto field names; camelCase ones are converted (`"systemPrompt"` ->
+ * `"system_prompt"`).
+ */
+export function fieldMask(...paths: string[]): FieldMask {
+  return create(FieldMaskSchema, {
+    paths: paths.map((p) => p.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)),
+  });
+}
+
+/**
+ * Every session matching `request` (filters and `pageSize`), newest first,
+ * following `nextPageToken` page after page.
+ */
+export async function* listAllSessions(
+  client: Pick<ContextServiceClient, "listSessions">,
+  request: MessageInitShape<typeof ListSessionsRequestSchema> = {},
+  options?: CallOptions,
+): AsyncGenerator<Session, void, undefined> {
+  let pageToken = request.pageToken ?? "";
+  for (;;) {
+    const page = await client.listSessions({ ...request, pageToken }, options);
+    yield* page.sessions;
+    if (page.nextPageToken === "") {
+      return;
+    }
+    pageToken = page.nextPageToken;
+  }
 }
