@@ -43,7 +43,7 @@ EXPECTED_KUSTOMIZATIONS = (
 # 1.29) and the newest schema the pinned kubernetes-validate ships.
 OLDEST_KUBERNETES = "1.29.0"
 
-# Every flag the manifests use must exist in cli.py (none is pending any more).
+# Every flag the manifests use must exist in the command line (none is pending any more).
 UPCOMING_SERVE_FLAGS: dict[str, bool] = {}
 
 # Environment variables read inside the ctxwarden container that are not
@@ -204,14 +204,19 @@ def setting_keys() -> set[str]:
 
 def known_env_vars() -> set[str]:
     import ctxwarden.cli
+    import ctxwarden.commands
+    import ctxwarden.serve_args
 
-    return set(re.findall(r"CTXWARDEN_[A-Z0-9_]+", inspect.getsource(ctxwarden.cli))) | EXTRA_ENV
+    source = "".join(
+        inspect.getsource(m) for m in (ctxwarden.cli, ctxwarden.serve_args, ctxwarden.commands)
+    )
+    return set(re.findall(r"CTXWARDEN_[A-Z0-9_]+", source)) | EXTRA_ENV
 
 
 def check_ctxwarden_args(args: list[str]) -> argparse.Namespace:
     """Check a ctxwarden command line against the real parser.
 
-    Flags from UPCOMING_SERVE_FLAGS that cli.py does not have yet, and
+    Flags from UPCOMING_SERVE_FLAGS that the command line does not have yet, and
     ``--config`` (a path inside the container), are taken out with their value
     before parsing; everything else must parse.
     Returns the parsed namespace.

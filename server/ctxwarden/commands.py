@@ -1,0 +1,209 @@
+"""The commands besides ``serve``: ``config check``, ``purge``, ``migrate`` and the
+operator commands (``sessions``, ``context``, ``compact``, ``rollback``, run by
+:mod:`ctxwarden.admin`): their arguments and, but for the operator commands,
+their implementations."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ctxwarden import checks, configfile
+from ctxwarden.config import DEFAULT_LISTEN
+from ctxwarden.serve_args import add_database, settings
+from ctxwarden.store.urls import UnsupportedDatabase
+
+OPERATOR_COMMANDS = ("sessions", "context", "compact", "rollback")
+
+
+def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[name]
+            return sub
+    raise KeyError(name)
+
+
+def _add_client(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target",
+        default=os.environ.get("CTXWARDEN_TARGET", DEFAULT_LISTEN),
+        help="server address (env CTXWARDEN_TARGET; default %(default)s)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("CTXWARDEN_API_KEY", ""),
+        help="bearer credential (env CTXWARDEN_API_KEY)",
+    )
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
+
+
+def _add_session_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str
+) -> argparse.ArgumentParser:
+    """An operator command on one session: client flags and a SESSION_ID."""
+    cmd = sub.add_parser(name, help=help_text)
+    _add_client(cmd)
+    cmd.add_argument("session_id")
+    return cmd
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add every command but ``serve`` to ``ctxwarden``'s subparsers, in help order."""
+    conf = sub.add_parser("config", help="configuration tools")
+    conf_sub = conf.add_subparsers(dest="config_command", required=True)
+    check = conf_sub.add_parser(
+        "check", help="validate a config file and print the effective settings (secrets masked)"
+    )
+    check.add_argument("file", nargs="?", default=os.environ.get("CTXWARDEN_CONFIG", ""))
+
+    purge = sub.add_parser(
+        "purge", help="remove soft-deleted sessions older than a retention period"
+    )
+    add_database(purge)
+    purge.add_argument(
+        "--older-than",
+        default=os.environ.get("CTXWARDEN_PURGE_OLDER_THAN", "30d"),
+        help="retention of deleted sessions, e.g. 30d, 12h, 90m (default %(default)s)",
+    )
+
+    sessions = sub.add_parser(
+        "sessions", help="list sessions or show one (history vs effective context)"
+    )
+    ssub = sessions.add_subparsers(dest="sessions_command", required=True)
+    lst = ssub.add_parser("list", help="list sessions, newest first")
+    _add_client(lst)
+    lst.add_argument("--user-id", default="")
+    lst.add_argument("--project-id", default="")
+    show = ssub.add_parser("show", help="history, effective context, checkpoints")
+    _add_client(show)
+    show.add_argument("session_id")
+
+    from ctxwarden.admin import FORMATS
+
+    context = _add_session_command(
+        sub, "context", "print a session's model input, optionally in a provider's format"
+    )
+    context.add_argument("--format", choices=sorted(FORMATS), default="native")
+    compact = _add_session_command(sub, "compact", "compact a session with the server's summariser")
+    compact.add_argument("--instructions", default="")
+    rollback = _add_session_command(
+        sub, "rollback", "roll back a session's failed turn, or rewind it"
+    )
+    rollback.add_argument("--to-seq", type=int, default=None)
+
+    mig = sub.add_parser("migrate", help="apply database schema migrations")
+    add_database(mig)
+
+
+def config_check(parser: argparse.ArgumentParser, path: str) -> int:
+    """``config check [FILE]``: validate like ``serve --config FILE`` would, print the
+    effective settings with secrets masked; 2 when invalid."""
+    from ctxwarden.app import BadConfig, make_authenticator, make_summarizer
+
+    argv = ["serve"] + (["--config", path] if path else [])
+    try:
+        if path:
+            configfile.apply(subparser(parser, "serve"), configfile.load(path), path)
+        args = parser.parse_args(argv)
+        wrong = checks.problems(args)
+        if wrong:
+            raise ValueError("\n  " + "\n  ".join(wrong))
+        serve_settings = settings(args)
+        make_authenticator(serve_settings)
+        make_summarizer(serve_settings)
+        if args.model_table:
+            from ctxwarden.modeltable import load_model_table
+
+            load_model_table(args.model_table)
+    except (ValueError, BadConfig, SystemExit) as exc:
+        print(f"ctxwarden: config is invalid: {exc}", file=sys.stderr)
+        return 2
+    for key, value in configfile.effective(args).items():
+        print(f"{key} = {checks.shown(key, value)!r}")
+    return 0
+
+
+class _Spinner:
+    """A one-line progress indicator on stderr, only when it is a terminal."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.n = 0
+        self.tty = sys.stderr.isatty()
+
+    def update(self, status: str = "") -> None:
+        if self.tty:
+            self.n += 1
+            frame = self.FRAMES[self.n % len(self.FRAMES)]
+            sys.stderr.write(f"\r{frame} {self.label} {status}   ")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stderr.write("\r" + " " * (len(self.label) + 40) + "\r")
+
+
+def _duration_seconds(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except (ValueError, IndexError):
+        raise SystemExit(f"ctxwarden: {text!r} is not a duration like 30d, 12h or 90m") from None
+
+
+def purge(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ctxwarden import ids
+    from ctxwarden.store.engine import make_engine
+    from ctxwarden.store.repository import Repository, purge_deleted
+
+    cutoff = ids.now_us() - int(_duration_seconds(args.older_than) * 1_000_000)
+
+    spinner = _Spinner("purging deleted sessions")
+
+    async def run() -> int:
+        repo = Repository(make_engine(args.database_url))
+        try:
+            return await purge_deleted(
+                repo, deleted_before_us=cutoff, progress=lambda n: spinner.update(f"{n} purged")
+            )
+        finally:
+            await repo.close()
+
+    count = asyncio.run(run())
+    spinner.done()
+    print(f"purged {count} deleted sessions (deleted more than {args.older_than} ago)")
+    return 0
+
+
+def migrate_database(database_url: str) -> int:
+    """``migrate``: upgrade the schema to the head revision; 2 on an unsupported database."""
+    from ctxwarden.store import migrate
+
+    spinner = _Spinner("applying migrations")
+    spinner.update()
+    try:
+        before = migrate.schema_status(database_url).current
+        status = migrate.upgrade(database_url)
+        spinner.done()
+    except UnsupportedDatabase as exc:
+        print(f"ctxwarden: {exc}", file=sys.stderr)
+        return 2
+    applied = migrate.revisions_between(before, status.current)
+    if applied:
+        print(
+            f"applied {len(applied)} migration{'s' if len(applied) != 1 else ''} "
+            f"({', '.join(applied)}): database schema is now at revision {status.current} "
+            f"(head {status.head})"
+        )
+    else:
+        print(
+            f"database schema is already at revision {status.current} (head "
+            f"{status.head}); nothing to apply"
+        )
+    return 0

@@ -1,0 +1,407 @@
+"""The ``ctxwarden serve`` options and the :class:`Settings` built from them.
+
+Each option's default comes from its environment variable when that is set.
+A config file (``configfile.apply``) sets defaults by dest, so each option's
+dest is also its config-file key, and ``CTXWARDEN_<DEST>`` the variable that
+beats the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ctxwarden.config import DEFAULT_LISTEN, Limits, Settings
+from ctxwarden.core.compaction.types import FileToolNames
+from ctxwarden.store.urls import DEFAULT_DATABASE_URL
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"ctxwarden: {name} must be an integer, got {value!r}") from None
+
+
+def from_env(name: str, default: str | int | float) -> dict[str, Any]:
+    """``add_argument`` keywords: ``default`` from environment variable ``name``
+    (else ``default``), and ``type`` when ``default`` is an int or a float."""
+    if isinstance(default, bool):
+        raise TypeError("a switch is action='store_true'")
+    if isinstance(default, int):
+        return {"type": int, "default": env_int(name, default)}
+    if isinstance(default, float):
+        return {"type": float, "default": float(os.environ.get(name, default))}
+    return {"default": os.environ.get(name, default)}
+
+
+def add_database(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--database-url",
+        **from_env("CTXWARDEN_DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="sqlite:///PATH or mysql+aiomysql://USER:PASS@HOST:PORT/DB "
+        "(env CTXWARDEN_DATABASE_URL; default %(default)s)",
+    )
+
+
+def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--listen",
+        **from_env("CTXWARDEN_LISTEN", DEFAULT_LISTEN),
+        help="HOST:PORT (port 1-65535, or 0 to pick a free one) or unix:PATH to listen on "
+        "(env CTXWARDEN_LISTEN; default %(default)s)",
+    )
+    add_database(serve)
+    serve.add_argument(
+        "--max-hot-sessions",
+        **from_env("CTXWARDEN_MAX_HOT_SESSIONS", 1000),
+        help="sessions kept in memory (LRU) (env CTXWARDEN_MAX_HOT_SESSIONS; default %(default)s)",
+    )
+    serve.add_argument(
+        "--encoding-cache-mb",
+        **from_env("CTXWARDEN_ENCODING_CACHE_MB", 32),
+        help="memory for encoded messages of recently built sessions, which makes "
+        "BuildModelInput of long sessions fast (LRU by session; env "
+        "CTXWARDEN_ENCODING_CACHE_MB; default %(default)s; 0 turns it off)",
+    )
+    serve.add_argument(
+        "--append-writers",
+        **from_env("CTXWARDEN_APPEND_WRITERS", -1),
+        help="database connections that group-commit appends: concurrent appends share "
+        "one transaction (env CTXWARDEN_APPEND_WRITERS; default: 1 on SQLite, 2 on "
+        "MySQL; 0 turns group commit off)",
+    )
+    serve.add_argument(
+        "--max-message-bytes",
+        **from_env("CTXWARDEN_MAX_MESSAGE_BYTES", Limits().max_message_bytes),
+        help="largest accepted message (env CTXWARDEN_MAX_MESSAGE_BYTES; default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-messages-per-request",
+        **from_env("CTXWARDEN_MAX_MESSAGES_PER_REQUEST", Limits().max_messages_per_request),
+        help="messages per append (env CTXWARDEN_MAX_MESSAGES_PER_REQUEST; default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-retries",
+        **from_env("CTXWARDEN_MAX_RETRIES", 3),
+        help="transient failures answered with RETRY before FAIL "
+        "(env CTXWARDEN_MAX_RETRIES; default %(default)s)",
+    )
+    serve.add_argument(
+        "--log-level",
+        **from_env("CTXWARDEN_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (env CTXWARDEN_LOG_LEVEL; default %(default)s)",
+    )
+
+    summ = serve.add_argument_group("server-side summariser (for Compact and auto_compact)")
+    summ.add_argument(
+        "--summarizer",
+        choices=["none", "openai", "anthropic", "extractive"],
+        **from_env("CTXWARDEN_SUMMARIZER", "none"),
+        help="openai: any OpenAI-compatible Chat Completions endpoint; anthropic: the "
+        "Messages API; extractive: no LLM (env CTXWARDEN_SUMMARIZER; default %(default)s)",
+    )
+    summ.add_argument(
+        "--summarizer-base-url",
+        **from_env("CTXWARDEN_SUMMARIZER_BASE_URL", ""),
+        help="API base URL, e.g. http://localhost:11434/v1 (env CTXWARDEN_SUMMARIZER_BASE_URL; "
+        "default: the provider's public API)",
+    )
+    summ.add_argument(
+        "--summarizer-model",
+        **from_env("CTXWARDEN_SUMMARIZER_MODEL", ""),
+        help="model that writes summaries (env CTXWARDEN_SUMMARIZER_MODEL)",
+    )
+    summ.add_argument(
+        "--summarizer-api-key-env",
+        **from_env("CTXWARDEN_SUMMARIZER_API_KEY_ENV", ""),
+        help="name of the environment variable holding the API key "
+        "(env CTXWARDEN_SUMMARIZER_API_KEY_ENV; default OPENAI_API_KEY / ANTHROPIC_API_KEY)",
+    )
+    summ.add_argument(
+        "--summarizer-timeout",
+        **from_env("CTXWARDEN_SUMMARIZER_TIMEOUT", 60.0),
+        help="seconds per summariser request (env CTXWARDEN_SUMMARIZER_TIMEOUT; "
+        "default %(default)s)",
+    )
+    summ.add_argument(
+        "--summarizer-max-output-tokens",
+        **from_env("CTXWARDEN_SUMMARIZER_MAX_OUTPUT_TOKENS", 16384),
+        help="the summariser model's output limit; summaries are budgeted below it "
+        "(env CTXWARDEN_SUMMARIZER_MAX_OUTPUT_TOKENS; default %(default)s)",
+    )
+    comp = serve.add_argument_group("compaction")
+    comp.add_argument(
+        "--compaction-plan-ttl",
+        **from_env("CTXWARDEN_COMPACTION_PLAN_TTL", 600.0),
+        help="seconds a PrepareCompaction plan stays committable "
+        "(env CTXWARDEN_COMPACTION_PLAN_TTL; default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-read-tools",
+        **from_env("CTXWARDEN_FILE_READ_TOOLS", "read"),
+        help="comma-separated tool names that read a file (default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-write-tools",
+        **from_env("CTXWARDEN_FILE_WRITE_TOOLS", "write"),
+        help="comma-separated tool names that write a file (default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-edit-tools",
+        **from_env("CTXWARDEN_FILE_EDIT_TOOLS", "edit"),
+        help="comma-separated tool names that edit a file (default %(default)s)",
+    )
+    comp.add_argument(
+        "--file-path-argument",
+        **from_env("CTXWARDEN_FILE_PATH_ARGUMENT", "path"),
+        help="tool-call argument holding the file path (default %(default)s)",
+    )
+
+    sec = serve.add_argument_group("security and limits")
+    sec.add_argument(
+        "--api-keys-file",
+        **from_env("CTXWARDEN_API_KEYS_FILE", ""),
+        help="lines of TENANT_ID:SHA256_HEX_OF_KEY ('#' comments); clients send "
+        "'authorization: Bearer KEY' (env CTXWARDEN_API_KEYS_FILE)",
+    )
+    sec.add_argument(
+        "--jwt-jwks-file",
+        **from_env("CTXWARDEN_JWT_JWKS_FILE", ""),
+        help="JWKS file with the keys that sign accepted JWTs (HS256, RS256, ES256) "
+        "(env CTXWARDEN_JWT_JWKS_FILE)",
+    )
+    sec.add_argument("--jwt-issuer", **from_env("CTXWARDEN_JWT_ISSUER", ""), help="required iss")
+    sec.add_argument(
+        "--jwt-audience", **from_env("CTXWARDEN_JWT_AUDIENCE", ""), help="required aud"
+    )
+    sec.add_argument(
+        "--jwt-tenant-claim",
+        **from_env("CTXWARDEN_JWT_TENANT_CLAIM", "tenant"),
+        help="claim holding the tenant ID (default %(default)s)",
+    )
+    sec.add_argument("--tls-cert", **from_env("CTXWARDEN_TLS_CERT", ""), help="server cert PEM")
+    sec.add_argument("--tls-key", **from_env("CTXWARDEN_TLS_KEY", ""), help="server key PEM")
+    sec.add_argument(
+        "--tls-client-ca",
+        **from_env("CTXWARDEN_TLS_CLIENT_CA", ""),
+        help="CA bundle; when set, clients must present a certificate it signed (mTLS); "
+        "without a bearer credential the certificate's common name is the tenant",
+    )
+    sec.add_argument("--no-reflection", action="store_true", help="turn off gRPC server reflection")
+    sec.add_argument(
+        "--insecure-allow-unauthenticated",
+        action="store_true",
+        help="DANGEROUS: allow listening on a non-loopback address without authentication",
+    )
+    sec.add_argument(
+        "--rate-limit-rps",
+        **from_env("CTXWARDEN_RATE_LIMIT_RPS", 0.0),
+        help="requests per second per tenant, burst 2 s worth; 0 = unlimited "
+        "(env CTXWARDEN_RATE_LIMIT_RPS)",
+    )
+    sec.add_argument(
+        "--max-sessions-per-tenant",
+        **from_env("CTXWARDEN_MAX_SESSIONS_PER_TENANT", 0),
+        help="live sessions per tenant; 0 = unlimited (env CTXWARDEN_MAX_SESSIONS_PER_TENANT)",
+    )
+    sec.add_argument(
+        "--max-stored-bytes-per-tenant",
+        **from_env("CTXWARDEN_MAX_STORED_BYTES_PER_TENANT", 0),
+        help="content bytes stored per tenant (live sessions); 0 = unlimited "
+        "(env CTXWARDEN_MAX_STORED_BYTES_PER_TENANT)",
+    )
+    sec.add_argument(
+        "--max-concurrent-streams",
+        **from_env("CTXWARDEN_MAX_CONCURRENT_STREAMS", 100),
+        help="concurrent calls per connection (env CTXWARDEN_MAX_CONCURRENT_STREAMS; "
+        "default %(default)s)",
+    )
+    sec.add_argument(
+        "--max-connections",
+        **from_env("CTXWARDEN_MAX_CONNECTIONS", 1000),
+        help="client connections at once; more are refused "
+        "(env CTXWARDEN_MAX_CONNECTIONS; default %(default)s)",
+    )
+    sec.add_argument(
+        "--max-concurrent-rpcs",
+        **from_env("CTXWARDEN_MAX_CONCURRENT_RPCS", 1000),
+        help="calls in progress server-wide; more get RESOURCE_EXHAUSTED "
+        "(env CTXWARDEN_MAX_CONCURRENT_RPCS; default %(default)s)",
+    )
+    sec.add_argument(
+        "--max-concurrent-reads",
+        **from_env("CTXWARDEN_MAX_CONCURRENT_READS", 32),
+        help="authenticated requests being received at once, server-wide; each holds "
+        "at most 64 MiB (env CTXWARDEN_MAX_CONCURRENT_READS; default %(default)s)",
+    )
+    sec.add_argument(
+        "--request-read-timeout",
+        **from_env("CTXWARDEN_REQUEST_READ_TIMEOUT", 30.0),
+        help="seconds a request message may take to arrive; slower ones are dropped "
+        "with DEADLINE_EXCEEDED (env CTXWARDEN_REQUEST_READ_TIMEOUT; default %(default)s)",
+    )
+    sec.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="set SO_REUSEPORT so several servers share one port (default: refuse to "
+        "start when the address is taken)",
+    )
+    sec.add_argument(
+        "--unix-socket-mode",
+        **from_env("CTXWARDEN_UNIX_SOCKET_MODE", "0660"),
+        help="octal file mode of a unix:PATH listening socket "
+        "(env CTXWARDEN_UNIX_SOCKET_MODE; default %(default)s: owner and group)",
+    )
+
+    obs = serve.add_argument_group("observability")
+    obs.add_argument(
+        "--log-format",
+        choices=["json", "text"],
+        **from_env("CTXWARDEN_LOG_FORMAT", "json"),
+        help="json: one JSON object per line; text: readable lines "
+        "(env CTXWARDEN_LOG_FORMAT; default %(default)s)",
+    )
+    obs.add_argument(
+        "--metrics-listen",
+        **from_env("CTXWARDEN_METRICS_LISTEN", ""),
+        help="HOST:PORT for Prometheus metrics over HTTP (GET /metrics; port 0 picks a free "
+        "port) (env CTXWARDEN_METRICS_LISTEN; default: off)",
+    )
+    obs.add_argument(
+        "--otel-endpoint",
+        **from_env("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+        help="OTLP endpoint for OpenTelemetry traces, e.g. http://localhost:4317; needs "
+        "opentelemetry-sdk (env OTEL_EXPORTER_OTLP_ENDPOINT; default: off)",
+    )
+    obs.add_argument(
+        "--max-read-staleness",
+        **from_env("CTXWARDEN_MAX_READ_STALENESS", 0.0),
+        help="seconds a replica may serve a hot session without checking that no other "
+        "replica changed it; 0: every read checks (one primary-key read) "
+        "(env CTXWARDEN_MAX_READ_STALENESS; default %(default)s)",
+    )
+    obs.add_argument(
+        "--db-timeout",
+        **from_env("CTXWARDEN_DB_TIMEOUT", 5.0),
+        help="seconds any database call may take before the RPC fails with UNAVAILABLE "
+        "(a hung database); 0: unbounded (env CTXWARDEN_DB_TIMEOUT; default %(default)s)",
+    )
+    obs.add_argument(
+        "--db-connect-timeout",
+        **from_env("CTXWARDEN_DB_CONNECT_TIMEOUT", 5.0),
+        help="seconds to open a MySQL connection (env CTXWARDEN_DB_CONNECT_TIMEOUT; "
+        "default %(default)s)",
+    )
+    obs.add_argument(
+        "--db-pool-timeout",
+        **from_env("CTXWARDEN_DB_POOL_TIMEOUT", 5.0),
+        help="seconds a call waits for a free pooled connection before UNAVAILABLE "
+        "(env CTXWARDEN_DB_POOL_TIMEOUT; default %(default)s)",
+    )
+    obs.add_argument(
+        "--health-interval",
+        **from_env("CTXWARDEN_HEALTH_INTERVAL", 2.0),
+        help="seconds between database probes driving grpc.health.v1 "
+        "(env CTXWARDEN_HEALTH_INTERVAL; default %(default)s)",
+    )
+
+    serve.add_argument(
+        "--config",
+        **from_env("CTXWARDEN_CONFIG", ""),
+        help="TOML config file; flags beat environment variables, which beat the file "
+        "(env CTXWARDEN_CONFIG)",
+    )
+    serve.add_argument(
+        "--model-table",
+        **from_env("CTXWARDEN_MODEL_TABLE", ""),
+        help="TOML/JSON file overriding or extending the built-in model table "
+        "(env CTXWARDEN_MODEL_TABLE)",
+    )
+    serve.add_argument(
+        "--hf-tokenizer-dir",
+        action="append",
+        default=[d for d in os.environ.get("CTXWARDEN_HF_TOKENIZER_DIRS", "").split(",") if d],
+        help="directory under which clients may name hf: tokenizers in policy.tokenizer "
+        "(repeatable; env CTXWARDEN_HF_TOKENIZER_DIRS, comma-separated)",
+    )
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def _mode(text: object) -> int:
+    try:
+        mode = int(str(text), 8)
+    except ValueError:
+        raise SystemExit(
+            f"ctxwarden: --unix-socket-mode must be an octal file mode like 0660, got {text!r}"
+        ) from None
+    if not 0 <= mode <= 0o777:
+        raise SystemExit(f"ctxwarden: --unix-socket-mode {text!r} is not a file mode (0-0777)")
+    return mode
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The :class:`Settings` of parsed ``serve`` arguments."""
+    return Settings(
+        listen=args.listen,
+        database_url=args.database_url,
+        max_hot_sessions=args.max_hot_sessions,
+        append_writers=None if args.append_writers < 0 else args.append_writers,
+        encoding_cache_mb=args.encoding_cache_mb,
+        max_retries=args.max_retries,
+        limits=Limits(
+            max_message_bytes=args.max_message_bytes,
+            max_messages_per_request=args.max_messages_per_request,
+        ),
+        log_level=args.log_level,
+        plan_ttl_seconds=args.compaction_plan_ttl,
+        file_tools=FileToolNames(
+            read=_names(args.file_read_tools),
+            write=_names(args.file_write_tools),
+            edit=_names(args.file_edit_tools),
+            path_argument=args.file_path_argument,
+        ),
+        summarizer_kind="" if args.summarizer == "none" else args.summarizer,
+        summarizer_base_url=args.summarizer_base_url,
+        summarizer_model=args.summarizer_model,
+        summarizer_api_key_env=args.summarizer_api_key_env,
+        summarizer_timeout=args.summarizer_timeout,
+        summarizer_max_output_tokens=args.summarizer_max_output_tokens,
+        api_keys_file=args.api_keys_file,
+        jwt_jwks_file=args.jwt_jwks_file,
+        jwt_issuer=args.jwt_issuer,
+        jwt_audience=args.jwt_audience,
+        jwt_tenant_claim=args.jwt_tenant_claim,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        reflection=not args.no_reflection,
+        insecure_allow_unauthenticated=args.insecure_allow_unauthenticated,
+        rate_limit_rps=args.rate_limit_rps,
+        max_sessions_per_tenant=args.max_sessions_per_tenant,
+        max_stored_bytes_per_tenant=args.max_stored_bytes_per_tenant,
+        max_concurrent_streams=args.max_concurrent_streams,
+        max_connections=args.max_connections,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        max_concurrent_reads=args.max_concurrent_reads,
+        request_read_timeout=args.request_read_timeout,
+        reuse_port=args.reuse_port,
+        unix_socket_mode=_mode(args.unix_socket_mode),
+        log_format=args.log_format,
+        metrics_listen=args.metrics_listen,
+        otel_endpoint=args.otel_endpoint,
+        health_interval_seconds=args.health_interval,
+        max_read_staleness_seconds=args.max_read_staleness,
+        db_timeout_seconds=args.db_timeout,
+        db_connect_timeout_seconds=args.db_connect_timeout,
+        db_pool_timeout_seconds=args.db_pool_timeout,
+        hf_tokenizer_dirs=tuple(args.hf_tokenizer_dir),
+        model_table_file=args.model_table,
+    )
