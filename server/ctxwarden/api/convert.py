@@ -11,7 +11,6 @@ from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.types import SummaryPrompt
-from ctxwarden.core.context import ModelInputView
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import (
     EMPTY_METADATA,
@@ -23,6 +22,7 @@ from ctxwarden.core.messages import (
     StopReason,
     Usage,
 )
+from ctxwarden.core.model_input import ModelInputView
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
 from ctxwarden.core.validation import check_json_object, check_no_nul
 from ctxwarden.v1 import context_service_pb2 as svc_pb
