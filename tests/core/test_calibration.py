@@ -7,8 +7,9 @@ import itertools
 import pytest
 
 from ctxwarden.core.calibration import Calibration
-from ctxwarden.core.context import METHOD_ANCHORED, METHOD_ESTIMATED, SessionContext
+from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason, Usage
+from ctxwarden.core.model_input import METHOD_ANCHORED, METHOD_ESTIMATED
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tokens import HeuristicTokenizer
 

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from ctxwarden.core.compaction.cut import find_cut_point
 from ctxwarden.core.compaction.planner import TRIMMED_MARKER, Plan, plan_compaction
 from ctxwarden.core.compaction.types import FileToolNames
-from ctxwarden.core.context import SUMMARY_METADATA_KEY, SessionContext, summary_message
+from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.summary import SUMMARY_METADATA_KEY, summary_message
 from ctxwarden.core.tokens import HeuristicTokenizer, count_message
 from ctxwarden.core.view import SYNTHETIC_METADATA_KEY
 

@@ -7,15 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from ctxwarden.core.context import (
-    SUMMARY_METADATA_KEY,
-    SUMMARY_PREAMBLE,
-    SessionContext,
-    prefix_hash,
-)
+from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import FailedPrecondition, InvalidArgument
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason
+from ctxwarden.core.model_input import prefix_hash
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.summary import SUMMARY_METADATA_KEY, SUMMARY_PREAMBLE
 from ctxwarden.core.tokens import HeuristicTokenizer, count_message, count_text
 from ctxwarden.core.view import TOOL_OUTPUT_TRUNCATED
 

@@ -82,7 +82,7 @@ async def test_deep_tool_arguments_are_refused_at_ingest(backend_url: str) -> No
 
 
 def test_deep_tool_parameters_are_refused() -> None:
-    from ctxwarden.api.convert import tool_from_pb
+    from ctxwarden.api.convert_session import tool_from_pb
     from ctxwarden.v1 import session_pb2
 
     deep = '{"a":' * 100 + "1" + "}" * 100

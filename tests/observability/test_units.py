@@ -16,8 +16,8 @@ import grpc
 import pytest
 from sqlalchemy import text
 
-from ctxwarden.core.context import TokenBreakdown
 from ctxwarden.core.errors import FailedPrecondition, Unavailable
+from ctxwarden.core.model_input import TokenBreakdown
 from ctxwarden.core.session import Checkpoint
 from ctxwarden.observability.db import instrument_engine, operation
 from ctxwarden.observability.health import DatabaseProbe, DatabaseUnreachable, HealthMonitor

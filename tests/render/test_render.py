@@ -6,10 +6,11 @@ import itertools
 
 import pytest
 
-from ctxwarden.core.context import SUMMARY_METADATA_KEY, SessionContext
+from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason
 from ctxwarden.core.render import Format, Rendered, render, render_view
 from ctxwarden.core.session import Checkpoint, Session, ToolDefinition
+from ctxwarden.core.summary import SUMMARY_METADATA_KEY
 from ctxwarden.core.tokens import HeuristicTokenizer
 from ctxwarden.v1 import context_service_pb2
 from tests.render.sdk import check_rules, validate

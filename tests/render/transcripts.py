@@ -9,11 +9,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ctxwarden.core.context import SUMMARY_METADATA_KEY
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason
 from ctxwarden.core.render import Format, Rendered, render
 from ctxwarden.core.render._common import dumps
 from ctxwarden.core.session import ToolDefinition
+from ctxwarden.core.summary import SUMMARY_METADATA_KEY
 from ctxwarden.core.view import SYNTHETIC_METADATA_KEY, SYNTHETIC_RESULT_TEXT
 from tests.render.sdk import ARRAY_KEY
 

@@ -1,17 +1,18 @@
-"""Protobuf <-> domain conversion. Enum values are checked here."""
+"""Protobuf <-> domain conversion of messages, model inputs and compactions.
+
+Enum values are checked here; sessions are in convert_session.
+"""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import replace
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
+from ctxwarden.api.convert_session import timestamp, tool_to_pb
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.types import SummaryPrompt
-from ctxwarden.core.context import ModelInputView
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import (
     EMPTY_METADATA,
@@ -23,11 +24,10 @@ from ctxwarden.core.messages import (
     StopReason,
     Usage,
 )
-from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
-from ctxwarden.core.validation import check_json_object, check_no_nul
+from ctxwarden.core.model_input import ModelInputView
+from ctxwarden.core.session import Checkpoint
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
-from ctxwarden.v1 import session_pb2 as ses_pb
 
 _MESSAGES_TAG = bytes([(4 << 3) | 2])  # ModelInput.messages: field 4, length-delimited
 
@@ -42,114 +42,6 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
-
-
-def _ts(us: int) -> Timestamp:
-    return Timestamp(seconds=us // 1_000_000, nanos=(us % 1_000_000) * 1000)
-
-
-# -- sessions -----------------------------------------------------------------
-
-
-def tool_from_pb(t: ses_pb.ToolDefinition, field: str) -> ToolDefinition:
-    if not t.name:
-        raise InvalidArgument(f"{field}.name is required", reason="MISSING_FIELD", field=field)
-    check_json_object(t.parameters_json, f"{field}.parameters_json")
-    return ToolDefinition(t.name, sys.intern(t.description), sys.intern(t.parameters_json))
-
-
-def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
-    for name in (
-        "context_window",
-        "reserve_tokens",
-        "keep_recent_tokens",
-        "tool_output_max_bytes",
-        "tool_output_max_lines",
-        "keep_tool_results",
-    ):
-        if getattr(p, name) < 0:
-            raise InvalidArgument(
-                f"policy.{name} must be >= 0 (0 means the default)",
-                reason="INVALID_POLICY",
-                field=f"policy.{name}",
-            )
-    # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
-    check_no_nul(p.tokenizer, "policy.tokenizer")
-    return ContextPolicy(
-        context_window=p.context_window,
-        reserve_tokens=p.reserve_tokens,
-        keep_recent_tokens=p.keep_recent_tokens,
-        tool_output_max_bytes=p.tool_output_max_bytes,
-        tool_output_max_lines=p.tool_output_max_lines,
-        tokenizer=p.tokenizer,
-        keep_tool_results=p.keep_tool_results,
-    )
-
-
-def session_from_pb(s: ses_pb.Session) -> Session:
-    """Client-settable fields only; output-only fields are ignored."""
-    tools = tuple(tool_from_pb(t, f"session.tools[{i}]") for i, t in enumerate(s.tools))
-    names = [t.name for t in tools]
-    if len(set(names)) != len(names):
-        raise InvalidArgument(
-            "session.tools has two tools with the same name",
-            reason="DUPLICATE_TOOL",
-            field="session.tools",
-        )
-    for name, value in (("user_id", s.user_id), ("project_id", s.project_id), ("model", s.model)):
-        if len(value) > 128:
-            raise InvalidArgument(
-                f"session.{name} is longer than 128 characters",
-                reason="FIELD_TOO_LONG",
-                field=f"session.{name}",
-            )
-    return Session(
-        session_id=s.session_id,
-        user_id=s.user_id,
-        project_id=s.project_id,
-        title=s.title,
-        system_prompt=sys.intern(s.system_prompt),  # one copy for all sessions of an agent
-        tools=tools,
-        model=s.model,
-        policy=policy_from_pb(s.policy),
-        pinned_state=s.pinned_state,
-        labels=dict(s.labels),
-    )
-
-
-def session_to_pb(s: Session) -> ses_pb.Session:
-    p = s.policy
-    return ses_pb.Session(
-        session_id=outer_id(s.session_id),
-        user_id=s.user_id,
-        project_id=s.project_id,
-        title=s.title,
-        system_prompt=s.system_prompt,
-        tools=[tool_to_pb(t) for t in s.tools],
-        model=s.model,
-        policy=ses_pb.ContextPolicy(
-            context_window=p.context_window,
-            reserve_tokens=p.reserve_tokens,
-            keep_recent_tokens=p.keep_recent_tokens,
-            tool_output_max_bytes=p.tool_output_max_bytes,
-            tool_output_max_lines=p.tool_output_max_lines,
-            tokenizer=p.tokenizer,
-            keep_tool_results=p.keep_tool_results,
-        ),
-        pinned_state=s.pinned_state,
-        labels=dict(s.labels),
-        last_seq=s.last_seq,
-        context_tokens=s.context_tokens,
-        etag=s.etag,
-        create_time=_ts(s.create_time_us),
-        update_time=_ts(s.update_time_us),
-    )
-
-
-def tool_to_pb(t: ToolDefinition) -> ses_pb.ToolDefinition:
-    return ses_pb.ToolDefinition(
-        name=t.name, description=t.description, parameters_json=t.parameters_json
-    )
 
 
 # -- messages -------------------------------------------------------------------
@@ -257,7 +149,7 @@ def message_to_pb(m: Message) -> msg_pb.Message:
         metadata=dict(m.metadata),
     )
     if m.create_time_us:
-        out.create_time.CopyFrom(_ts(m.create_time_us))
+        out.create_time.CopyFrom(timestamp(m.create_time_us))
     if m.usage is not None:
         u = m.usage
         out.usage.CopyFrom(
@@ -377,7 +269,7 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         modified_files=list(c.modified_files),
         summarizer=c.summarizer,
         trigger=c.trigger,  # type: ignore[arg-type]
-        create_time=_ts(c.create_time_us),
+        create_time=timestamp(c.create_time_us),
         superseded=c.superseded,
         at_seq=c.at_seq,
     )
@@ -399,7 +291,7 @@ def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPla
         previous_summary=plan.previous_summary,
         history_prompt=_prompt_to_pb(plan.history_prompt),
         turn_prefix_prompt=_prompt_to_pb(plan.turn_prefix_prompt),
-        expire_time=_ts(expire_us),
+        expire_time=timestamp(expire_us),
         summarized_from_seq=plan.summarized_from_seq,
         summarized_to_seq=plan.summarized_to_seq,
     )

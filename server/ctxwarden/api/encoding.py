@@ -18,8 +18,8 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from ctxwarden.core.context import ModelInputView, RenderCache
 from ctxwarden.core.messages import Message
+from ctxwarden.core.model_input import ModelInputView, RenderCache
 
 ENTRY_OVERHEAD = 176
 """Bytes per entry besides the encoding: the bytes object's header (33), the

@@ -13,9 +13,37 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf import empty_pb2
 from google.protobuf.message import DecodeError, Message
 
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import session_pb2 as ses_pb
+
 SERVICE_NAME = "ctxwarden.v1.ContextService"
+
+Types = tuple[type[Message], type[Message]]
+"""A method's request and response message types."""
+
+UNARY_METHODS: dict[str, Types] = {
+    "CreateSession": (pb.CreateSessionRequest, ses_pb.Session),
+    "GetSession": (pb.GetSessionRequest, ses_pb.Session),
+    "ListSessions": (pb.ListSessionsRequest, pb.ListSessionsResponse),
+    "UpdateSession": (pb.UpdateSessionRequest, ses_pb.Session),
+    "DeleteSession": (pb.DeleteSessionRequest, empty_pb2.Empty),
+    "AppendMessages": (pb.AppendMessagesRequest, pb.AppendMessagesResponse),
+    "ListMessages": (pb.ListMessagesRequest, pb.ListMessagesResponse),
+    "BuildModelInput": (pb.BuildModelInputRequest, pb.ModelInput),
+    "RollbackTurn": (pb.RollbackTurnRequest, pb.RollbackTurnResponse),
+    "Compact": (pb.CompactRequest, pb.Compaction),
+    "PrepareCompaction": (pb.PrepareCompactionRequest, pb.CompactionPlan),
+    "CommitCompaction": (pb.CommitCompactionRequest, pb.Compaction),
+    "ListCompactions": (pb.ListCompactionsRequest, pb.ListCompactionsResponse),
+    "GetToolOutput": (pb.GetToolOutputRequest, pb.GetToolOutputResponse),
+    "CountTokens": (pb.CountTokensRequest, pb.CountTokensResponse),
+}
+STREAM_METHODS: dict[str, Types] = {
+    "StreamMessages": (pb.AppendMessagesRequest, pb.AppendMessagesResponse),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +93,11 @@ def generic_handler(
             response_serializer=resp.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+
+def service_handler(servicer: object) -> grpc.GenericRpcHandler:
+    """The ContextService handler; each method is the servicer's attribute of that name."""
+    return generic_handler(
+        {name: (getattr(servicer, name), *types) for name, types in UNARY_METHODS.items()},
+        {name: (getattr(servicer, name), *types) for name, types in STREAM_METHODS.items()},
+    )

@@ -21,12 +21,10 @@ from ctxwarden.api.convert import (
     model_input_bytes,
     plan_to_pb,
     resume_offset,
-    session_from_pb,
-    session_to_pb,
-    tool_from_pb,
 )
+from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
 from ctxwarden.api.errors import internal_status, to_status
-from ctxwarden.api.handlers import Malformed, generic_handler
+from ctxwarden.api.handlers import Malformed, service_handler
 from ctxwarden.api.responses import (
     carries_messages,
     check_response_size,
@@ -358,44 +356,4 @@ class ContextServicer:
         )
 
     def handler(self) -> grpc.GenericRpcHandler:
-        unary_methods: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
-            "CreateSession": (self.CreateSession, pb.CreateSessionRequest, ses_pb.Session),
-            "GetSession": (self.GetSession, pb.GetSessionRequest, ses_pb.Session),
-            "ListSessions": (self.ListSessions, pb.ListSessionsRequest, pb.ListSessionsResponse),
-            "UpdateSession": (self.UpdateSession, pb.UpdateSessionRequest, ses_pb.Session),
-            "DeleteSession": (self.DeleteSession, pb.DeleteSessionRequest, empty_pb2.Empty),
-            "AppendMessages": (
-                self.AppendMessages,
-                pb.AppendMessagesRequest,
-                pb.AppendMessagesResponse,
-            ),
-            "ListMessages": (self.ListMessages, pb.ListMessagesRequest, pb.ListMessagesResponse),
-            "BuildModelInput": (self.BuildModelInput, pb.BuildModelInputRequest, pb.ModelInput),
-            "RollbackTurn": (self.RollbackTurn, pb.RollbackTurnRequest, pb.RollbackTurnResponse),
-            "Compact": (self.Compact, pb.CompactRequest, pb.Compaction),
-            "PrepareCompaction": (
-                self.PrepareCompaction,
-                pb.PrepareCompactionRequest,
-                pb.CompactionPlan,
-            ),
-            "CommitCompaction": (self.CommitCompaction, pb.CommitCompactionRequest, pb.Compaction),
-            "ListCompactions": (
-                self.ListCompactions,
-                pb.ListCompactionsRequest,
-                pb.ListCompactionsResponse,
-            ),
-            "GetToolOutput": (
-                self.GetToolOutput,
-                pb.GetToolOutputRequest,
-                pb.GetToolOutputResponse,
-            ),
-            "CountTokens": (self.CountTokens, pb.CountTokensRequest, pb.CountTokensResponse),
-        }
-        streams: dict[str, tuple[Callable[..., Any], type[PbMessage], type[PbMessage]]] = {
-            "StreamMessages": (
-                self.StreamMessages,
-                pb.AppendMessagesRequest,
-                pb.AppendMessagesResponse,
-            ),
-        }
-        return generic_handler(unary_methods, streams)
+        return service_handler(self)

@@ -7,25 +7,28 @@ touching the state (so a failed database write leaves nothing behind), and
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from ctxwarden.core.append import AppendPlan, CallState, answer_call
 from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.calibration import context_tokens as usage_context_tokens
-from ctxwarden.core.compaction.fileops import render_file_lists
-from ctxwarden.core.compaction.planner import TRIMMED_MARKER
-from ctxwarden.core.compaction.types import FileLists
-from ctxwarden.core.errors import FailedPrecondition, InvalidArgument
-from ctxwarden.core.messages import ContentBlock, Message, MessageState, Role
-from ctxwarden.core.models import lookup_model
+from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.messages import Message, MessageState, Role
+from ctxwarden.core.model_input import (
+    ModelInputView,
+    RenderCache,
+    counting_profile,
+    prefix_hash,
+    token_breakdown,
+    tools_text,
+)
 from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
-from ctxwarden.core.session import Checkpoint, Session, ToolDefinition, effective_policy
-from ctxwarden.core.tokens import CountingProfile, Tokenizer, count_text
+from ctxwarden.core.session import Checkpoint, Session, effective_policy
+from ctxwarden.core.summary import summary_message, trim_summary
+from ctxwarden.core.tokens import Tokenizer, count_text
 from ctxwarden.core.view import (
     SYNTHETIC_RESULT_TEXT,
-    Notice,
     View,
     ViewBuilder,
     ViewEntry,
@@ -35,132 +38,14 @@ from ctxwarden.core.view import (
     make_stub,
 )
 
-SUMMARY_PREAMBLE = (
-    "The conversation history before this point was compacted into the following summary:"
-)
-SUMMARY_METADATA_KEY = "ctxwarden.summary"
-
-
-@dataclass(frozen=True, slots=True)
-class TokenBreakdown:
-    system_tokens: int
-    tools_tokens: int
-    summary_tokens: int
-    message_tokens: int
-    total_tokens: int
-    context_window: int
-    compaction_threshold: int
-    estimated: bool
-    anchored_total_tokens: int = 0
-    estimate_error_ratio: float = 1.0
-    method: int = 0
-    """1 exact, 2 anchored, 3 estimated (TokenCountMethod)."""
-
-
-METHOD_EXACT = 1
-METHOD_ANCHORED = 2
-METHOD_ESTIMATED = 3
-
-
-class RenderCache(dict[int, tuple[object, bytes]]):
-    """Opaque per-session cache for the api layer's encoding of stored messages.
-
-    It lives and dies with its SessionContext. It is weak-referenceable so
-    that a process-wide budget can account for it without keeping an evicted
-    session's cache (and the messages its entries hold) alive.
-    """
-
-    __slots__ = ("__weakref__",)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInputView:
-    session: Session
-    messages: tuple[Message, ...]
-    notices: tuple[Notice, ...]
-    tokens: TokenBreakdown
-    compaction_recommended: bool
-    first_kept_seq: int
-    last_seq: int
-    compaction_id: str
-    prefix_hash: str
-    summary: str
-    rendered_json: str = ""
-    """The input in a provider's wire schema (when a format was asked for)."""
-    render_cache: RenderCache | None = field(default=None, compare=False)
-    """The session's RenderCache; None: nothing to cache (a one-off input)."""
-    stable_messages: int = 0
-    """Leading messages that later inputs start with, until history is rewritten."""
-    summary_messages: int = 0
-    """1 when messages[0] is the summary of compacted history."""
-    digests: Sequence[int] = field(default=(), compare=False)
-    """digests[i] fingerprints the first i messages after the summary (the api
-    layer turns them into resume tokens); empty: the input cannot be resumed."""
-
-
-@dataclass(frozen=True, slots=True)
-class AppendPlan:
-    """Result of planning an append: stored duplicates and new messages."""
-
-    messages: tuple[Message, ...]
-    """Every requested message, in request order, as it is (or will be) stored."""
-    new: tuple[Message, ...]
-    """Only the messages to insert."""
-    last_seq: int
-    context_tokens: int
-    calibration: Calibration = field(default_factory=Calibration)
-
-
-@dataclass(slots=True)
-class _CallState:
-    seq: int
-    answered: bool
-
-
-def tools_text(tools: Iterable[ToolDefinition]) -> str:
-    """The text of tool definitions a tokenizer is charged for."""
-    return "".join(t.name + t.description + t.parameters_json for t in tools)
-
-
-def counting_profile(model: str, tokenizer: Tokenizer) -> CountingProfile:
-    """How a model's messages are counted: its tokenizer, framing and image rule."""
-    info = lookup_model(model)
-    return CountingProfile(tokenizer, info.framing_tokens, info.reply_tokens, info.image_rule)
-
-
-def prefix_hash(session: Session, summary: str) -> str:
-    """Hash of the stable prompt prefix (system prompt, tools, summary)."""
-    payload = json.dumps(
-        {
-            "system": session.system_prompt,
-            "tools": [[t.name, t.description, t.parameters_json] for t in session.tools],
-            "summary": summary,
-        },
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-
-def summary_text(checkpoint: Checkpoint, pinned_state: str) -> str:
-    """The summary as the model sees it: the summariser's text plus what the
-    program keeps itself (file lists, pinned task state)."""
-    parts = [f"{SUMMARY_PREAMBLE}\n\n<summary>\n{checkpoint.carried_summary}\n</summary>"]
-    files = render_file_lists(FileLists(checkpoint.read_files, checkpoint.modified_files))
-    if files:
-        parts.append(files)
-    if pinned_state:
-        parts.append(f"<pinned-state>\n{pinned_state}\n</pinned-state>")
-    return "\n\n".join(parts)
-
-
-def summary_message(checkpoint: Checkpoint, pinned_state: str = "") -> Message:
-    return Message(
-        role=Role.USER,
-        content=(ContentBlock.of_text(summary_text(checkpoint, pinned_state)),),
-        metadata={SUMMARY_METADATA_KEY: checkpoint.compaction_id},
-    )
+# The service layer imports these from here.
+__all__ = [
+    "AppendPlan",
+    "ModelInputView",
+    "SessionContext",
+    "counting_profile",
+    "tools_text",
+]
 
 
 class SessionContext:
@@ -185,7 +70,7 @@ class SessionContext:
         # message_id -> stored message, built on first use: most clients never
         # send message_ids, and thousands of hot sessions need not pay for it.
         self._by_message_id: dict[str, Message] | None = None
-        self._calls: dict[str, _CallState] = {}
+        self._calls: dict[str, CallState] = {}
         self.session = session
         self.checked_at = float("-inf")
         """When this copy was last known to be the stored version (the service's
@@ -316,7 +201,7 @@ class SessionContext:
         seq = self.session.last_seq
         calibration = self.calibration
         fixed = self.system_tokens + self.tools_tokens + self.summary_tokens
-        calls = {k: _CallState(v.seq, v.answered) for k, v in self._calls.items()}
+        calls = {k: CallState(v.seq, v.answered) for k, v in self._calls.items()}
         out: list[Message] = []
         new: list[Message] = []
         tokens = self._message_tokens
@@ -328,22 +213,7 @@ class SessionContext:
                 out.append(dup)
                 continue
             if incoming.role is Role.TOOL_RESULT:
-                call = calls.get(incoming.tool_call_id)
-                if call is None:
-                    raise FailedPrecondition(
-                        f"messages[{i}].tool_call_id {incoming.tool_call_id!r} matches no "
-                        "active tool call in this session; append the assistant message "
-                        "with that call first",
-                        reason="UNKNOWN_TOOL_CALL",
-                        field=f"messages[{i}].tool_call_id",
-                    )
-                if call.answered:
-                    raise FailedPrecondition(
-                        f"messages[{i}]: tool call {incoming.tool_call_id!r} already has a result",
-                        reason="TOOL_CALL_ALREADY_ANSWERED",
-                        field=f"messages[{i}].tool_call_id",
-                    )
-                call.answered = True
+                answer_call(calls, incoming.tool_call_id, i)
             seq += 1
             message = replace(
                 incoming,
@@ -357,7 +227,7 @@ class SessionContext:
             )
             if message.role is Role.ASSISTANT:
                 for block in message.tool_calls:
-                    calls[block.tool_call_id] = _CallState(seq, False)
+                    calls[block.tool_call_id] = CallState(seq, False)
                 if usable(message):
                     assert message.usage is not None
                     # The usage measured the context this reply was made from.
@@ -392,13 +262,22 @@ class SessionContext:
                 count = 0
         return count
 
+    def _reset(self, kept: Iterable[Message]) -> None:
+        """Rebuild the entries, call index and token total from ``kept``."""
+        self._by_message_id = None
+        self._entries = []
+        self._calls = {}
+        for message in kept:
+            self._add(message)
+        self._message_tokens = sum(e.token_count for e in self._entries)
+
     def _add(self, message: Message) -> None:
         self._entries.append(make_entry(message, self.policy, self.profile))
         if self._by_message_id is not None:
             self._by_message_id[message.message_id] = message
         if message.role is Role.ASSISTANT:
             for block in message.tool_calls:
-                self._calls[block.tool_call_id] = _CallState(message.seq, False)
+                self._calls[block.tool_call_id] = CallState(message.seq, False)
         elif message.role is Role.TOOL_RESULT:
             call = self._calls.get(message.tool_call_id)
             if call is not None:
@@ -429,13 +308,7 @@ class SessionContext:
 
     def apply_rollback(self, seqs: Sequence[int], consecutive_failures: int, now_us: int) -> None:
         gone = set(seqs)
-        kept = [self._stored(e) for e in self._entries if e.message.seq not in gone]
-        self._by_message_id = None
-        self._entries = []
-        self._calls = {}
-        for message in kept:
-            self._add(message)
-        self._message_tokens = sum(e.token_count for e in self._entries)
+        self._reset([self._stored(e) for e in self._entries if e.message.seq not in gone])
         self.session = replace(
             self.session,
             context_tokens=self.context_tokens,
@@ -479,37 +352,23 @@ class SessionContext:
         messages = view.messages
         if self._summary is not None:
             messages = (self._summary, *messages)
-        counted = self.system_tokens + self.tools_tokens + self.summary_tokens + view.message_tokens
-        calibration = self.calibration
-        estimate = calibration.apply(counted)
-        anchored = self._anchored(view.messages)
-        if anchored > estimate:
-            total, method = anchored, METHOD_ANCHORED
-        elif self.tokenizer.exact and calibration.samples == 0:
-            total, method = counted, METHOD_EXACT
-        else:
-            total, method = estimate, METHOD_ESTIMATED
-        window = self.policy.context_window
-        threshold = window - max(self.policy.reserve_tokens, max_output_tokens)
-        tokens = TokenBreakdown(
-            system_tokens=self.system_tokens,
-            tools_tokens=self.tools_tokens,
-            summary_tokens=self.summary_tokens,
-            message_tokens=view.message_tokens,
-            total_tokens=total,
-            context_window=window,
-            compaction_threshold=threshold,
-            estimated=not self.tokenizer.exact,
-            anchored_total_tokens=anchored,
-            estimate_error_ratio=calibration.ratio,
-            method=method,
+        tokens = token_breakdown(
+            self.system_tokens,
+            self.tools_tokens,
+            self.summary_tokens,
+            view.message_tokens,
+            anchored=self._anchored(view.messages),
+            calibration=self.calibration,
+            exact=self.tokenizer.exact,
+            context_window=self.policy.context_window,
+            threshold=self.threshold(max_output_tokens),
         )
         return ModelInputView(
             session=self.session,
             messages=messages,
             notices=view.notices,
             tokens=tokens,
-            compaction_recommended=total > threshold,
+            compaction_recommended=tokens.total_tokens > tokens.compaction_threshold,
             first_kept_seq=self.first_kept_seq,
             last_seq=self.session.last_seq,
             compaction_id=self.checkpoint.compaction_id if self.checkpoint else "",
@@ -530,26 +389,13 @@ class SessionContext:
         """Switch the effective context to a new checkpoint (after it committed)."""
         kept = [m for m in self.active_messages if m.seq >= checkpoint.first_kept_seq]
         self.checkpoint = checkpoint
-        self._entries = []
-        self._by_message_id = None
-        self._calls = {}
         self._refresh_fixed_costs()
-        for message in kept:
-            self._add(message)
-        self._message_tokens = sum(e.token_count for e in self._entries)
+        self._reset(kept)
         self.session = replace(self.session, context_tokens=self.context_tokens)
 
     def trim_summary(self, text: str, budget: int) -> tuple[str, bool]:
         """Cut a summary to at most ``budget`` tokens, with a marker."""
-        if self.tokenizer.count(text) <= budget:
-            return text, False
-        keep = len(text)
-        while keep > 0:
-            keep = int(keep * 0.9)
-            candidate = text[:keep].rstrip() + TRIMMED_MARKER
-            if self.tokenizer.count(candidate) <= budget:
-                return candidate, True
-        return TRIMMED_MARKER.strip(), True
+        return trim_summary(text, budget, self.tokenizer)
 
     def tokens_with(self, checkpoint: Checkpoint) -> int:
         """Tokens of the effective context if ``checkpoint`` were in effect."""

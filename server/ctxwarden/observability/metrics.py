@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 from ctxwarden import __version__
 
 if TYPE_CHECKING:
-    from ctxwarden.core.context import TokenBreakdown
+    from ctxwarden.core.model_input import TokenBreakdown
     from ctxwarden.core.session import Checkpoint
     from ctxwarden.observability.tracing import Tracing
     from ctxwarden.service.manager import SessionManager

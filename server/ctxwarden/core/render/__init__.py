@@ -22,8 +22,8 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctxwarden.core.context import ModelInputView
 from ctxwarden.core.messages import Message
+from ctxwarden.core.model_input import ModelInputView
 from ctxwarden.core.render._common import (
     EMPTY_MESSAGE_OMITTED,
     FIRST_MESSAGE_INSERTED,

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxwarden.core.context import SUMMARY_METADATA_KEY
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message
 from ctxwarden.core.session import ToolDefinition
+from ctxwarden.core.summary import SUMMARY_METADATA_KEY
 from ctxwarden.core.view import Notice
 
 JsonObject = dict[str, Any]

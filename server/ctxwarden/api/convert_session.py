@@ -1,0 +1,118 @@
+"""Protobuf <-> domain conversion of sessions, their policies and tools."""
+
+from __future__ import annotations
+
+import sys
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ctxwarden.api.tenancy import outer_id
+from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.session import ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.validation import check_json_object, check_no_nul
+from ctxwarden.v1 import session_pb2 as ses_pb
+
+
+def timestamp(us: int) -> Timestamp:
+    return Timestamp(seconds=us // 1_000_000, nanos=(us % 1_000_000) * 1000)
+
+
+def tool_from_pb(t: ses_pb.ToolDefinition, field: str) -> ToolDefinition:
+    if not t.name:
+        raise InvalidArgument(f"{field}.name is required", reason="MISSING_FIELD", field=field)
+    check_json_object(t.parameters_json, f"{field}.parameters_json")
+    return ToolDefinition(t.name, sys.intern(t.description), sys.intern(t.parameters_json))
+
+
+def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
+    for name in (
+        "context_window",
+        "reserve_tokens",
+        "keep_recent_tokens",
+        "tool_output_max_bytes",
+        "tool_output_max_lines",
+        "keep_tool_results",
+    ):
+        if getattr(p, name) < 0:
+            raise InvalidArgument(
+                f"policy.{name} must be >= 0 (0 means the default)",
+                reason="INVALID_POLICY",
+                field=f"policy.{name}",
+            )
+    # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
+    check_no_nul(p.tokenizer, "policy.tokenizer")
+    return ContextPolicy(
+        context_window=p.context_window,
+        reserve_tokens=p.reserve_tokens,
+        keep_recent_tokens=p.keep_recent_tokens,
+        tool_output_max_bytes=p.tool_output_max_bytes,
+        tool_output_max_lines=p.tool_output_max_lines,
+        tokenizer=p.tokenizer,
+        keep_tool_results=p.keep_tool_results,
+    )
+
+
+def session_from_pb(s: ses_pb.Session) -> Session:
+    """Client-settable fields only; output-only fields are ignored."""
+    tools = tuple(tool_from_pb(t, f"session.tools[{i}]") for i, t in enumerate(s.tools))
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(
+            "session.tools has two tools with the same name",
+            reason="DUPLICATE_TOOL",
+            field="session.tools",
+        )
+    for name, value in (("user_id", s.user_id), ("project_id", s.project_id), ("model", s.model)):
+        if len(value) > 128:
+            raise InvalidArgument(
+                f"session.{name} is longer than 128 characters",
+                reason="FIELD_TOO_LONG",
+                field=f"session.{name}",
+            )
+    return Session(
+        session_id=s.session_id,
+        user_id=s.user_id,
+        project_id=s.project_id,
+        title=s.title,
+        system_prompt=sys.intern(s.system_prompt),  # one copy for all sessions of an agent
+        tools=tools,
+        model=s.model,
+        policy=policy_from_pb(s.policy),
+        pinned_state=s.pinned_state,
+        labels=dict(s.labels),
+    )
+
+
+def session_to_pb(s: Session) -> ses_pb.Session:
+    p = s.policy
+    return ses_pb.Session(
+        session_id=outer_id(s.session_id),
+        user_id=s.user_id,
+        project_id=s.project_id,
+        title=s.title,
+        system_prompt=s.system_prompt,
+        tools=[tool_to_pb(t) for t in s.tools],
+        model=s.model,
+        policy=ses_pb.ContextPolicy(
+            context_window=p.context_window,
+            reserve_tokens=p.reserve_tokens,
+            keep_recent_tokens=p.keep_recent_tokens,
+            tool_output_max_bytes=p.tool_output_max_bytes,
+            tool_output_max_lines=p.tool_output_max_lines,
+            tokenizer=p.tokenizer,
+            keep_tool_results=p.keep_tool_results,
+        ),
+        pinned_state=s.pinned_state,
+        labels=dict(s.labels),
+        last_seq=s.last_seq,
+        context_tokens=s.context_tokens,
+        etag=s.etag,
+        create_time=timestamp(s.create_time_us),
+        update_time=timestamp(s.update_time_us),
+    )
+
+
+def tool_to_pb(t: ToolDefinition) -> ses_pb.ToolDefinition:
+    return ses_pb.ToolDefinition(
+        name=t.name, description=t.description, parameters_json=t.parameters_json
+    )

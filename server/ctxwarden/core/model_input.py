@@ -1,0 +1,137 @@
+"""What a model input is made of: its token breakdown and the helpers that
+count and fingerprint its fixed parts (system prompt, tools, summary)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ctxwarden.core.calibration import Calibration
+from ctxwarden.core.messages import Message
+from ctxwarden.core.models import lookup_model
+from ctxwarden.core.session import Session, ToolDefinition
+from ctxwarden.core.tokens import CountingProfile, Tokenizer
+from ctxwarden.core.view import Notice
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBreakdown:
+    system_tokens: int
+    tools_tokens: int
+    summary_tokens: int
+    message_tokens: int
+    total_tokens: int
+    context_window: int
+    compaction_threshold: int
+    estimated: bool
+    anchored_total_tokens: int = 0
+    estimate_error_ratio: float = 1.0
+    method: int = 0
+    """1 exact, 2 anchored, 3 estimated (TokenCountMethod)."""
+
+
+METHOD_EXACT = 1
+METHOD_ANCHORED = 2
+METHOD_ESTIMATED = 3
+
+
+class RenderCache(dict[int, tuple[object, bytes]]):
+    """Opaque per-session cache for the api layer's encoding of stored messages.
+
+    It lives and dies with its SessionContext. It is weak-referenceable so
+    that a process-wide budget can account for it without keeping an evicted
+    session's cache (and the messages its entries hold) alive.
+    """
+
+    __slots__ = ("__weakref__",)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInputView:
+    session: Session
+    messages: tuple[Message, ...]
+    notices: tuple[Notice, ...]
+    tokens: TokenBreakdown
+    compaction_recommended: bool
+    first_kept_seq: int
+    last_seq: int
+    compaction_id: str
+    prefix_hash: str
+    summary: str
+    rendered_json: str = ""
+    """The input in a provider's wire schema (when a format was asked for)."""
+    render_cache: RenderCache | None = field(default=None, compare=False)
+    """The session's RenderCache; None: nothing to cache (a one-off input)."""
+    stable_messages: int = 0
+    """Leading messages that later inputs start with, until history is rewritten."""
+    summary_messages: int = 0
+    """1 when messages[0] is the summary of compacted history."""
+    digests: Sequence[int] = field(default=(), compare=False)
+    """digests[i] fingerprints the first i messages after the summary (the api
+    layer turns them into resume tokens); empty: the input cannot be resumed."""
+
+
+def tools_text(tools: Iterable[ToolDefinition]) -> str:
+    """The text of tool definitions a tokenizer is charged for."""
+    return "".join(t.name + t.description + t.parameters_json for t in tools)
+
+
+def counting_profile(model: str, tokenizer: Tokenizer) -> CountingProfile:
+    """How a model's messages are counted: its tokenizer, framing and image rule."""
+    info = lookup_model(model)
+    return CountingProfile(tokenizer, info.framing_tokens, info.reply_tokens, info.image_rule)
+
+
+def prefix_hash(session: Session, summary: str) -> str:
+    """Hash of the stable prompt prefix (system prompt, tools, summary)."""
+    payload = json.dumps(
+        {
+            "system": session.system_prompt,
+            "tools": [[t.name, t.description, t.parameters_json] for t in session.tools],
+            "summary": summary,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def token_breakdown(
+    system_tokens: int,
+    tools_tokens: int,
+    summary_tokens: int,
+    message_tokens: int,
+    *,
+    anchored: int,
+    calibration: Calibration,
+    exact: bool,
+    context_window: int,
+    threshold: int,
+) -> TokenBreakdown:
+    """The parts' counts and the best total: anchored on reported usage when that
+    is larger than the calibrated estimate, exact when the tokenizer is exact and
+    nothing was calibrated, else the estimate."""
+    counted = system_tokens + tools_tokens + summary_tokens + message_tokens
+    estimate = calibration.apply(counted)
+    if anchored > estimate:
+        total, method = anchored, METHOD_ANCHORED
+    elif exact and calibration.samples == 0:
+        total, method = counted, METHOD_EXACT
+    else:
+        total, method = estimate, METHOD_ESTIMATED
+    return TokenBreakdown(
+        system_tokens=system_tokens,
+        tools_tokens=tools_tokens,
+        summary_tokens=summary_tokens,
+        message_tokens=message_tokens,
+        total_tokens=total,
+        context_window=context_window,
+        compaction_threshold=threshold,
+        estimated=not exact,
+        anchored_total_tokens=anchored,
+        estimate_error_ratio=calibration.ratio,
+        method=method,
+    )
