@@ -181,7 +181,9 @@ class Writer:
                     (packet,) = await cur.fetchone()
                 budget = max(64 * 1024, min(budget, int(packet) // 2))
         except BaseException:
-            await conn.close()
+            # Never hand a connection that just failed back to the pool (its reset
+            # would fail too): drop it.
+            await cls(conn, None, engine.dialect.name, 0).discard()
             raise
         return cls(conn, driver, engine.dialect.name, budget)
 
