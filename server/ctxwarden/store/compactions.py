@@ -15,6 +15,7 @@ from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
 from ctxwarden.store.errors import DuplicateKey
+from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, advance, insert_record
 from ctxwarden.store.tables import C, M, P, S
@@ -24,6 +25,7 @@ class CompactionStore:
     """Every write compares-and-sets the session's version (see records.advance)."""
 
     engine: AsyncEngine
+    gate: WriteGate
     quota: TenantQuota
 
     # -- compaction -------------------------------------------------------------
@@ -41,7 +43,7 @@ class CompactionStore:
         compare-and-set on the session's version. History rows are not touched."""
         values = checkpoint_row_values(checkpoint)
         try:
-            async with self.engine.begin() as conn:
+            async with self.gate.begin() as conn:
                 added = await insert_record(conn, record) + checkpoint_bytes(values)
                 await advance(
                     conn,
@@ -65,7 +67,7 @@ class CompactionStore:
     async def save_plan(
         self, plan_id: str, session_id: str, payload: dict[str, Any], expire_us: int, now_us: int
     ) -> None:
-        async with self.engine.begin() as conn:
+        async with self.gate.begin() as conn:
             await conn.execute(
                 insert(P).values(
                     plan_id=plan_id,
@@ -124,7 +126,7 @@ class CompactionStore:
         """
         sid = session.session_id
         try:
-            async with self.engine.begin() as conn:
+            async with self.gate.begin() as conn:
                 await advance(
                     conn,
                     session,

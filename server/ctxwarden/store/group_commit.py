@@ -48,6 +48,7 @@ from ctxwarden.store.errors import (
     StoreRejected,
     StoreUnavailable,
 )
+from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.writer import Writer, WriterSql, classify
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class GroupCommitter:
         engine: AsyncEngine,
         *,
         writers: int = 1,
+        gate: WriteGate | None = None,
         observe: Callable[[str, float, bool], None] | None = None,
         max_stored_bytes: int = 0,
         timeout: float = 0.0,
@@ -98,6 +100,7 @@ class GroupCommitter:
         ``timeout``: seconds a batch's statements and commit may take before the
         connection is considered lost (0: unbounded)."""
         self.engine = engine
+        self._gate = gate or WriteGate(engine)
         self._sql = WriterSql(engine.dialect.name, max_stored_bytes)
         self._dbapi: Any = engine.dialect.loaded_dbapi
         self._observe = observe or _no_observer
@@ -187,10 +190,14 @@ class GroupCommitter:
                 try:
                     if w is None:
                         w = await self._connect()
-                    await self._bounded(self._write(w, batch, stage))
+                    async with self._gate.hold():
+                        try:
+                            await self._bounded(self._write(w, batch, stage))
+                        except _BatchFailed:
+                            await w.rollback()  # inside the write turn: frees the lock
+                            raise
                 except _BatchFailed as failed:
                     assert w is not None
-                    await w.rollback()
                     if len(batch) > 1:
                         await self._one_by_one(w, batch)  # each caller gets its own outcome
                     else:

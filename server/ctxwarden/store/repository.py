@@ -28,6 +28,7 @@ from ctxwarden.store.codec import (
 )
 from ctxwarden.store.compactions import CompactionStore
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge
+from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.group_commit import AppendOp, GroupCommitter
 from ctxwarden.store.message_reads import MessageReads
 from ctxwarden.store.quota import TenantQuota
@@ -69,6 +70,7 @@ class Repository(CompactionStore, MessageReads):
         the engine's events. ``max_message_bytes`` bounds a message's stored body.
         ``statement_timeout``: seconds an append may wait for the database (0: no bound)."""
         self.engine = engine
+        self.gate = WriteGate(engine)
         self.max_message_bytes = max_message_bytes
         self.quota = quota or TenantQuota()
         if append_writers is None:
@@ -76,6 +78,7 @@ class Repository(CompactionStore, MessageReads):
         self.versions = VersionReader(engine, statement_timeout)
         self.committer = GroupCommitter(
             engine,
+            gate=self.gate,
             writers=append_writers,
             observe=observe,
             max_stored_bytes=self.quota.max_stored_bytes,
@@ -107,7 +110,7 @@ class Repository(CompactionStore, MessageReads):
             added += record_bytes(stored)
         for attempt in range(3):
             try:
-                async with self.engine.begin() as conn:
+                async with self.gate.begin() as conn:
                     await self.quota.claim_session(conn, tenant_of(session.session_id), added)
                     await conn.execute(
                         insert(S).values(**session_row_values(session), stored_bytes=added)
@@ -188,7 +191,7 @@ class Repository(CompactionStore, MessageReads):
             values.pop(key)
         values.pop("calibration_json")
         added = revision_bytes(session)
-        async with self.engine.begin() as conn:
+        async with self.gate.begin() as conn:
             result = await conn.execute(
                 update(S)
                 .where(
@@ -210,7 +213,7 @@ class Repository(CompactionStore, MessageReads):
                 )
 
     async def delete_session(self, session_id: str, now_us: int) -> bool:
-        async with self.engine.begin() as conn:
+        async with self.gate.begin() as conn:
             row = (
                 await conn.execute(
                     select(S.c.stored_bytes).where(
@@ -296,7 +299,7 @@ class Repository(CompactionStore, MessageReads):
         """Mark messages rolled back (never deleted) and update the session row,
         compare-and-set on the version."""
         try:
-            async with self.engine.begin() as conn:
+            async with self.gate.begin() as conn:
                 added = await insert_record(conn, record)
                 await advance(
                     conn,
