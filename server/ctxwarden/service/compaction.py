@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ctxwarden import ids
 from ctxwarden.core.compaction.planner import Plan, covered_digest, plan_compaction
+from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.compaction.types import (
     FileLists,
     Summarizer,
     SummarizerError,
-    SummaryPrompt,
     SummaryRequest,
 )
 from ctxwarden.core.context import SessionContext
@@ -38,6 +38,7 @@ from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.checkpoint import build_checkpoint
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.plans import StoredPlan
 from ctxwarden.store.repository import RequestScope
 
 if TYPE_CHECKING:
@@ -56,28 +57,6 @@ class PlanHandle:
     plan_id: str
     plan: Plan
     expire_time_us: int
-
-
-def _prompt_json(p: SummaryPrompt | None) -> dict[str, Any] | None:
-    return None if p is None else {"system": p.system, "user": p.user, "max_tokens": p.max_tokens}
-
-
-def _plan_payload(plan: Plan, trigger: int) -> dict[str, Any]:
-    return {
-        "first_kept_seq": plan.first_kept_seq,
-        "split_turn": plan.split_turn,
-        "tokens_before": plan.tokens_before,
-        "previous_summary": plan.previous_summary,
-        "read_files": list(plan.files.read),
-        "modified_files": list(plan.files.modified),
-        "base_compaction_id": plan.base_compaction_id,
-        "covered_digest": plan.covered_digest,
-        "at_seq": plan.at_seq,
-        "history_max_tokens": plan.history_prompt.max_tokens if plan.history_prompt else 0,
-        "prefix_max_tokens": plan.turn_prefix_prompt.max_tokens if plan.turn_prefix_prompt else 0,
-        "has_history": plan.history_prompt is not None,
-        "trigger": trigger,
-    }
 
 
 class Compactor:
@@ -118,11 +97,8 @@ class Compactor:
         plan_id = ids.new_id()
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
-        await self.m.db(
-            lambda: self.m.repo.save_plan(
-                plan_id, session_id, _plan_payload(plan, TRIGGER_MANUAL), expire, now
-            )
-        )
+        stored = StoredPlan(plan_id, session_id, PlanTerms.of(plan, TRIGGER_MANUAL), expire, "")
+        await self.m.db(lambda: self.m.repo.plans.save(stored, now))
         return PlanHandle(plan_id, plan, expire)
 
     # -- committing -----------------------------------------------------------
@@ -130,7 +106,7 @@ class Compactor:
     async def _commit(
         self,
         session_id: str,
-        payload: dict[str, Any],
+        terms: PlanTerms,
         *,
         summary: str,
         turn_prefix_summary: str,
@@ -143,21 +119,21 @@ class Compactor:
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
             current = ctx.checkpoint.compaction_id if ctx.checkpoint else ""
-            if current != payload["base_compaction_id"]:
+            if current != terms.base_compaction_id:
                 raise Aborted(
                     "the plan is stale: another compaction was committed since it was made; "
                     "prepare a new plan",
                     reason="PLAN_STALE",
                     metadata={"compaction_id": current},
                 )
-            if covered_digest(ctx.active_messages, payload["at_seq"]) != payload["covered_digest"]:
+            if covered_digest(ctx.active_messages, terms.at_seq) != terms.covered_digest:
                 raise Aborted(
                     "the plan is stale: messages it covers were rolled back since it was made; "
                     "prepare a new plan",
                     reason="PLAN_STALE",
                 )
             checkpoint = build_checkpoint(
-                ctx, payload, summary, turn_prefix_summary, summarizer, trigger
+                ctx, terms, summary, turn_prefix_summary, summarizer, trigger
             )
             now = ids.now_us()
             record = (
@@ -208,32 +184,32 @@ class Compactor:
         # Plan IDs are server-made ASCII: anything else names no plan (and must not
         # reach MySQL's ASCII column, where it is an illegal mix of collations).
         found = (
-            await self.m.db(lambda: self.m.repo.get_plan(plan_id))
+            await self.m.db(lambda: self.m.repo.plans.get(plan_id))
             if KEY_RE.fullmatch(plan_id)
             else None
         )
-        if found is None or found[0] != session_id:
+        if found is None or found.session_id != session_id:
             raise NotFound(
                 f"compaction plan {plan_id!r} does not exist for session {session_id!r}",
                 reason="PLAN_NOT_FOUND",
             )
-        _, payload, expire_us, committed = found
+        committed = found.committed_compaction_id
         if committed:
             done = await self.m.db(lambda: self.m.repo.get_compaction(committed))
             if done is not None:
                 return done
-        if ids.now_us() > expire_us:
+        if ids.now_us() > found.expire_time_us:
             raise FailedPrecondition(
                 f"compaction plan {plan_id!r} expired; call PrepareCompaction again",
                 reason="PLAN_EXPIRED",
             )
         return await self._commit(
             session_id,
-            payload,
+            found.terms,
             summary=summary,
             turn_prefix_summary=turn_prefix_summary,
             summarizer="agent",
-            trigger=int(payload["trigger"]),
+            trigger=found.terms.trigger,
             plan_id=plan_id,
         )
 
@@ -274,7 +250,7 @@ class Compactor:
         try:
             return await self._commit(
                 session_id,
-                _plan_payload(plan, trigger),
+                PlanTerms.of(plan, trigger),
                 summary=summary,
                 turn_prefix_summary=prefix,
                 summarizer=summarizer.name,

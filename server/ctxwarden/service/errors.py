@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-
 from ctxwarden.core.errors import InvalidArgument, ResourceExhausted, Unavailable
 from ctxwarden.store.errors import QuotaExceeded, StoreRejected, StoreUnavailable, TooLarge
 
@@ -27,7 +25,7 @@ def quota_error(exc: QuotaExceeded) -> ResourceExhausted:
 
 def store_error(exc: Exception) -> Exception:
     """The domain error for a store failure (the one map from store to domain)."""
-    if isinstance(exc, (StoreUnavailable, PoolTimeout, TimeoutError, OSError)):
+    if isinstance(exc, (StoreUnavailable, TimeoutError)):
         return Unavailable(
             "the database is unavailable; retry shortly", reason="DATABASE_UNAVAILABLE"
         )

@@ -9,9 +9,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-
 from ctxwarden import ids
 from ctxwarden.config import Settings
 from ctxwarden.core.calibration import ModelCalibration
@@ -63,20 +60,11 @@ class SessionRuntime:
                 async with asyncio.timeout(self.db_timeout):
                     return await op()
             return await op()
-        except (StoreUnavailable, PoolTimeout, TimeoutError, OSError) as exc:
+        except (StoreUnavailable, TimeoutError) as exc:
             log.warning("database unavailable: %s", exc)
             raise store_error(exc) from exc
         except (TooLarge, QuotaExceeded, StoreRejected) as exc:
             raise store_error(exc) from exc
-        except (OperationalError, DBAPIError) as exc:
-            if (
-                isinstance(exc, DBAPIError)
-                and not exc.connection_invalidated
-                and not isinstance(exc, OperationalError)
-            ):
-                raise
-            log.warning("database unavailable: %s", exc)
-            raise store_error(StoreUnavailable(str(exc))) from exc
 
     async def context(self, session_id: str, *, verify: bool = True) -> SessionContext:
         """The hot session, restored from the database when it is not in memory.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Any
 
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -14,7 +12,7 @@ from ctxwarden.core.messages import MessageState
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
-from ctxwarden.store.errors import DuplicateKey
+from ctxwarden.store.errors import DuplicateKey, boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, advance, insert_record
@@ -30,6 +28,7 @@ class CompactionStore:
 
     # -- compaction -------------------------------------------------------------
 
+    @boundary
     async def commit_compaction(
         self,
         checkpoint: Checkpoint,
@@ -64,39 +63,13 @@ class CompactionStore:
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
 
-    async def save_plan(
-        self, plan_id: str, session_id: str, payload: dict[str, Any], expire_us: int, now_us: int
-    ) -> None:
-        async with self.gate.begin() as conn:
-            await conn.execute(
-                insert(P).values(
-                    plan_id=plan_id,
-                    session_id=session_id,
-                    payload=json.dumps(payload, separators=(",", ":")),
-                    expire_time_us=expire_us,
-                    committed_compaction_id="",
-                    create_time_us=now_us,
-                )
-            )
-
-    async def get_plan(self, plan_id: str) -> tuple[str, dict[str, Any], int, str] | None:
-        """(session_id, payload, expire_time_us, committed_compaction_id)."""
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(P).where(P.c.plan_id == plan_id))).first()
-        if row is None:
-            return None
-        return (
-            row.session_id,
-            json.loads(row.payload),
-            row.expire_time_us,
-            row.committed_compaction_id,
-        )
-
+    @boundary
     async def get_compaction(self, compaction_id: str) -> Checkpoint | None:
         async with self.engine.connect() as conn:
             row = (await conn.execute(select(C).where(C.c.compaction_id == compaction_id))).first()
         return checkpoint_from_row(row) if row is not None else None
 
+    @boundary
     async def list_compactions(
         self, session_id: str, *, limit: int, before: tuple[int, str] | None
     ) -> list[Checkpoint]:
@@ -109,6 +82,7 @@ class CompactionStore:
             rows = (await conn.execute(q)).all()
         return [checkpoint_from_row(r) for r in rows]
 
+    @boundary
     async def rollback_across_checkpoints(
         self,
         session: Session,

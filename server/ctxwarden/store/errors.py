@@ -1,4 +1,24 @@
-"""Store-level failures, translated into domain errors by the service layer."""
+"""The store's exceptions, and the one place driver errors become them.
+
+Everything the store raises to its callers is a ``StoreError``. SQLAlchemy and
+the drivers (aiosqlite, aiomysql) raise their own classes; ``driver_errors()``
+(used through ``@boundary`` on every public store method) and ``classify()`` (used
+by the group committer on raw driver exceptions) are the only code that looks at
+them, so the service never imports SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, ParamSpec, TypeVar, cast
+
+from sqlalchemy import exc as sa
+from sqlalchemy.engine import Dialect
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class StoreError(Exception):
@@ -6,7 +26,8 @@ class StoreError(Exception):
 
 
 class ConcurrentWrite(StoreError):
-    """Another writer changed the session first (compare-and-set failed)."""
+    """Another writer changed the session first (compare-and-set failed), or the
+    database aborted the transaction for a conflict (deadlock, certification)."""
 
 
 class DuplicateKey(StoreError):
@@ -36,3 +57,85 @@ class StoreUnavailable(StoreError):
 
 class StoreRejected(StoreError):
     """The database refused a write for good (retrying the same write cannot help)."""
+
+
+Kind = Literal["lost", "duplicate", "rejected", "conflict", "transient"]
+
+MYSQL_REJECTED = frozenset({1153, 1366, 1406, 1264, 1292, 1048, 3140})
+"""Packet too large, incorrect string/value, data too long, out of range,
+NULL in a NOT NULL column, invalid JSON: the same write will fail again."""
+
+MYSQL_CONFLICT = frozenset({1205, 1213})
+"""Lock wait timeout, deadlock (also a Galera certification failure)."""
+
+
+def classify(exc: BaseException, dialect: Dialect) -> Kind:
+    """What a raw driver error means for the statement that raised it."""
+    if isinstance(exc, (OSError, TimeoutError)):
+        return "lost"
+    if dialect.is_disconnect(cast(Any, exc), None, None):
+        return "lost"
+    name = type(exc).__name__
+    if name == "IntegrityError":
+        return "duplicate"
+    if name in ("DataError", "ProgrammingError", "NotSupportedError"):
+        return "rejected"
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    if code in MYSQL_REJECTED:
+        return "rejected"
+    if code in MYSQL_CONFLICT:
+        return "conflict"
+    return "transient"
+
+
+def translate(exc: BaseException) -> StoreError | None:
+    """The StoreError for a SQLAlchemy/driver error; None for anything else (a bug
+    stays itself and is reported as INTERNAL)."""
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, sa.TimeoutError):
+        return StoreUnavailable(f"no database connection became free in time: {exc}")
+    if isinstance(exc, (OSError, TimeoutError)):
+        return StoreUnavailable(f"the database did not answer: {exc}")
+    if not isinstance(exc, sa.DBAPIError):
+        return None
+    orig = exc.orig
+    detail = str(orig)[:300]
+    if isinstance(exc, sa.IntegrityError):
+        return DuplicateKey(detail)
+    code = orig.args[0] if orig is not None and orig.args and isinstance(orig.args[0], int) else 0
+    if code in MYSQL_CONFLICT:
+        return ConcurrentWrite(f"the database aborted the transaction: {detail}")
+    if isinstance(exc, sa.DataError) or code in MYSQL_REJECTED:
+        return StoreRejected(detail)
+    if exc.connection_invalidated or isinstance(exc, (sa.OperationalError, sa.InterfaceError)):
+        # Lost connection, server gone, SQLite busy past its timeout: transient.
+        return StoreUnavailable(detail)
+    return None
+
+
+@contextmanager
+def driver_errors() -> Iterator[None]:
+    """Re-raise any database error escaping the block as its StoreError."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except BaseException as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+def boundary(
+    fn: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Mark a public store coroutine: database errors leave it only as StoreErrors."""
+
+    @functools.wraps(fn)
+    async def guarded(*args: P.args, **kwargs: P.kwargs) -> T:
+        with driver_errors():
+            return await fn(*args, **kwargs)
+
+    return guarded

@@ -47,9 +47,10 @@ from ctxwarden.store.errors import (
     QuotaExceeded,
     StoreRejected,
     StoreUnavailable,
+    classify,
 )
 from ctxwarden.store.gate import WriteGate
-from ctxwarden.store.writer import Writer, WriterSql, classify
+from ctxwarden.store.writer import Writer, WriterSql
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -273,6 +274,10 @@ class GroupCommitter:
                 raise _BatchFailed(DuplicateKey(str(exc))) from exc
             if kind == "rejected":
                 raise _BatchFailed(StoreRejected(str(exc))) from exc
+            if kind == "conflict":
+                raise _BatchFailed(
+                    ConcurrentWrite(f"the database aborted the batch: {exc}")
+                ) from exc
             raise _BatchFailed(StoreUnavailable(f"the database refused the write: {exc}")) from exc
         stage[0] = "commit"
         await self._timed("COMMIT", w.commit())

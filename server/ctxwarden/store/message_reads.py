@@ -9,12 +9,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.store.codec import message_from_row
+from ctxwarden.store.errors import boundary
 from ctxwarden.store.tables import M
 
 
 class MessageReads:
     engine: AsyncEngine
 
+    @boundary
     async def find_by_message_ids(
         self, session_id: str, message_ids: Sequence[str]
     ) -> dict[str, Message]:
@@ -28,6 +30,7 @@ class MessageReads:
             ).all()
         return {r.message_id: message_from_row(r) for r in rows}
 
+    @boundary
     async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[Message]:
         async with self.engine.connect() as conn:
             rows = (
@@ -39,6 +42,7 @@ class MessageReads:
             ).all()
         return [message_from_row(r) for r in rows]
 
+    @boundary
     async def get_message(self, session_id: str, seq: int) -> Message | None:
         async with self.engine.connect() as conn:
             row = (
@@ -46,6 +50,7 @@ class MessageReads:
             ).first()
         return message_from_row(row) if row is not None else None
 
+    @boundary
     async def list_messages(
         self,
         session_id: str,

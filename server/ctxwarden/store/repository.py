@@ -27,10 +27,11 @@ from ctxwarden.store.codec import (
     stored_message_bytes,
 )
 from ctxwarden.store.compactions import CompactionStore
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge, boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.group_commit import AppendOp, GroupCommitter
 from ctxwarden.store.message_reads import MessageReads
+from ctxwarden.store.plans import PlanRepository
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import (
     RequestRecord,
@@ -75,6 +76,7 @@ class Repository(CompactionStore, MessageReads):
         self.quota = quota or TenantQuota()
         if append_writers is None:
             append_writers = 1 if engine.dialect.name == "sqlite" else 2
+        self.plans = PlanRepository(engine, self.gate)
         self.versions = VersionReader(engine, statement_timeout)
         self.committer = GroupCommitter(
             engine,
@@ -85,6 +87,7 @@ class Repository(CompactionStore, MessageReads):
             timeout=statement_timeout,
         )
 
+    @boundary
     async def get_request(self, scope: RequestScope, request_id: str) -> StoredRequest | None:
         return await get_request(self.engine, scope, request_id)
 
@@ -93,6 +96,7 @@ class Repository(CompactionStore, MessageReads):
         await self.committer.close()
         await self.engine.dispose()
 
+    @boundary
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
             await conn.execute(select(1))
@@ -101,6 +105,7 @@ class Repository(CompactionStore, MessageReads):
 
     # -- sessions -------------------------------------------------------------
 
+    @boundary
     async def create_session(self, session: Session, record: RequestRecord | None) -> None:
         """Insert a session. Raises DuplicateKey if the ID or request is taken,
         QuotaExceeded if the tenant's quota is used up (nothing is written)."""
@@ -138,11 +143,13 @@ class Repository(CompactionStore, MessageReads):
             )
         )
 
+    @boundary
     async def get_session(self, session_id: str) -> Session | None:
         async with self.engine.connect() as conn:
             row = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
         return session_from_row(row) if row is not None else None
 
+    @boundary
     async def list_sessions(
         self,
         *,
@@ -171,11 +178,13 @@ class Repository(CompactionStore, MessageReads):
             rows = (await conn.execute(q)).all()
         return [session_from_row(r) for r in rows]
 
+    @boundary
     async def session_version(self, session_id: str) -> tuple[int, bool] | None:
         """(version, deleted) of the stored session: what a replica compares its
         in-memory copy with before serving it (see version_reader)."""
         return await self.versions.version(session_id)
 
+    @boundary
     async def update_session(
         self,
         session: Session,
@@ -212,6 +221,7 @@ class Repository(CompactionStore, MessageReads):
                     .values(token_count=count, counted_with=spec)
                 )
 
+    @boundary
     async def delete_session(self, session_id: str, now_us: int) -> bool:
         async with self.gate.begin() as conn:
             row = (
@@ -261,6 +271,7 @@ class Repository(CompactionStore, MessageReads):
             session, expected_version, rows, stored, added, tenant_of(session.session_id)
         )
 
+    @boundary
     async def append(self, op: AppendOp) -> None:
         """Insert the messages and advance the session row, atomically.
 
@@ -273,6 +284,7 @@ class Repository(CompactionStore, MessageReads):
         """
         await self.committer.submit(op)
 
+    @boundary
     async def append_messages(
         self,
         session: Session,
@@ -288,6 +300,7 @@ class Repository(CompactionStore, MessageReads):
             )
         )
 
+    @boundary
     async def rollback(
         self,
         session: Session,
@@ -330,6 +343,7 @@ class Repository(CompactionStore, MessageReads):
 
     # -- restore --------------------------------------------------------------
 
+    @boundary
     async def load_snapshot(self, session_id: str) -> Snapshot | None:
         """Restore reads: session row, newest valid checkpoint, kept active messages.
 
@@ -337,11 +351,13 @@ class Repository(CompactionStore, MessageReads):
         """
         return await load_snapshot(self.engine, session_id)
 
+    @boundary
     async def replay_snapshot(self, session_id: str, as_of_seq: int) -> Snapshot | None:
         """What the session looked like just before message ``as_of_seq`` was appended."""
         return await replay_snapshot(self.engine, session_id, as_of_seq)
 
 
+@boundary
 async def purge_deleted(
     repo: Repository,
     *,

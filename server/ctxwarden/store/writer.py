@@ -10,10 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from sqlalchemy import Table
-from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store import mysql_sql
@@ -33,29 +32,6 @@ SET_COLUMNS = (
     "stored_bytes",
 )
 """What an append changes in its session row (stored_bytes is added to)."""
-
-Kind = Literal["lost", "duplicate", "rejected", "transient"]
-
-_MYSQL_REJECTED = frozenset({1153, 1366, 1406, 1264, 1292, 1048, 3140})
-"""Packet too large, incorrect string/value, data too long, out of range,
-NULL in a NOT NULL column, invalid JSON: the same write will fail again."""
-
-
-def classify(exc: BaseException, dialect: Dialect) -> Kind:
-    """What a driver error means for the write that raised it."""
-    if isinstance(exc, (OSError, TimeoutError)):
-        return "lost"
-    if dialect.is_disconnect(cast(Any, exc), None, None):
-        return "lost"
-    name = type(exc).__name__
-    if name == "IntegrityError":
-        return "duplicate"
-    if name in ("DataError", "ProgrammingError", "NotSupportedError"):
-        return "rejected"
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    if code in _MYSQL_REJECTED:
-        return "rejected"
-    return "transient"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,133 @@
+"""The store boundary: every driver error leaves the store as a StoreError."""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+
+import pymysql
+import pytest
+from sqlalchemy import exc as sa
+
+from ctxwarden import ids
+from ctxwarden.core.session import Session
+from ctxwarden.store.engine import make_engine
+from ctxwarden.store.errors import (
+    ConcurrentWrite,
+    DuplicateKey,
+    StoreError,
+    StoreRejected,
+    StoreUnavailable,
+    driver_errors,
+)
+from ctxwarden.store.repository import Repository
+
+
+def _wrapped(cls: type[sa.DBAPIError], orig: Exception, invalidated: bool = False) -> Exception:
+    return cls("INSERT ...", {}, orig, connection_invalidated=invalidated)
+
+
+MAPPED: list[tuple[str, BaseException, type[StoreError]]] = [
+    (
+        "mysql duplicate key",
+        _wrapped(sa.IntegrityError, pymysql.err.IntegrityError(1062, "Duplicate entry")),
+        DuplicateKey,
+    ),
+    (
+        "sqlite unique constraint",
+        _wrapped(sa.IntegrityError, sqlite3.IntegrityError("UNIQUE constraint failed")),
+        DuplicateKey,
+    ),
+    (
+        "mysql deadlock",
+        _wrapped(sa.OperationalError, pymysql.err.OperationalError(1213, "Deadlock found")),
+        ConcurrentWrite,
+    ),
+    (
+        "mysql lock wait timeout",
+        _wrapped(sa.OperationalError, pymysql.err.OperationalError(1205, "Lock wait timeout")),
+        ConcurrentWrite,
+    ),
+    (
+        "mysql data too long",
+        _wrapped(sa.DataError, pymysql.err.DataError(1406, "Data too long")),
+        StoreRejected,
+    ),
+    (
+        "mysql packet too large",
+        _wrapped(sa.OperationalError, pymysql.err.OperationalError(1153, "Got a packet bigger")),
+        StoreRejected,
+    ),
+    (
+        "mysql server gone",
+        _wrapped(
+            sa.OperationalError, pymysql.err.OperationalError(2006, "MySQL server has gone away")
+        ),
+        StoreUnavailable,
+    ),
+    (
+        "lost connection (invalidated)",
+        _wrapped(sa.DBAPIError, pymysql.err.InterfaceError(0, ""), invalidated=True),
+        StoreUnavailable,
+    ),
+    (
+        "sqlite busy",
+        _wrapped(sa.OperationalError, sqlite3.OperationalError("database is locked")),
+        StoreUnavailable,
+    ),
+    ("pool exhausted", sa.TimeoutError("QueuePool limit reached"), StoreUnavailable),
+    ("socket error", ConnectionResetError(104, "reset by peer"), StoreUnavailable),
+    ("statement timeout", TimeoutError(), StoreUnavailable),
+]
+
+
+@pytest.mark.parametrize(("name", "error", "expected"), MAPPED, ids=[m[0] for m in MAPPED])
+def test_each_driver_error_becomes_its_store_error(
+    name: str, error: BaseException, expected: type[StoreError]
+) -> None:
+    with pytest.raises(expected) as caught, driver_errors():
+        raise error
+    assert caught.value.__cause__ is error, name
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _wrapped(sa.ProgrammingError, pymysql.err.ProgrammingError(1064, "syntax error")),
+        ValueError("a bug"),
+        KeyError("column"),
+    ],
+    ids=["sql syntax error", "value error", "key error"],
+)
+def test_bugs_stay_bugs(error: BaseException) -> None:
+    """A programming error is not the database's fault: it must not look retryable."""
+    with pytest.raises(type(error)), driver_errors():
+        raise error
+
+
+def test_store_errors_pass_through_unchanged() -> None:
+    original = DuplicateKey("m-1")
+    with pytest.raises(DuplicateKey) as caught, driver_errors():
+        raise original
+    assert caught.value is original
+
+
+def test_every_public_store_coroutine_is_behind_the_boundary() -> None:
+    unguarded = [
+        name
+        for name, fn in inspect.getmembers(Repository, inspect.iscoroutinefunction)
+        if not name.startswith("_") and name != "close" and not hasattr(fn, "__wrapped__")
+    ]
+    assert unguarded == []
+
+
+@pytest.mark.parametrize("backend_url", ["sqlite"], indirect=True)
+async def test_a_real_duplicate_is_reported_as_duplicate_key(backend_url: str) -> None:
+    repo = Repository(make_engine(backend_url))
+    try:
+        session = Session(session_id=f"dup-{ids.new_id()}", create_time_us=ids.now_us())
+        await repo.create_session(session, None)
+        with pytest.raises(DuplicateKey):
+            await repo.create_session(session, None)
+    finally:
+        await repo.close()
