@@ -198,6 +198,31 @@ def session_row_values(s: Session) -> dict[str, Any]:
     }
 
 
+PROGRESS_COLUMNS = (
+    "last_seq",
+    "version",
+    "context_tokens",
+    "update_time_us",
+    "consecutive_failures",
+    "calibration_json",
+)
+"""The session-row columns every write that moves a session on sets (appends,
+rollbacks, compactions); the session's settings are written by UpdateSession."""
+
+
+def progress_values(s: Session) -> dict[str, Any]:
+    """The new values of PROGRESS_COLUMNS for the session as the write leaves it:
+    the one computation both write paths (group commit, records.advance) use."""
+    return {
+        "last_seq": s.last_seq,
+        "version": s.version,
+        "context_tokens": s.context_tokens,
+        "update_time_us": s.update_time_us,
+        "consecutive_failures": s.consecutive_failures,
+        "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
+    }
+
+
 def calibration_json(ratio: float, samples: int) -> str:
     return _dumps({"n": samples, "r": ratio})
 

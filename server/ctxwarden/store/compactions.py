@@ -49,7 +49,6 @@ class CompactionStore:
                     session,
                     expected_version,
                     compaction_id=checkpoint.compaction_id,
-                    context_tokens=session.context_tokens,
                     stored_bytes=S.c.stored_bytes + added,
                 )
                 await self.quota.add_bytes(conn, tenant_of(session.session_id), added)

@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.core.session import Session
-from ctxwarden.store.codec import calibration_json
+from ctxwarden.store.batch_sql import BatchSql
 from ctxwarden.store.errors import (
     ConcurrentWrite,
     DuplicateKey,
@@ -50,7 +50,7 @@ from ctxwarden.store.errors import (
     classify,
 )
 from ctxwarden.store.gate import WriteGate
-from ctxwarden.store.writer import Writer, WriterSql
+from ctxwarden.store.writer import Writer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,7 +102,7 @@ class GroupCommitter:
         connection is considered lost (0: unbounded)."""
         self.engine = engine
         self._gate = gate or WriteGate(engine)
-        self._sql = WriterSql(engine.dialect.name, max_stored_bytes)
+        self._sql = BatchSql(engine.dialect, max_stored_bytes)
         self._dbapi: Any = engine.dialect.loaded_dbapi
         self._observe = observe or _no_observer
         self._writers = max(0, writers)
@@ -252,8 +252,7 @@ class GroupCommitter:
             if sql.begin:
                 await self._timed("BEGIN", w.execute(sql.begin, ()))
             statement, params = sql.update(
-                [(op.session.session_id, op.expected_version) for op in batch],
-                [[_set_value(op, c) for c in sql.set_columns] for op in batch],
+                [(op.session, op.expected_version, op.added_bytes) for op in batch]
             )
             matched = await self._timed("UPDATE", w.execute(statement, params))
             if matched != len(batch):
@@ -301,15 +300,6 @@ class GroupCommitter:
             return value
         finally:
             self._observe(operation, time.perf_counter() - start, ok)
-
-
-def _set_value(op: AppendOp, column: str) -> Any:
-    s = op.session
-    if column == "calibration_json":
-        return calibration_json(s.estimate_ratio, s.estimate_samples)
-    if column == "stored_bytes":
-        return op.added_bytes
-    return getattr(s, column)
 
 
 def _no_observer(operation: str, seconds: float, ok: bool) -> None:

@@ -10,6 +10,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.session import Session
+from ctxwarden.store.codec import progress_values
 from ctxwarden.store.errors import ConcurrentWrite
 from ctxwarden.store.tables import R, S
 
@@ -92,8 +93,9 @@ async def get_request(
 async def advance(
     conn: AsyncConnection, session: Session, expected_version: int, **values: Any
 ) -> None:
-    """Compare-and-set the session row on its version (else ConcurrentWrite): the new
-    version, update time and ``values`` are written only if nothing changed it."""
+    """Compare-and-set the session row on its version (else ConcurrentWrite): the
+    session's progress (codec.progress_values) and ``values`` are written only if
+    nothing changed it since ``expected_version``."""
     result = await conn.execute(
         update(S)
         .where(
@@ -101,7 +103,7 @@ async def advance(
             S.c.version == expected_version,
             S.c.delete_time_us == 0,
         )
-        .values(version=session.version, update_time_us=session.update_time_us, **values)
+        .values({**progress_values(session), **values})
     )
     if result.rowcount != 1:
         raise ConcurrentWrite(session.session_id)

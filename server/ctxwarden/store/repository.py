@@ -318,8 +318,6 @@ class Repository(CompactionStore, MessageReads):
                     conn,
                     session,
                     expected_version,
-                    context_tokens=session.context_tokens,
-                    consecutive_failures=session.consecutive_failures,
                     stored_bytes=S.c.stored_bytes + added,
                 )
                 await self.quota.add_bytes(conn, tenant_of(session.session_id), added)

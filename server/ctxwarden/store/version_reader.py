@@ -16,8 +16,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ctxwarden.store.batch_sql import VersionSql
 from ctxwarden.store.errors import StoreUnavailable
-from ctxwarden.store.writer import SESSIONS, Writer
+from ctxwarden.store.writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class VersionReader:
     def __init__(self, engine: AsyncEngine, timeout: float = 0.0) -> None:
         self.engine = engine
         self.timeout = timeout
-        self._ph = "%s" if engine.dialect.name == "mysql" else "?"
+        self._sql = VersionSql(engine.dialect)
         self._pending: dict[str, list[asyncio.Future[Answer]]] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -83,11 +84,7 @@ class VersionReader:
                         f.set_result(found.get(sid))
 
     async def _query(self, ids: Sequence[str]) -> list[tuple[str, int, int]]:
-        marks = ", ".join(self._ph for _ in ids)
-        sql = (
-            f"SELECT session_id, version, delete_time_us FROM {SESSIONS} "
-            f"WHERE session_id IN ({marks})"
-        )
+        sql, params = self._sql.query(ids)
         async with asyncio.timeout(self.timeout if self.timeout > 0 else None):
             for attempt in (1, 2):
                 fresh = self._conn is None
@@ -95,7 +92,7 @@ class VersionReader:
                     self._conn = await Writer.open(self.engine)
                     await self._conn.autocommit()
                 try:
-                    rows = await self._conn.fetch_all(sql, ids)
+                    rows = await self._conn.fetch_all(sql, params)
                     break
                 except Exception:
                     # A connection that served before may have died since (the

@@ -1,7 +1,7 @@
-"""The append writers' connection and statements, at the driver level.
+"""The append writers' connection, at the driver level.
 
-Appends are the hot path: the group committer writes them with statements it
-builds once and runs on a driver connection it holds, without the ORM's
+Appends are the hot path: the group committer runs the statements of
+store/batch_sql on a driver connection it holds, without the ORM's
 per-statement work.
 """
 
@@ -9,128 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store import mysql_sql
-from ctxwarden.store.models import MessageRow, RequestRow
-from ctxwarden.store.tables import S, T
-
-SESSIONS = S.name
-TENANTS = T.name
-
-SET_COLUMNS = (
-    "last_seq",
-    "version",
-    "context_tokens",
-    "update_time_us",
-    "consecutive_failures",
-    "calibration_json",
-    "stored_bytes",
-)
-"""What an append changes in its session row (stored_bytes is added to)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TableSql:
-    name: str
-    columns: tuple[str, ...]
-    key: tuple[str, ...]
-    insert: str
-    """The parameterised INSERT (SQLite)."""
-
-
-def _table_sql(table: Table, ph: str) -> TableSql:
-    names = tuple(c.name for c in table.columns)
-    key = tuple(c.name for c in table.primary_key.columns)
-    marks = ", ".join(ph for _ in names)
-    return TableSql(
-        table.name, names, key, f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks})"
-    )
-
-
-class WriterSql:
-    """The batch's statements as driver-level SQL (no ORM work per append)."""
-
-    def __init__(self, dialect: str, max_stored_bytes: int) -> None:
-        self.ph = "%s" if dialect == "mysql" else "?"
-        # SQLite: take the write lock up front rather than upgrade a read lock.
-        self.begin = "BEGIN IMMEDIATE" if dialect == "sqlite" else ""
-        self.messages = _table_sql(cast(Table, MessageRow.__table__), self.ph)
-        self.records = _table_sql(cast(Table, RequestRow.__table__), self.ph)
-        self.set_columns = SET_COLUMNS
-        self.max_stored_bytes = max_stored_bytes
-        self._updates: dict[int, str] = {}
-
-    @property
-    def quota_enabled(self) -> bool:
-        return self.max_stored_bytes > 0
-
-    def message_row(self, values: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(values[c] for c in self.messages.columns)
-
-    def record_row(self, values: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(values[c] for c in self.records.columns)
-
-    def update(
-        self, keys: Sequence[tuple[str, int]], sets: Sequence[Sequence[Any]]
-    ) -> tuple[str, list[Any]]:
-        """The compare-and-set UPDATE of ``k`` session rows: ``keys`` are
-        (session_id, expected version), ``sets`` their SET_COLUMNS values."""
-        k = len(keys)
-        params: list[Any] = []
-        if k == 1:
-            params += sets[0]
-            params += keys[0]
-        else:
-            for c in range(len(SET_COLUMNS)):
-                for (sid, _), values in zip(keys, sets, strict=True):
-                    params += (sid, values[c])
-            params += (sid for sid, _ in keys)
-            for key in keys:
-                params += key
-        return self._update_sql(k), params
-
-    def _update_sql(self, k: int) -> str:
-        sql = self._updates.get(k)
-        if sql is not None:
-            return sql
-        ph = self.ph
-        if k == 1:
-            sets = ", ".join(
-                f"{c} = {c} + {ph}" if c == "stored_bytes" else f"{c} = {ph}" for c in SET_COLUMNS
-            )
-            where = f"session_id = {ph} AND version = {ph}"
-        else:
-            whens = " ".join(f"WHEN {ph} THEN {ph}" for _ in range(k))
-            sets = ", ".join(
-                f"{c} = {c} + CASE session_id {whens} END"
-                if c == "stored_bytes"
-                else f"{c} = CASE session_id {whens} END"
-                for c in SET_COLUMNS
-            )
-            ids = ", ".join(ph for _ in range(k))
-            where = f"session_id IN ({ids}) AND version = CASE session_id {whens} END"
-        sql = f"UPDATE {SESSIONS} SET {sets} WHERE {where} AND delete_time_us = 0"
-        if len(self._updates) < 512:
-            self._updates[k] = sql
-        return sql
-
-    def quota(self, added: Sequence[tuple[str, int]]) -> tuple[str, list[Any]]:
-        """Add stored bytes to the tenants' counters unless one would cross the quota."""
-        ph = self.ph
-        whens = " ".join(f"WHEN {ph} THEN {ph}" for _ in added)
-        delta = f"CASE tenant_id {whens} END"
-        ids = ", ".join(ph for _ in added)
-        sql = (
-            f"UPDATE {TENANTS} SET stored_bytes = stored_bytes + {delta} "
-            f"WHERE tenant_id IN ({ids}) AND stored_bytes + {delta} <= {ph}"
-        )
-        pairs = [v for item in added for v in item]
-        return sql, [*pairs, *(t for t, _ in added), *pairs, self.max_stored_bytes]
+from ctxwarden.store.batch_sql import TableInsert
 
 
 class Writer:
@@ -188,7 +72,7 @@ class Writer:
         if self.mysql:
             await self.driver.autocommit(True)
 
-    async def insert_many(self, table: TableSql, rows: Sequence[Sequence[Any]]) -> None:
+    async def insert_many(self, table: TableInsert, rows: Sequence[Sequence[Any]]) -> None:
         if not self.mysql:
             await self.driver.executemany(table.insert, rows)
             return

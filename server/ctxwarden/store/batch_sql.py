@@ -1,0 +1,174 @@
+"""The group commit's statements, compiled once per shape by SQLAlchemy Core.
+
+The writers run them on a driver connection they hold (no ORM or engine work
+per append): each statement is compiled for the dialect once per batch size and
+cached; a call only lays out its values in the compiled parameter order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Select, Table, bindparam, case, insert, select, update
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.dml import Insert, Update
+
+from ctxwarden.core.session import Session
+from ctxwarden.store.codec import PROGRESS_COLUMNS, progress_values
+from ctxwarden.store.models import MessageRow, RequestRow
+from ctxwarden.store.tables import S, T
+
+SET_COLUMNS = (*PROGRESS_COLUMNS, "stored_bytes")
+"""What an append changes in its session row (stored_bytes is added to)."""
+
+_CACHED_SHAPES = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    sql: str
+    order: tuple[str, ...]
+    """Bind names in the order the driver takes the values."""
+    defaults: Mapping[str, Any]
+
+    def params(self, values: Mapping[str, Any]) -> list[Any]:
+        return [values[n] if n in values else self.defaults[n] for n in self.order]
+
+
+def _compile(statement: Update | Insert | Select[Any], dialect: Dialect) -> Compiled:
+    compiled = statement.compile(dialect=dialect)
+    return Compiled(str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
+
+
+@dataclass(frozen=True, slots=True)
+class TableInsert:
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    insert: str
+    """The parameterised single-row INSERT (executemany on SQLite)."""
+
+
+def _table_insert(table: Table, dialect: Dialect) -> TableInsert:
+    compiled = _compile(insert(table), dialect)
+    names = tuple(c.name for c in table.columns)
+    assert compiled.order == names, "INSERT binds follow the table's columns"
+    key = tuple(c.name for c in table.primary_key.columns)
+    return TableInsert(table.name, names, key, compiled.sql)
+
+
+def _per_session(name: str, k: int) -> ColumnElement[Any]:
+    """``CASE session_id WHEN :s0 THEN :name_0 ... END``: one value per batch member."""
+    return case(
+        *[(bindparam(f"s{i}"), bindparam(f"{name}_{i}")) for i in range(k)],
+        value=S.c.session_id,
+    )
+
+
+def _session_update(k: int) -> Update:
+    """Compare-and-set of ``k`` session rows on their versions, in one statement."""
+    if k == 1:
+        where = [S.c.session_id == bindparam("s0"), S.c.version == bindparam("expected_0")]
+        sets: dict[str, Any] = {c: bindparam(f"{c}_0") for c in PROGRESS_COLUMNS}
+        sets["stored_bytes"] = S.c.stored_bytes + bindparam("stored_bytes_0")
+    else:
+        ids: list[Any] = [bindparam(f"s{i}") for i in range(k)]
+        where = [S.c.session_id.in_(ids), S.c.version == _per_session("expected", k)]
+        sets = {c: _per_session(c, k) for c in PROGRESS_COLUMNS}
+        sets["stored_bytes"] = S.c.stored_bytes + _per_session("stored_bytes", k)
+    return update(S).where(*where, S.c.delete_time_us == 0).values(sets)
+
+
+def _quota_update(k: int) -> Update:
+    """Add each tenant's bytes unless one would cross the quota."""
+    delta = case(
+        *[(bindparam(f"t{i}"), bindparam(f"add_{i}")) for i in range(k)], value=T.c.tenant_id
+    )
+    return (
+        update(T)
+        .where(
+            T.c.tenant_id.in_([bindparam(f"t{i}") for i in range(k)]),
+            T.c.stored_bytes + delta <= bindparam("limit"),
+        )
+        .values(stored_bytes=T.c.stored_bytes + delta)
+    )
+
+
+class BatchSql:
+    """The batch's statements for one dialect (no ORM work per append)."""
+
+    def __init__(self, dialect: Dialect, max_stored_bytes: int) -> None:
+        self.dialect = dialect
+        # SQLite: take the write lock up front rather than upgrade a read lock.
+        self.begin = "BEGIN IMMEDIATE" if dialect.name == "sqlite" else ""
+        self.messages = _table_insert(cast(Table, MessageRow.__table__), dialect)
+        self.records = _table_insert(cast(Table, RequestRow.__table__), dialect)
+        self.max_stored_bytes = max_stored_bytes
+        self._updates: dict[int, Compiled] = {}
+        self._quotas: dict[int, Compiled] = {}
+
+    @property
+    def quota_enabled(self) -> bool:
+        return self.max_stored_bytes > 0
+
+    def message_row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(values[c] for c in self.messages.columns)
+
+    def record_row(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(values[c] for c in self.records.columns)
+
+    def update(self, members: Sequence[tuple[Session, int, int]]) -> tuple[str, list[Any]]:
+        """The compare-and-set UPDATE of the batch's session rows; ``members`` are
+        (new session, expected version, stored bytes added)."""
+        k = len(members)
+        compiled = self._updates.get(k)
+        if compiled is None:
+            compiled = _compile(_session_update(k), self.dialect)
+            if len(self._updates) < _CACHED_SHAPES:
+                self._updates[k] = compiled
+        values: dict[str, Any] = {}
+        for i, (session, expected, added) in enumerate(members):
+            values[f"s{i}"] = session.session_id
+            values[f"expected_{i}"] = expected
+            values[f"stored_bytes_{i}"] = added
+            for column, value in progress_values(session).items():
+                values[f"{column}_{i}"] = value
+        return compiled.sql, compiled.params(values)
+
+    def quota(self, added: Sequence[tuple[str, int]]) -> tuple[str, list[Any]]:
+        """Add stored bytes to the tenants' counters unless one would cross the quota."""
+        k = len(added)
+        compiled = self._quotas.get(k)
+        if compiled is None:
+            compiled = _compile(_quota_update(k), self.dialect)
+            if len(self._quotas) < _CACHED_SHAPES:
+                self._quotas[k] = compiled
+        values: dict[str, Any] = {"limit": self.max_stored_bytes}
+        for i, (tenant, size) in enumerate(added):
+            values[f"t{i}"] = tenant
+            values[f"add_{i}"] = size
+        return compiled.sql, compiled.params(values)
+
+
+class VersionSql:
+    """``SELECT session_id, version, delete_time_us ... WHERE session_id IN (...)``."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self._shapes: dict[int, Compiled] = {}
+
+    def query(self, session_ids: Sequence[str]) -> tuple[str, list[Any]]:
+        k = len(session_ids)
+        compiled = self._shapes.get(k)
+        if compiled is None:
+            names: list[Any] = [bindparam(f"s{i}") for i in range(k)]
+            statement = select(S.c.session_id, S.c.version, S.c.delete_time_us).where(
+                S.c.session_id.in_(names)
+            )
+            compiled = _compile(statement, self.dialect)
+            if len(self._shapes) < _CACHED_SHAPES:
+                self._shapes[k] = compiled
+        return compiled.sql, compiled.params({f"s{i}": sid for i, sid in enumerate(session_ids)})
