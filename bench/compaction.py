@@ -120,7 +120,7 @@ def calibration_bench(turns: int = 40) -> dict[str, object]:
                 }
             )
         plan = ctx.plan_append([msg], now_us=1, new_message_id=ids)
-        ctx.apply_append(plan, 1)
+        ctx.apply_append(plan)
         true_total += real.count(message_text(msg)) + 3  # per-message framing
     tail = calibrated_errors[5:]
     return {

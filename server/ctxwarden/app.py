@@ -43,7 +43,7 @@ from ctxwarden.service.manager import SessionManager
 from ctxwarden.store import migrate
 from ctxwarden.store.engine import make_engine, writable_message_bytes
 from ctxwarden.store.quota import TenantQuota
-from ctxwarden.store.repository import Repository
+from ctxwarden.store.repository import Store
 from ctxwarden.store.urls import is_sqlite
 
 log = logging.getLogger("ctxwarden")
@@ -155,7 +155,7 @@ async def build_manager(
     if obs is not None:
         instrument_engine(engine, obs, tracing)
     quota = TenantQuota(settings.max_sessions_per_tenant, settings.max_stored_bytes_per_tenant)
-    repo = Repository(
+    store = Store(
         engine,
         append_writers=settings.append_writers,
         observe=hooks.observe_db,
@@ -164,7 +164,7 @@ async def build_manager(
         statement_timeout=settings.db_timeout_seconds,
     )
     await quota.reconcile(engine)
-    return SessionManager(repo, settings, summarizer)
+    return SessionManager(store, settings, summarizer)
 
 
 async def serve(settings: Settings) -> None:
@@ -268,7 +268,7 @@ async def _serve_grpc(
     monitor = HealthMonitor(
         health_servicer,
         HEALTH_SERVICES,
-        DatabaseProbe(manager.repo.ping, settings.database_url),
+        DatabaseProbe(manager.store.ping, settings.database_url),
         interval=settings.health_interval_seconds,
         metrics=obs,
     )

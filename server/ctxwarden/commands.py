@@ -160,20 +160,20 @@ def purge(args: argparse.Namespace) -> int:
 
     from ctxwarden import ids
     from ctxwarden.store.engine import make_engine
-    from ctxwarden.store.repository import Repository, purge_deleted
+    from ctxwarden.store.repository import Store, purge_deleted
 
     cutoff = ids.now_us() - int(_duration_seconds(args.older_than) * 1_000_000)
 
     spinner = _Spinner("purging deleted sessions")
 
     async def run() -> int:
-        repo = Repository(make_engine(args.database_url))
+        store = Store(make_engine(args.database_url))
         try:
             return await purge_deleted(
-                repo, deleted_before_us=cutoff, progress=lambda n: spinner.update(f"{n} purged")
+                store, deleted_before_us=cutoff, progress=lambda n: spinner.update(f"{n} purged")
             )
         finally:
-            await repo.close()
+            await store.close()
 
     count = asyncio.run(run())
     spinner.done()

@@ -18,7 +18,7 @@ TOK = HeuristicTokenizer()
 
 def _append(ctx: SessionContext, *messages: Message, ids: itertools.count[int]) -> None:
     plan = ctx.plan_append(messages, now_us=1, new_message_id=(str(next(ids)) for _ in messages))
-    ctx.apply_append(plan, 1)
+    ctx.apply_append(plan)
 
 
 @pytest.mark.parametrize("factor", [0.7, 1.0, 1.3, 2.2])

@@ -65,7 +65,7 @@ def new_ctx(
 def append(ctx: SessionContext, *messages: Message, now: int = 1) -> list[Message]:
     ids = (f"gen-{i}" for i in IDS)
     plan = ctx.plan_append(messages, now_us=now, new_message_id=ids)
-    ctx.apply_append(plan, now)
+    ctx.apply_append(plan)
     return list(plan.new)
 
 

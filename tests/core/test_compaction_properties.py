@@ -104,7 +104,7 @@ class Run:
     def append(self, *messages: Message) -> None:
         now = next(self.clock)
         plan = self.ctx.plan_append(messages, now_us=now, new_message_id=self.ids)
-        self.ctx.apply_append(plan, now)
+        self.ctx.apply_append(plan)
         self.appended.extend(m.seq for m in plan.new)
 
     def flush(self) -> None:
@@ -429,7 +429,7 @@ def test_tokens_with_equals_the_rebuilt_context(summary: int, keep: int) -> None
             )
         )
         msgs.append(tool_result(f"c{i}", "read", 40))
-    ctx.apply_append(ctx.plan_append(msgs, now_us=1, new_message_id=ids), 1)
+    ctx.apply_append(ctx.plan_append(msgs, now_us=1, new_message_id=ids))
     cut = find_cut_point(ctx.active_messages, keep)
     first = ctx.active_messages[cut.first_kept_index].seq
     checkpoint = Checkpoint(

@@ -28,7 +28,7 @@ IDS = itertools.count()
 
 def append(ctx: SessionContext, *messages: Message, now: int = 1) -> None:
     ids = (f"gen-{i}" for i in IDS)
-    ctx.apply_append(ctx.plan_append(messages, now_us=now, new_message_id=ids), now)
+    ctx.apply_append(ctx.plan_append(messages, now_us=now, new_message_id=ids))
 
 
 def user(t: str = "hi", message_id: str = "") -> Message:
@@ -71,7 +71,7 @@ def test_append_assigns_seqs_ids_and_counts() -> None:
     assert [m.token_count for m in plan.new] == [2, 2]
     assert plan.last_seq == 2
     assert plan.context_tokens == 4
-    ctx.apply_append(plan, 5)
+    ctx.apply_append(plan)
     assert ctx.session.last_seq == 2
     assert ctx.session.context_tokens == 4
     assert ctx.session.update_time_us == 5

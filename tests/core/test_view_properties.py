@@ -124,7 +124,7 @@ class Harness:
         assert plan.last_seq == last + len(messages)
         assert all(m.message_id and m.create_time_us == now for m in plan.new)
         assert all(m.token_count == count_message(m, ctx.tokenizer) for m in plan.new)
-        ctx.apply_append(plan, now)
+        ctx.apply_append(plan)
         assert plan.context_tokens == ctx.context_tokens
         assert ctx.session.last_seq == plan.last_seq
         assert ctx.active_messages == [*before_active, *plan.new]
@@ -382,14 +382,14 @@ def test_plan_without_apply_leaves_context_unchanged() -> None:
         now_us=1,
         new_message_id=ids,
     )
-    ctx.apply_append(plan, 1)
+    ctx.apply_append(plan)
     before = ctx.model_input()
     for _ in range(3):
         ctx.plan_append([tool_result("c1", "out")], now_us=2, new_message_id=ids)
     assert ctx.model_input() == before
     # the call is still open: its result is still accepted exactly once
     plan = ctx.plan_append([tool_result("c1", "out")], now_us=3, new_message_id=ids)
-    ctx.apply_append(plan, 3)
+    ctx.apply_append(plan)
     with pytest.raises(FailedPrecondition) as err:
         ctx.plan_append([tool_result("c1", "again")], now_us=4, new_message_id=ids)
     assert err.value.reason == "TOOL_CALL_ALREADY_ANSWERED"
@@ -409,7 +409,7 @@ def test_rollback_without_to_seq_is_idempotent() -> None:
         tool_result("c1", "out"),
         Message(Role.ASSISTANT, (), stop_reason=StopReason.ABORTED),
     ]
-    ctx.apply_append(ctx.plan_append(msgs, now_us=1, new_message_id=ids), 1)
+    ctx.apply_append(ctx.plan_append(msgs, now_us=1, new_message_id=ids))
     seqs = ctx.plan_rollback(None)
     assert seqs == [2, 3, 4]
     ctx.apply_rollback(seqs, 1, 2)

@@ -57,7 +57,7 @@ async def test_a_hung_database_is_unavailable_within_the_timeouts(
             await m.append(sid, [user_msg("before")], None, None)
         health = health_aio.aio.HealthServicer()
         monitor = HealthMonitor(
-            health, ("",), DatabaseProbe(m.repo.ping, url), interval=0.2, timeout=1.0
+            health, ("",), DatabaseProbe(m.store.ping, url), interval=0.2, timeout=1.0
         )
         assert await monitor.check_once()
         with private_mariadb.paused():

@@ -79,7 +79,7 @@ async def test_compaction_on_a_is_served_by_b_and_not_overwritten(backend_url: s
         assert view.compaction_id == checkpoint.compaction_id
         assert view.first_kept_seq == checkpoint.first_kept_seq
         after = await b.append(sid, [user_msg("more")], None, None)
-        stored = await a.repo.get_session(sid)
+        stored = await a.store.sessions.get(sid)
         assert stored is not None
         assert stored.context_tokens == after.context_tokens
         # B's input starts with A's summary and keeps only what A's cut kept.

@@ -76,7 +76,7 @@ async def test_purging_a_deleted_session_keeps_a_look_alike_live_sessions_record
         await m.append(doomed, [user_msg("bye")], None, key)
         first = await m.append(live, [user_msg("stay")], None, key)
         await m.delete_session(doomed)
-        assert await purge_deleted(m.repo, deleted_before_us=2**62) >= 1
+        assert await purge_deleted(m.store, deleted_before_us=2**62) >= 1
         again = await m.append(live, [user_msg("stay")], None, key)
         assert again.last_seq == first.last_seq == 1  # replayed, not applied twice
         listed, _ = await m.list_messages(live, 0, "", False)
@@ -137,7 +137,7 @@ async def test_storage_quota_counts_settings_and_is_atomic(backend_url: str) -> 
         assert not [
             r for r in results if isinstance(r, Exception) and not isinstance(r, ResourceExhausted)
         ]
-        async with m.repo.engine.connect() as conn:
+        async with m.store.engine.connect() as conn:
             from sqlalchemy import select
 
             from ctxwarden.store.models import TenantRow

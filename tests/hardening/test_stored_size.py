@@ -23,7 +23,7 @@ MiB = 1024 * 1024
 
 
 async def _stored_size(m: SessionManager, sid: str) -> int:
-    async with m.repo.engine.connect() as conn:
+    async with m.store.engine.connect() as conn:
         size = (
             await conn.execute(
                 select(func.max(func.length(MessageRow.data))).where(MessageRow.session_id == sid)
@@ -96,7 +96,7 @@ async def test_a_row_the_database_refuses_fails_only_its_own_append(backend_url:
     """A per-row database error (here a message_id the column cannot hold, which
     only MySQL enforces) fails its own append alone, never its batch mates."""
     async with replica(backend_url) as m:
-        repo = m.repo
+        repo = m.store
         sids = [await new_session(m) for _ in range(8)]
         ops = []
         for i, sid in enumerate(sids):
@@ -108,8 +108,14 @@ async def test_a_row_the_database_refuses_fails_only_its_own_append(backend_url:
                 create_time_us=ids.now_us(),
             )
             session = Session(session_id=sid, last_seq=1, version=2, update_time_us=ids.now_us())
-            ops.append(repo.encode_append(session, expected_version=1, messages=[msg], record=None))
-        results = await asyncio.gather(*(repo.append(op) for op in ops), return_exceptions=True)
+            ops.append(
+                repo.messages.encode_append(
+                    session, expected_version=1, messages=[msg], record=None
+                )
+            )
+        results = await asyncio.gather(
+            *(repo.messages.append(op) for op in ops), return_exceptions=True
+        )
         for i, result in enumerate(results):
             if i == 3:
                 assert isinstance(result, StoreRejected), result

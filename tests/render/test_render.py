@@ -43,7 +43,7 @@ def test_an_empty_view(fmt: Format) -> None:
 
 def _append(ctx: SessionContext, *messages: Message) -> None:
     plan = ctx.plan_append(messages, now_us=1, new_message_id=(f"g{i}" for i in IDS))
-    ctx.apply_append(plan, 1)
+    ctx.apply_append(plan)
 
 
 @pytest.mark.parametrize("fmt", PROVIDER_FORMATS, ids=lambda f: f.name)

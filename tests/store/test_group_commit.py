@@ -16,7 +16,7 @@ from ctxwarden.core.session import Session
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.models import MessageRow, RequestRow, SessionRow
-from ctxwarden.store.repository import Repository, RequestRecord, RequestScope
+from ctxwarden.store.repository import RequestRecord, RequestScope, Store
 from tests.conftest import MYSQL_ENV
 from tests.support.server import drop_mysql_database, make_mysql_database, migrate_database
 
@@ -39,23 +39,23 @@ def _advanced(sid: str, last_seq: int) -> Session:
 
 
 @pytest.fixture
-async def repo(backend_url: str) -> AsyncIterator[Repository]:
-    r = Repository(make_engine(backend_url), append_writers=2)
+async def repo(backend_url: str) -> AsyncIterator[Store]:
+    r = Store(make_engine(backend_url), append_writers=2)
     yield r
     await r.close()
 
 
-async def _sessions(repo: Repository, n: int) -> list[str]:
+async def _sessions(repo: Store, n: int) -> list[str]:
     out = []
     for _ in range(n):
         sid = f"gc-{ids.new_id()}"
         now = ids.now_us()
-        await repo.create_session(Session(session_id=sid, create_time_us=now), None)
+        await repo.sessions.create(Session(session_id=sid, create_time_us=now), None)
         out.append(sid)
     return out
 
 
-async def _count(repo: Repository, sid: str) -> int:
+async def _count(repo: Store, sid: str) -> int:
     async with repo.engine.connect() as conn:
         n = await conn.scalar(
             select(func.count()).select_from(MessageRow).where(MessageRow.session_id == sid)
@@ -63,19 +63,19 @@ async def _count(repo: Repository, sid: str) -> int:
     return int(n or 0)
 
 
-async def _last_seq(repo: Repository, sid: str) -> int:
+async def _last_seq(repo: Store, sid: str) -> int:
     async with repo.engine.connect() as conn:
         n = await conn.scalar(select(SessionRow.last_seq).where(SessionRow.session_id == sid))
     return int(n or 0)
 
 
-async def test_concurrent_appends_share_transactions(repo: Repository) -> None:
+async def test_concurrent_appends_share_transactions(repo: Store) -> None:
     sids = await _sessions(repo, SESSIONS)
     rounds = 5
 
     async def agent(sid: str) -> None:
         for seq in range(1, rounds + 1):
-            await repo.append_messages(
+            await repo.messages.append_messages(
                 _advanced(sid, seq), expected_version=seq - 1, messages=[_msg(seq)], record=None
             )
 
@@ -90,7 +90,7 @@ async def test_concurrent_appends_share_transactions(repo: Repository) -> None:
         assert await _last_seq(repo, sid) == rounds
 
 
-async def test_a_conflict_fails_only_its_own_append(repo: Repository) -> None:
+async def test_a_conflict_fails_only_its_own_append(repo: Store) -> None:
     sids = await _sessions(repo, 12)
     victim = sids[5]
     # Another writer moved the victim on behind our back.
@@ -100,7 +100,7 @@ async def test_a_conflict_fails_only_its_own_append(repo: Repository) -> None:
         )
     results = await asyncio.gather(
         *(
-            repo.append_messages(
+            repo.messages.append_messages(
                 _advanced(s, 1), expected_version=0, messages=[_msg(1)], record=None
             )
             for s in sids
@@ -117,10 +117,10 @@ async def test_a_conflict_fails_only_its_own_append(repo: Repository) -> None:
             assert await _count(repo, sid) == 1
 
 
-async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
+async def test_a_duplicate_fails_only_its_own_append(repo: Store) -> None:
     sids = await _sessions(repo, 10)
     scope = RequestScope("AppendMessages", tenant_id=f"t{secrets.token_hex(4)}")
-    await repo.append_messages(
+    await repo.messages.append_messages(
         _advanced(sids[0], 1),
         expected_version=0,
         messages=[_msg(1)],
@@ -132,7 +132,7 @@ async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
     ]
     results = await asyncio.gather(
         *(
-            repo.append_messages(
+            repo.messages.append_messages(
                 _advanced(s, 2 if i == 0 else 1),
                 expected_version=1 if i == 0 else 0,
                 messages=[_msg(2 if i == 0 else 1)],
@@ -159,10 +159,12 @@ async def test_a_duplicate_fails_only_its_own_append(repo: Repository) -> None:
     assert n == len(sids)  # req-1 once, plus the nine others
 
 
-async def test_a_cancelled_caller_does_not_cancel_the_write(repo: Repository) -> None:
+async def test_a_cancelled_caller_does_not_cancel_the_write(repo: Store) -> None:
     (sid,) = await _sessions(repo, 1)
     task = asyncio.create_task(
-        repo.append_messages(_advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None)
+        repo.messages.append_messages(
+            _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
+        )
     )
     await asyncio.sleep(0)
     task.cancel()
@@ -177,14 +179,14 @@ async def test_a_cancelled_caller_does_not_cancel_the_write(repo: Repository) ->
 
 
 async def test_without_group_commit_appends_still_work(backend_url: str) -> None:
-    repo = Repository(make_engine(backend_url), append_writers=0)
+    repo = Store(make_engine(backend_url), append_writers=0)
     try:
         (sid,) = await _sessions(repo, 1)
-        await repo.append_messages(
+        await repo.messages.append_messages(
             _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
         )
         with pytest.raises(ConcurrentWrite):
-            await repo.append_messages(
+            await repo.messages.append_messages(
                 _advanced(sid, 2), expected_version=0, messages=[_msg(2)], record=None
             )
         assert await _count(repo, sid) == 1
@@ -203,9 +205,9 @@ async def test_writer_reconnects_after_losing_its_connection(backend: str) -> No
     repo = None
     try:
         migrate_database(url)
-        repo = Repository(make_engine(url), append_writers=2)
+        repo = Store(make_engine(url), append_writers=2)
         (sid,) = await _sessions(repo, 1)
-        await repo.append_messages(
+        await repo.messages.append_messages(
             _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
         )
         # Kill every server connection of this database (the writers' included).
@@ -226,7 +228,7 @@ async def test_writer_reconnects_after_losing_its_connection(backend: str) -> No
             await killer.dispose()
         assert killed
         # Nothing was in flight: the next append reconnects instead of failing.
-        await repo.append_messages(
+        await repo.messages.append_messages(
             _advanced(sid, 2), expected_version=1, messages=[_msg(2)], record=None
         )
         assert await _count(repo, sid) == 2
@@ -247,7 +249,7 @@ TRICKY = [
 ]
 
 
-async def test_any_text_round_trips_exactly(repo: Repository) -> None:
+async def test_any_text_round_trips_exactly(repo: Store) -> None:
     sids = await _sessions(repo, len(TRICKY))
 
     async def one(sid: str, content: str) -> None:
@@ -259,11 +261,11 @@ async def test_any_text_round_trips_exactly(repo: Repository) -> None:
             token_count=1,
             create_time_us=ids.now_us(),
         )
-        await repo.append_messages(
+        await repo.messages.append_messages(
             _advanced(sid, 1), expected_version=0, messages=[msg], record=None
         )
 
     await asyncio.gather(*(one(sid, c) for sid, c in zip(sids, TRICKY, strict=True)))
     for sid, content in zip(sids, TRICKY, strict=True):
-        (stored,) = await repo.get_messages(sid, [1])
+        (stored,) = await repo.messages.get_many(sid, [1])
         assert stored.text == content

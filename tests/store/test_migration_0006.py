@@ -17,7 +17,7 @@ from ctxwarden.store import migrate
 from ctxwarden.store.codec import session_row_values
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.models import TenantRow
-from ctxwarden.store.repository import Repository, RequestScope
+from ctxwarden.store.repository import RequestScope, Store
 from ctxwarden.store.urls import sync_url
 from tests.conftest import MYSQL_ENV
 from tests.support.server import drop_mysql_database, make_mysql_database
@@ -101,7 +101,7 @@ async def test_upgrade_from_0005_keeps_every_row_readable(fresh_url: str) -> Non
     migrate.upgrade(fresh_url, "0005")
     _legacy_rows(fresh_url)
     assert migrate.upgrade(fresh_url).up_to_date
-    repo = Repository(make_engine(fresh_url))
+    repo = Store(make_engine(fresh_url))
     try:
         snap = await repo.load_snapshot(SID)
         assert snap is not None
@@ -115,9 +115,9 @@ async def test_upgrade_from_0005_keeps_every_row_readable(fresh_url: str) -> Non
         assert replay is not None
         assert replay.session.system_prompt == "old prompt"
         assert (replay.session.estimate_ratio, replay.session.estimate_samples) == (1.25, 3)
-        found = await repo.get_request(RequestScope("AppendMessages", SID, "acme"), "r1")
+        found = await repo.requests.get(RequestScope("AppendMessages", SID, "acme"), "r1")
         assert found is not None and found.outcome == {"ok": 1}
-        created = await repo.get_request(RequestScope("CreateSession", tenant_id="acme"), "r2")
+        created = await repo.requests.get(RequestScope("CreateSession", tenant_id="acme"), "r2")
         assert created is not None
         async with repo.engine.connect() as conn:
             row = (await conn.execute(select(TenantRow).where(TenantRow.tenant_id == "acme"))).one()

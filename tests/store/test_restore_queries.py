@@ -13,7 +13,7 @@ from ctxwarden.core.session import Session
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.models import CompactionRow
-from ctxwarden.store.repository import Repository
+from ctxwarden.store.repository import Store
 
 HISTORY = 50_000
 KEPT = 100
@@ -31,15 +31,15 @@ def _msg(seq: int) -> Message:
 
 
 async def test_restore_of_long_history_reads_only_kept_messages(backend_url: str) -> None:
-    repo = Repository(make_engine(backend_url))
+    repo = Store(make_engine(backend_url))
     sid = f"long-{ids.new_id()}"
     now = ids.now_us()
     session = Session(session_id=sid, create_time_us=now, update_time_us=now)
-    await repo.create_session(session, None)
+    await repo.sessions.create(session, None)
     for version, start in enumerate(range(1, HISTORY + 1, 2000)):
         batch = [_msg(s) for s in range(start, min(start + 2000, HISTORY + 1))]
         new_last = batch[-1].seq
-        await repo.append_messages(
+        await repo.messages.append_messages(
             Session(session_id=sid, last_seq=new_last, version=version + 1, update_time_us=now),
             expected_version=version,
             messages=batch,

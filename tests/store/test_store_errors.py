@@ -20,7 +20,7 @@ from ctxwarden.store.errors import (
     StoreUnavailable,
     driver_errors,
 )
-from ctxwarden.store.repository import Repository
+from ctxwarden.store.repository import Store
 
 
 def _wrapped(cls: type[sa.DBAPIError], orig: Exception, invalidated: bool = False) -> Exception:
@@ -115,7 +115,7 @@ def test_store_errors_pass_through_unchanged() -> None:
 def test_every_public_store_coroutine_is_behind_the_boundary() -> None:
     unguarded = [
         name
-        for name, fn in inspect.getmembers(Repository, inspect.iscoroutinefunction)
+        for name, fn in inspect.getmembers(Store, inspect.iscoroutinefunction)
         if not name.startswith("_") and name != "close" and not hasattr(fn, "__wrapped__")
     ]
     assert unguarded == []
@@ -123,11 +123,11 @@ def test_every_public_store_coroutine_is_behind_the_boundary() -> None:
 
 @pytest.mark.parametrize("backend_url", ["sqlite"], indirect=True)
 async def test_a_real_duplicate_is_reported_as_duplicate_key(backend_url: str) -> None:
-    repo = Repository(make_engine(backend_url))
+    repo = Store(make_engine(backend_url))
     try:
         session = Session(session_id=f"dup-{ids.new_id()}", create_time_us=ids.now_us())
-        await repo.create_session(session, None)
+        await repo.sessions.create(session, None)
         with pytest.raises(DuplicateKey):
-            await repo.create_session(session, None)
+            await repo.sessions.create(session, None)
     finally:
         await repo.close()

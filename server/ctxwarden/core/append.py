@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ctxwarden.core.calibration import Calibration
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Message
+from ctxwarden.core.session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,9 @@ class AppendPlan:
     """Only the messages to insert."""
     last_seq: int
     context_tokens: int
+    session: Session
+    """The session as the append leaves it (next version, last_seq, tokens,
+    failures, calibration): what the store writes and the context installs."""
     calibration: Calibration = field(default_factory=Calibration)
 
 

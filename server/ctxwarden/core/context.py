@@ -236,23 +236,26 @@ class SessionContext:
             tokens += make_entry(message, self.policy, self.profile).token_count
             out.append(message)
             new.append(message)
-        return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, calibration)
+        after = replace(
+            self.session,
+            version=self.session.version + 1,
+            last_seq=seq,
+            context_tokens=fixed + tokens,
+            update_time_us=now_us,
+            consecutive_failures=self.failures_after(new),
+            # The calibration this append learned is stored with it (a restart
+            # right after must not fall back to the previous one).
+            estimate_ratio=calibration.ratio,
+            estimate_samples=calibration.samples,
+        )
+        return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, after, calibration)
 
-    def apply_append(self, plan: AppendPlan, now_us: int, version: int | None = None) -> None:
-        """Install a committed append (``version``: the session's new version)."""
+    def apply_append(self, plan: AppendPlan) -> None:
+        """Install a committed append."""
         for message in plan.new:
             self._add(message)
             self._message_tokens += self._entries[-1].token_count
-        self.session = replace(
-            self.session,
-            version=self.session.version if version is None else version,
-            last_seq=plan.last_seq,
-            context_tokens=self.context_tokens,
-            update_time_us=now_us,
-            consecutive_failures=self.failures_after(plan.new),
-            estimate_ratio=plan.calibration.ratio,
-            estimate_samples=plan.calibration.samples,
-        )
+        self.session = plan.session
 
     def failures_after(self, new: Sequence[Message]) -> int:
         """A successful assistant answer resets the consecutive-failure count."""

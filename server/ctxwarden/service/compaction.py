@@ -37,7 +37,7 @@ from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.checkpoint import build_checkpoint
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.plans import StoredPlan
 from ctxwarden.store.repository import RequestScope
 
@@ -98,7 +98,7 @@ class Compactor:
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
         stored = StoredPlan(plan_id, session_id, PlanTerms.of(plan, TRIGGER_MANUAL), expire, "")
-        await self.m.db(lambda: self.m.repo.plans.save(stored, now))
+        await self.m.db(lambda: self.m.store.plans.save(stored, now))
         return PlanHandle(plan_id, plan, expire)
 
     # -- committing -----------------------------------------------------------
@@ -147,21 +147,18 @@ class Compactor:
                 context_tokens=checkpoint.tokens_after,
                 update_time_us=now,
             )
-            try:
-                await self.m.db(
-                    lambda: self.m.repo.commit_compaction(
-                        checkpoint,
-                        session,
-                        expected_version=ctx.session.version,
-                        plan_id=plan_id,
-                        record=record,
-                    )
-                )
-            except ConcurrentWrite:
-                raise self.m.concurrent(session_id) from None
-            except (Unavailable, asyncio.CancelledError):
-                self.m.hot.evict(session_id)
-                raise
+            written = await self.m.write(
+                session_id,
+                lambda: self.m.store.checkpoints.commit(
+                    checkpoint,
+                    session,
+                    expected_version=ctx.session.version,
+                    plan_id=plan_id,
+                    record=record,
+                ),
+            )
+            if not written:
+                raise self.m.concurrent(session_id)
             ctx.apply_checkpoint(checkpoint)
             ctx.session = replace(ctx.session, version=session.version)
             ctx.checked_at = self.m.clock()
@@ -184,7 +181,7 @@ class Compactor:
         # Plan IDs are server-made ASCII: anything else names no plan (and must not
         # reach MySQL's ASCII column, where it is an illegal mix of collations).
         found = (
-            await self.m.db(lambda: self.m.repo.plans.get(plan_id))
+            await self.m.db(lambda: self.m.store.plans.get(plan_id))
             if KEY_RE.fullmatch(plan_id)
             else None
         )
@@ -195,7 +192,7 @@ class Compactor:
             )
         committed = found.committed_compaction_id
         if committed:
-            done = await self.m.db(lambda: self.m.repo.get_compaction(committed))
+            done = await self.m.db(lambda: self.m.store.checkpoints.get(committed))
             if done is not None:
                 return done
         if ids.now_us() > found.expire_time_us:
@@ -237,7 +234,7 @@ class Compactor:
         stored = await self.m.replay(scope, key)
         if stored is not None:
             stored_id = str(stored.outcome["compaction_id"])
-            done = await self.m.db(lambda: self.m.repo.get_compaction(stored_id))
+            done = await self.m.db(lambda: self.m.store.checkpoints.get(stored_id))
             if done is not None:
                 return done
         async with self.m.hot.lock(session_id):
@@ -263,7 +260,7 @@ class Compactor:
             if again is None:
                 raise self.m.concurrent(session_id) from None
             first_id = str(again.outcome["compaction_id"])
-            done = await self.m.db(lambda: self.m.repo.get_compaction(first_id))
+            done = await self.m.db(lambda: self.m.store.checkpoints.get(first_id))
             if done is None:
                 raise self.m.concurrent(session_id) from None
             return done
@@ -335,7 +332,7 @@ class Compactor:
                 )
             before = (token_int(tok, "t"), token_id(tok, "i"))
         rows = await self.m.db(
-            lambda: self.m.repo.list_compactions(session_id, limit=size + 1, before=before)
+            lambda: self.m.store.checkpoints.page(session_id, limit=size + 1, before=before)
         )
         token = ""
         if len(rows) > size:

@@ -31,19 +31,19 @@ from ctxwarden.service.rollback import Rollbacks
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.sessions import Sessions
 from ctxwarden.service.tokenizer_access import check_client_tokenizer, tokenizer_for
-from ctxwarden.store.repository import Repository
+from ctxwarden.store.repository import Store
 
 
 class SessionManager:
     def __init__(
         self,
-        repo: Repository,
+        store: Store,
         settings: Settings,
         summarizer: Summarizer | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.runtime = runtime = SessionRuntime(repo, settings, clock)
-        self.repo = repo
+        self.runtime = runtime = SessionRuntime(store, settings, clock)
+        self.store = store
         self.settings = settings
         self.hot = runtime.hot
         self.compactor = Compactor(runtime, summarizer)
@@ -104,7 +104,9 @@ class SessionManager:
         ctx = await self.runtime.context(session_id)
         message = next((m for m in ctx.active_messages if m.seq == seq), None)
         if message is None:
-            message = await self.runtime.db(lambda: self.runtime.repo.get_message(session_id, seq))
+            message = await self.runtime.db(
+                lambda: self.runtime.store.messages.get(session_id, seq)
+            )
         if message is None:
             raise NotFound(
                 f"session {visible_id(session_id)!r} has no message with seq {seq}",
@@ -131,7 +133,7 @@ class SessionManager:
     # -- lifecycle --------------------------------------------------------------
 
     async def close(self) -> None:
-        await self.repo.close()
+        await self.store.close()
 
 
 __all__ = [

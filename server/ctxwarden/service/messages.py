@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwarden import ids
@@ -14,7 +14,6 @@ from ctxwarden.core.errors import (
     Aborted,
     FailedPrecondition,
     InvalidArgument,
-    Unavailable,
 )
 from ctxwarden.core.messages import Message
 from ctxwarden.core.tenancy import tenant_of
@@ -37,7 +36,7 @@ from ctxwarden.service.results import (
     IdempotencyKey,
 )
 from ctxwarden.service.runtime import SessionRuntime
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, TooLarge
+from ctxwarden.store.errors import DuplicateKey, TooLarge
 from ctxwarden.store.repository import RequestScope
 
 log = logging.getLogger(__name__)
@@ -49,6 +48,15 @@ def _chars(messages: Sequence[Message]) -> int:
 
 BIG_WORK_CHARS = 64 * 1024
 """Tokenizing more text than this runs in a worker thread, off the event loop."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One AppendMessages call's state across its tries."""
+
+    ctx: SessionContext
+    stored_dups: dict[str, Message] = field(default_factory=dict)
+    """Messages found stored by message_id although older than the kept history."""
 
 
 class Messages:
@@ -66,103 +74,121 @@ class Messages:
         expected_last_seq: int | None,
         key: IdempotencyKey | None,
     ) -> AppendResult:
+        """Plan on the hot copy under the session's lock, write through the group
+        commit, install what was written. A try that finds the copy stale (another
+        replica appended, or a message_id is stored older than the kept history)
+        plans again on the current state; three tries at most."""
         check_messages(messages, self.rt.settings.limits.max_messages_per_request)
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
         scope = RequestScope("AppendMessages", session_id, tenant_of(session_id))
         async with self.rt.hot.lock(session_id):
-            ctx = await self.rt.context_locked(session_id)
-            stored_dups: dict[str, Message] = {}
-            for attempt in range(3):
-                try:
-                    plan = await self._plan(ctx, messages, stored_dups)
-                    if not plan.new:
-                        return AppendResult(plan.messages, ctx.session.last_seq, ctx.context_tokens)
-                    if expected_last_seq is not None and expected_last_seq != ctx.session.last_seq:
-                        if expected_last_seq > ctx.session.last_seq and attempt == 0:
-                            # Our copy may be stale (another replica appended): reload.
-                            ctx = await self.rt.reload(session_id)
-                            continue
-                        raise Aborted(
-                            f"expected_last_seq {expected_last_seq} does not match the "
-                            f"session's last_seq {ctx.session.last_seq}; nothing was written",
-                            reason="LAST_SEQ_MISMATCH",
-                            metadata={"last_seq": str(ctx.session.last_seq)},
-                        )
-                except (Aborted, FailedPrecondition):
-                    # A resend of a request that was applied (its answer was lost) no
-                    # longer fits the session it changed (its tool call is answered,
-                    # last_seq moved on): answer it from the request log.
-                    stored = await self.rt.replay(scope, key)
-                    if stored is not None:
-                        return await self._stored_append(ctx, session_id, stored.outcome)
-                    raise
-                now = ids.now_us()
-                base = ctx.session
-                new_session = replace(
-                    base,
-                    last_seq=plan.last_seq,
-                    version=base.version + 1,
-                    context_tokens=plan.context_tokens,
-                    update_time_us=now,
-                    consecutive_failures=ctx.failures_after(plan.new),
-                    # The calibration this append learned is stored with it (a
-                    # restart right after must not fall back to the previous one).
-                    estimate_ratio=plan.calibration.ratio,
-                    estimate_samples=plan.calibration.samples,
-                )
-                outcome = {
-                    "seqs": [m.seq for m in plan.messages],
-                    "last_seq": plan.last_seq,
-                    "context_tokens": plan.context_tokens,
-                }
-                record = self.rt.record(scope, key, outcome)
-                try:
-                    op = self.rt.repo.encode_append(
-                        new_session,
-                        expected_version=base.version,
-                        messages=plan.new,
-                        record=record,
-                    )
-                except TooLarge as exc:
-                    raise store_error(exc) from None
-                try:
-                    await self.rt.db(lambda o=op: self.rt.repo.append(o))  # type: ignore[misc]
-                except ConcurrentWrite:
-                    if attempt < 2:
-                        # Another replica changed the session: reload and plan again
-                        # on the current state (never write on a stale copy).
-                        ctx = await self.rt.reload(session_id)
-                        continue
-                    raise self.rt.concurrent(session_id) from None
-                except (Unavailable, asyncio.CancelledError):
-                    # The commit may or may not have happened (a cancelled
-                    # caller's write still goes on): forget our copy.
-                    self.rt.hot.evict(session_id)
-                    raise
-                except DuplicateKey:
-                    stored = await self.rt.replay(scope, key)
-                    if stored is not None:
-                        return await self._stored_append(ctx, session_id, stored.outcome)
-                    wanted = [m.message_id for m in messages if m.message_id]
-                    found = await self.rt.db(
-                        lambda w=wanted: self.rt.repo.find_by_message_ids(session_id, w)  # type: ignore[misc]
-                    )
-                    if not found or found.keys() <= stored_dups.keys():
-                        raise self.rt.concurrent(session_id) from None
-                    stored_dups = found
-                    continue
-                samples_before = base.estimate_samples
-                ctx.apply_append(plan, now, new_session.version)
-                ctx.checked_at = self.rt.clock()
-                if plan.calibration.samples > samples_before:
-                    self.rt.model_calibration.learn(
-                        tenant_of(session_id), ctx.session.model, plan.calibration.ratio
-                    )
-                metrics.observe_append(len(plan.new))
-                return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
+            state = _Attempt(await self.rt.context_locked(session_id))
+            for first in (True, False, False):
+                result = await self._try(state, messages, expected_last_seq, scope, key, first)
+                if result is not None:
+                    return result
             raise self.rt.concurrent(session_id)
+
+    async def _try(
+        self,
+        state: _Attempt,
+        messages: Sequence[Message],
+        expected_last_seq: int | None,
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+        first: bool,
+    ) -> AppendResult | None:
+        """One try: the result, or None to try again on ``state`` (updated)."""
+        ctx = state.ctx
+        try:
+            plan = await self._plan(ctx, messages, state.stored_dups)
+            if not plan.new:
+                return AppendResult(plan.messages, ctx.session.last_seq, ctx.context_tokens)
+            last_seq = ctx.session.last_seq
+            if expected_last_seq is not None and expected_last_seq != last_seq:
+                if expected_last_seq > last_seq and first:
+                    # Our copy may be stale (another replica appended): reload.
+                    state.ctx = await self.rt.reload(scope.session_id)
+                    return None
+                raise Aborted(
+                    f"expected_last_seq {expected_last_seq} does not match the "
+                    f"session's last_seq {last_seq}; nothing was written",
+                    reason="LAST_SEQ_MISMATCH",
+                    metadata={"last_seq": str(last_seq)},
+                )
+        except (Aborted, FailedPrecondition) as exc:
+            # A resend of a request that was applied (its answer was lost) no longer
+            # fits the session it changed (its tool call is answered, last_seq moved
+            # on): answer it from the request log.
+            stored = await self.rt.replay(scope, key)
+            if stored is None:
+                raise exc from None
+            return await self._stored_append(ctx, scope.session_id, stored.outcome)
+        return await self._write(state, plan, messages, scope, key)
+
+    async def _write(
+        self,
+        state: _Attempt,
+        plan: AppendPlan,
+        messages: Sequence[Message],
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+    ) -> AppendResult | None:
+        ctx, sid = state.ctx, scope.session_id
+        outcome = {
+            "seqs": [m.seq for m in plan.messages],
+            "last_seq": plan.last_seq,
+            "context_tokens": plan.context_tokens,
+        }
+        try:
+            op = self.rt.store.messages.encode_append(
+                plan.session,
+                expected_version=ctx.session.version,
+                messages=plan.new,
+                record=self.rt.record(scope, key, outcome),
+            )
+        except TooLarge as exc:
+            raise store_error(exc) from None
+        try:
+            written = await self.rt.write(sid, lambda: self.rt.store.messages.append(op))
+        except DuplicateKey:
+            return await self._after_duplicate(state, messages, scope, key)
+        if not written:
+            # Another replica changed the session: plan again on the current state
+            # (never write on a stale copy).
+            state.ctx = await self.rt.reload(sid)
+            return None
+        calibrated = plan.calibration.samples > ctx.session.estimate_samples
+        ctx.apply_append(plan)
+        ctx.checked_at = self.rt.clock()
+        if calibrated:
+            self.rt.model_calibration.learn(
+                tenant_of(sid), ctx.session.model, plan.calibration.ratio
+            )
+        metrics.observe_append(len(plan.new))
+        return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
+
+    async def _after_duplicate(
+        self,
+        state: _Attempt,
+        messages: Sequence[Message],
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+    ) -> AppendResult | None:
+        """A request_id or message_id is already stored: answer from the request log,
+        or plan again with the stored messages (None), or give up."""
+        sid = scope.session_id
+        stored = await self.rt.replay(scope, key)
+        if stored is not None:
+            return await self._stored_append(state.ctx, sid, stored.outcome)
+        wanted = [m.message_id for m in messages if m.message_id]
+        found = await self.rt.db(lambda: self.rt.store.messages.find_by_ids(sid, wanted))
+        if not found or found.keys() <= state.stored_dups.keys():
+            raise self.rt.concurrent(sid) from None
+        state.stored_dups = found
+        return None
 
     async def _plan(
         self, ctx: SessionContext, messages: Sequence[Message], dups: dict[str, Message]
@@ -186,7 +212,7 @@ class Messages:
         by_seq = {m.seq: m for m in ctx.active_messages}
         missing = [s for s in seqs if s not in by_seq]
         if missing:
-            for m in await self.rt.db(lambda: self.rt.repo.get_messages(session_id, missing)):
+            for m in await self.rt.db(lambda: self.rt.store.messages.get_many(session_id, missing)):
                 by_seq[m.seq] = m
         return AppendResult(
             tuple(by_seq[s] for s in seqs if s in by_seq),
@@ -210,7 +236,7 @@ class Messages:
                 )
             after = token_int(tok, "a")
         rows, more = await self.rt.db(
-            lambda: self.rt.repo.list_messages(
+            lambda: self.rt.store.messages.page(
                 session_id,
                 after_seq=after,
                 limit=size,

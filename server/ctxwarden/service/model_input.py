@@ -92,7 +92,7 @@ class ModelInputs:
                 reason="INVALID_SEQ",
                 field="as_of_seq",
             )
-        snap = await self.rt.db(lambda: self.rt.repo.replay_snapshot(sid, as_of_seq))
+        snap = await self.rt.db(lambda: self.rt.store.replay_snapshot(sid, as_of_seq))
         if snap is None:
             raise self.rt.not_found(sid)
         s = snap.session

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import replace
 
 from ctxwarden import ids
 from ctxwarden.core.context import SessionContext
-from ctxwarden.core.errors import (
-    Unavailable,
-)
 from ctxwarden.core.recovery import decide_recovery
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.tenancy import tenant_of
@@ -80,24 +76,22 @@ class Rollbacks:
             )
             if seqs or key is not None:
                 try:
-                    await self.rt.db(
-                        lambda: self.rt.repo.rollback(
+                    written = await self.rt.write(
+                        session_id,
+                        lambda: self.rt.store.messages.rollback(
                             new_session,
                             expected_version=ctx.session.version,
                             seqs=seqs,
                             record=self.rt.record(scope, key, rollback_outcome(result)),
-                        )
+                        ),
                     )
-                except ConcurrentWrite:
-                    raise self.rt.concurrent(session_id) from None
-                except (Unavailable, asyncio.CancelledError):
-                    self.rt.hot.evict(session_id)
-                    raise
                 except DuplicateKey:
                     stored = await self.rt.replay(scope, key)
                     if stored is None:
                         raise self.rt.concurrent(session_id) from None
                     return rollback_from_outcome(stored.outcome)
+                if not written:
+                    raise self.rt.concurrent(session_id)
                 ctx.apply_rollback(seqs, failures, now)
                 ctx.session = replace(ctx.session, version=new_session.version)
                 ctx.checked_at = self.rt.clock()
@@ -128,7 +122,7 @@ class Rollbacks:
 
         try:
             seqs, current = await self.rt.db(
-                lambda: self.rt.repo.rollback_across_checkpoints(
+                lambda: self.rt.store.checkpoints.rollback_across_checkpoints(
                     session, expected_version=ctx.session.version, to_seq=to_seq, record=record
                 )
             )

@@ -13,7 +13,7 @@ from ctxwarden import ids
 from ctxwarden.config import Settings
 from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.context import SessionContext
-from ctxwarden.core.errors import Aborted, InvalidArgument, NotFound
+from ctxwarden.core.errors import Aborted, InvalidArgument, NotFound, Unavailable
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.core.validation import check_session_id
@@ -22,12 +22,13 @@ from ctxwarden.service.hot import HotSessions
 from ctxwarden.service.results import IdempotencyKey
 from ctxwarden.service.tokenizer_access import tokenizer_for
 from ctxwarden.store.errors import (
+    ConcurrentWrite,
     QuotaExceeded,
     StoreRejected,
     StoreUnavailable,
     TooLarge,
 )
-from ctxwarden.store.repository import Repository, RequestRecord, RequestScope, StoredRequest
+from ctxwarden.store.repository import RequestRecord, RequestScope, Store, StoredRequest
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,14 +37,14 @@ T = TypeVar("T")
 class SessionRuntime:
     def __init__(
         self,
-        repo: Repository,
+        store: Store,
         settings: Settings,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``clock`` (seconds) times how long a verified hot copy may be served
         unchecked (``settings.max_read_staleness_seconds``)."""
         self.clock = clock
-        self.repo = repo
+        self.store = store
         self.settings = settings
         self.hot = HotSessions(settings.max_hot_sessions, settings.db_timeout_seconds)
         self.restores = 0
@@ -66,6 +67,24 @@ class SessionRuntime:
         except (TooLarge, QuotaExceeded, StoreRejected) as exc:
             raise store_error(exc) from exc
 
+    async def write(self, session_id: str, op: Callable[[], Awaitable[None]]) -> bool:
+        """Run a write that compares-and-sets the session (within ``db``).
+
+        False when the compare-and-set lost: another writer moved the session on,
+        and the in-memory copy is dropped (the caller reloads or gives up). When
+        the outcome cannot be known (the database was lost; the caller was
+        cancelled, yet the write goes on) the copy is dropped too, so the next
+        call restores what was stored. DuplicateKey is the caller's to answer."""
+        try:
+            await self.db(op)
+        except ConcurrentWrite:
+            self.hot.evict(session_id)
+            return False
+        except (Unavailable, asyncio.CancelledError):
+            self.hot.evict(session_id)
+            raise
+        return True
+
     async def context(self, session_id: str, *, verify: bool = True) -> SessionContext:
         """The hot session, restored from the database when it is not in memory.
 
@@ -85,11 +104,11 @@ class SessionRuntime:
         if now - ctx.checked_at < self.settings.max_read_staleness_seconds:
             return True
         sid = ctx.session.session_id
-        stored = await self.db(lambda: self.repo.session_version(sid))
-        if stored is None or stored[1]:
+        stored = await self.db(lambda: self.store.sessions.version(sid))
+        if stored is None or stored.deleted:
             self.hot.evict(sid)
             raise self.not_found(sid)
-        if stored[0] != ctx.session.version:
+        if stored.version != ctx.session.version:
             return False
         ctx.checked_at = now
         return True
@@ -102,7 +121,7 @@ class SessionRuntime:
             if not verify or await self.current(ctx):
                 return ctx
             self.hot.evict(session_id)
-        snapshot = await self.db(lambda: self.repo.load_snapshot(session_id))
+        snapshot = await self.db(lambda: self.store.load_snapshot(session_id))
         if snapshot is None or snapshot.session.deleted:
             raise self.not_found(session_id)
         s = snapshot.session
@@ -141,7 +160,7 @@ class SessionRuntime:
     async def replay(self, scope: RequestScope, key: IdempotencyKey | None) -> StoredRequest | None:
         if key is None:
             return None
-        stored = await self.db(lambda: self.repo.get_request(scope, key.request_id))
+        stored = await self.db(lambda: self.store.requests.get(scope, key.request_id))
         if stored is not None and stored.request_hash != key.request_hash:
             raise InvalidArgument(
                 f"request_id {key.request_id!r} was already used for a different request",
@@ -163,7 +182,7 @@ class SessionRuntime:
         ctx = self.hot.get(session_id)
         if ctx is not None and await self.current(ctx):
             return ctx.session
-        session = await self.db(lambda: self.repo.get_session(session_id))
+        session = await self.db(lambda: self.store.sessions.get(session_id))
         if session is None or session.deleted:
             raise self.not_found(session_id)
         return session

@@ -14,7 +14,6 @@ from ctxwarden.core.errors import (
     Aborted,
     AlreadyExists,
     InvalidArgument,
-    Unavailable,
 )
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import scoped_id, visible_id
@@ -35,7 +34,7 @@ from ctxwarden.service.results import (
 )
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import check_client_tokenizer, tokenizer_for
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.repository import RequestScope
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ class Sessions:
         scope = RequestScope("CreateSession", tenant_id=tenant)
         try:
             await self.rt.db(
-                lambda: self.rt.repo.create_session(
+                lambda: self.rt.store.sessions.create(
                     fresh, self.rt.record(scope, key, {"session_id": sid})
                 )
             )
@@ -115,7 +114,7 @@ class Sessions:
                 )
             before = (token_int(tok, "t"), token_id(tok, "i"))
         rows = await self.rt.db(
-            lambda: self.rt.repo.list_sessions(
+            lambda: self.rt.store.sessions.page(
                 tenant=tenant,
                 user_id=user_id,
                 project_id=project_id,
@@ -183,17 +182,14 @@ class Sessions:
                 probe = SessionContext(new, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
                 new = replace(new, context_tokens=probe.context_tokens)
                 counts = []
-            try:
-                await self.rt.db(
-                    lambda: self.rt.repo.update_session(
-                        new, expected_version=current.version, token_counts=counts
-                    )
-                )
-            except ConcurrentWrite:
-                raise self.rt.concurrent(sid) from None
-            except (Unavailable, asyncio.CancelledError):
-                self.rt.hot.evict(sid)
-                raise
+            written = await self.rt.write(
+                sid,
+                lambda: self.rt.store.sessions.update(
+                    new, expected_version=current.version, token_counts=counts
+                ),
+            )
+            if not written:
+                raise self.rt.concurrent(sid)
             if rebuilt is not None:
                 self.rt.hot.put(sid, rebuilt)
             else:
@@ -206,7 +202,7 @@ class Sessions:
         check_session_id(session_id)
         async with self.rt.hot.lock(session_id):
             deleted = await self.rt.db(
-                lambda: self.rt.repo.delete_session(session_id, ids.now_us())
+                lambda: self.rt.store.sessions.delete(session_id, ids.now_us())
             )
             self.rt.hot.evict(session_id)
         if not deleted:

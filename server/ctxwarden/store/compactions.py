@@ -1,4 +1,4 @@
-"""The compaction side of the repository: checkpoints, plans, rewinds across them."""
+"""Compaction checkpoints: committing one, reading them, rewinding across them."""
 
 from __future__ import annotations
 
@@ -19,17 +19,18 @@ from ctxwarden.store.records import RequestRecord, advance, insert_record
 from ctxwarden.store.tables import C, M, P, S
 
 
-class CompactionStore:
+class CheckpointRepository:
     """Every write compares-and-sets the session's version (see records.advance)."""
 
-    engine: AsyncEngine
-    gate: WriteGate
-    quota: TenantQuota
+    def __init__(self, engine: AsyncEngine, gate: WriteGate, quota: TenantQuota) -> None:
+        self.engine = engine
+        self.gate = gate
+        self.quota = quota
 
     # -- compaction -------------------------------------------------------------
 
     @boundary
-    async def commit_compaction(
+    async def commit(
         self,
         checkpoint: Checkpoint,
         session: Session,
@@ -63,13 +64,13 @@ class CompactionStore:
             raise DuplicateKey(str(exc.orig)) from exc
 
     @boundary
-    async def get_compaction(self, compaction_id: str) -> Checkpoint | None:
+    async def get(self, compaction_id: str) -> Checkpoint | None:
         async with self.engine.connect() as conn:
             row = (await conn.execute(select(C).where(C.c.compaction_id == compaction_id))).first()
         return checkpoint_from_row(row) if row is not None else None
 
     @boundary
-    async def list_compactions(
+    async def page(
         self, session_id: str, *, limit: int, before: tuple[int, str] | None
     ) -> list[Checkpoint]:
         q = select(C).where(C.c.session_id == session_id)

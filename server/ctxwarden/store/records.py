@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.session import Session
 from ctxwarden.store.codec import progress_values
-from ctxwarden.store.errors import ConcurrentWrite
+from ctxwarden.store.errors import ConcurrentWrite, boundary
 from ctxwarden.store.tables import R, S
 
 RECORD_OVERHEAD = 64
@@ -71,23 +71,28 @@ async def insert_record(conn: AsyncConnection, record: RequestRecord | None) -> 
     return record_bytes(values)
 
 
-async def get_request(
-    engine: AsyncEngine, scope: RequestScope, request_id: str
-) -> StoredRequest | None:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(R.c.request_hash, R.c.outcome).where(
-                    R.c.session_id == scope.session_id,
-                    R.c.tenant_id == scope.tenant_id,
-                    R.c.method == scope.method,
-                    R.c.request_id == request_id,
+class RequestRepository:
+    """Idempotency records: what an applied request answered."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @boundary
+    async def get(self, scope: RequestScope, request_id: str) -> StoredRequest | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(R.c.request_hash, R.c.outcome).where(
+                        R.c.session_id == scope.session_id,
+                        R.c.tenant_id == scope.tenant_id,
+                        R.c.method == scope.method,
+                        R.c.request_id == request_id,
+                    )
                 )
-            )
-        ).first()
-    if row is None:
-        return None
-    return StoredRequest(row.request_hash, json.loads(bytes(row.outcome)))
+            ).first()
+        if row is None:
+            return None
+        return StoredRequest(row.request_hash, json.loads(bytes(row.outcome)))
 
 
 async def advance(

@@ -1,0 +1,213 @@
+"""Messages: appends (through the group committer), rollbacks, and reads of the
+history by id, by seq and in pages. History rows are never deleted or rewritten
+(a rollback only marks them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ctxwarden.core.messages import Message, MessageState
+from ctxwarden.core.session import Session
+from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.store.codec import message_from_row, message_row_values, stored_message_bytes
+from ctxwarden.store.errors import ConcurrentWrite, TooLarge, boundary
+from ctxwarden.store.gate import WriteGate
+from ctxwarden.store.group_commit import AppendOp, GroupCommitter
+from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.records import (
+    RequestRecord,
+    advance,
+    insert_record,
+    record_bytes,
+    record_values,
+)
+from ctxwarden.store.tables import M, S
+
+
+class MessageRepository:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        gate: WriteGate,
+        quota: TenantQuota,
+        committer: GroupCommitter,
+        max_message_bytes: int,
+    ) -> None:
+        self.engine = engine
+        self.gate = gate
+        self.quota = quota
+        self.committer = committer
+        self.max_message_bytes = max_message_bytes
+
+    def encode_append(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        messages: Sequence[Message],
+        record: RequestRecord | None,
+    ) -> AppendOp:
+        """Encode an append for the writers; raises TooLarge (nothing written) when a
+        message's stored body is over the limit."""
+        rows = []
+        added = 0
+        for i, m in enumerate(messages):
+            values = message_row_values(session.session_id, m)
+            size = len(values["data"])
+            if size > self.max_message_bytes:
+                raise TooLarge(f"messages[{i}]", size, self.max_message_bytes)
+            rows.append(values)
+            added += stored_message_bytes(values)
+        stored = None if record is None else record_values(record)
+        if stored is not None:
+            added += record_bytes(stored)
+        return AppendOp(
+            session, expected_version, rows, stored, added, tenant_of(session.session_id)
+        )
+
+    @boundary
+    async def append(self, op: AppendOp) -> None:
+        """Insert the messages and advance the session row, atomically.
+
+        ``op.session`` carries the new last_seq, version, context_tokens, update
+        time and failure count. Raises ConcurrentWrite when another writer changed
+        the session first, DuplicateKey when a message_id or request_id exists,
+        QuotaExceeded when the tenant's storage quota would be crossed.
+        Concurrent appends share transactions (see group_commit); each returns
+        only after its own transaction committed.
+        """
+        await self.committer.submit(op)
+
+    @boundary
+    async def append_messages(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        messages: Sequence[Message],
+        record: RequestRecord | None,
+    ) -> None:
+        """encode_append + append."""
+        await self.append(
+            self.encode_append(
+                session, expected_version=expected_version, messages=messages, record=record
+            )
+        )
+
+    @boundary
+    async def rollback(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        seqs: Sequence[int],
+        record: RequestRecord | None,
+    ) -> None:
+        """Mark messages rolled back (never deleted) and update the session row,
+        compare-and-set on the version."""
+        async with self.gate.begin() as conn:
+            added = await insert_record(conn, record)
+            await advance(
+                conn,
+                session,
+                expected_version,
+                stored_bytes=S.c.stored_bytes + added,
+            )
+            await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
+            if seqs:
+                result = await conn.execute(
+                    update(M)
+                    .where(
+                        M.c.session_id == session.session_id,
+                        M.c.seq.in_(list(seqs)),
+                        M.c.state == int(MessageState.ACTIVE),
+                    )
+                    .values(
+                        state=int(MessageState.ROLLED_BACK),
+                        rolled_back_at_seq=session.last_seq,
+                    )
+                )
+                if result.rowcount != len(seqs):
+                    raise ConcurrentWrite(session.session_id)
+
+    @boundary
+    async def find_by_ids(self, session_id: str, message_ids: Sequence[str]) -> dict[str, Message]:
+        if not message_ids:
+            return {}
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(M).where(M.c.session_id == session_id, M.c.message_id.in_(message_ids))
+                )
+            ).all()
+        return {r.message_id: message_from_row(r) for r in rows}
+
+    @boundary
+    async def get_many(self, session_id: str, seqs: Sequence[int]) -> list[Message]:
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(M)
+                    .where(M.c.session_id == session_id, M.c.seq.in_(list(seqs)))
+                    .order_by(M.c.seq)
+                )
+            ).all()
+        return [message_from_row(r) for r in rows]
+
+    @boundary
+    async def get(self, session_id: str, seq: int) -> Message | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(select(M).where(M.c.session_id == session_id, M.c.seq == seq))
+            ).first()
+        return message_from_row(row) if row is not None else None
+
+    @boundary
+    async def page(
+        self,
+        session_id: str,
+        *,
+        after_seq: int,
+        limit: int,
+        include_rolled_back: bool,
+        max_bytes: int = 0,
+    ) -> tuple[list[Message], bool]:
+        """Up to ``limit`` messages after ``after_seq`` and whether more follow.
+
+        With ``max_bytes`` the page also stops before its stored bodies pass that
+        many bytes (always at least one message): the sizes are read first, so a
+        page of huge messages never loads more than it returns.
+        """
+        where = [M.c.session_id == session_id, M.c.seq > after_seq]
+        if not include_rolled_back:
+            where.append(M.c.state == int(MessageState.ACTIVE))
+        async with self.engine.connect() as conn:
+            if max_bytes <= 0:
+                rows = (
+                    await conn.execute(select(M).where(*where).order_by(M.c.seq).limit(limit + 1))
+                ).all()
+                return [message_from_row(r) for r in rows[:limit]], len(rows) > limit
+            size = func.coalesce(func.length(M.c.data), 0) + func.coalesce(func.length(M.c.body), 0)
+            sizes = (
+                await conn.execute(
+                    select(M.c.seq, size.label("size"))
+                    .where(*where)
+                    .order_by(M.c.seq)
+                    .limit(limit + 1)
+                )
+            ).all()
+            if not sizes:
+                return [], False
+            total, last = 0, sizes[0].seq
+            for i, r in enumerate(sizes[:limit]):
+                total += int(r.size)
+                if i > 0 and total > max_bytes:
+                    break
+                last = r.seq
+            rows = (
+                await conn.execute(select(M).where(*where, M.c.seq <= last).order_by(M.c.seq))
+            ).all()
+        return [message_from_row(r) for r in rows], sizes[-1].seq > last

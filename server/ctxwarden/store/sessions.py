@@ -1,0 +1,189 @@
+"""Sessions: the session rows, their settings revisions and tenant counters.
+
+Every write compares-and-sets the row's ``version`` (advanced by every change),
+so a replica holding a stale copy can never write over another's change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ctxwarden.core.session import Session
+from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.store.codec import (
+    revision_bytes,
+    session_from_row,
+    session_row_values,
+    settings_data,
+)
+from ctxwarden.store.errors import MYSQL_CONFLICT, ConcurrentWrite, DuplicateKey, boundary
+from ctxwarden.store.gate import WriteGate
+from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.records import RequestRecord, record_bytes, record_values
+from ctxwarden.store.tables import M, R, S, V
+from ctxwarden.store.version_reader import VersionReader
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVersion:
+    version: int
+    deleted: bool
+
+
+def _is_deadlock(exc: OperationalError) -> bool:
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else 0
+    return code in MYSQL_CONFLICT or "locked" in str(exc.orig)
+
+
+class SessionRepository:
+    def __init__(
+        self, engine: AsyncEngine, gate: WriteGate, quota: TenantQuota, versions: VersionReader
+    ) -> None:
+        self.engine = engine
+        self.gate = gate
+        self.quota = quota
+        self.versions = versions
+
+    @boundary
+    async def create(self, session: Session, record: RequestRecord | None) -> None:
+        """Insert a session. Raises DuplicateKey if the ID or request is taken,
+        QuotaExceeded if the tenant's quota is used up (nothing is written)."""
+        stored = None if record is None else record_values(record)
+        added = revision_bytes(session)
+        if stored is not None:
+            added += record_bytes(stored)
+        for attempt in range(3):
+            try:
+                async with self.gate.begin() as conn:
+                    await self.quota.claim_session(conn, tenant_of(session.session_id), added)
+                    await conn.execute(
+                        insert(S).values(**session_row_values(session), stored_bytes=added)
+                    )
+                    await self._revision(conn, session)
+                    if stored is not None:
+                        await conn.execute(insert(R).values(**stored))
+                return
+            except IntegrityError as exc:
+                raise DuplicateKey(str(exc.orig)) from exc
+            except OperationalError as exc:
+                # Two tenants' first sessions can deadlock on the new counter rows.
+                if attempt == 2 or not _is_deadlock(exc):
+                    raise
+
+    @staticmethod
+    async def _revision(conn: AsyncConnection, session: Session) -> None:
+        await conn.execute(
+            insert(V).values(
+                session_id=session.session_id,
+                revision=session.revision,
+                at_seq=session.last_seq,
+                settings=settings_data(session),
+                create_time_us=session.update_time_us,
+            )
+        )
+
+    @boundary
+    async def get(self, session_id: str) -> Session | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
+        return session_from_row(row) if row is not None else None
+
+    @boundary
+    async def page(
+        self,
+        *,
+        tenant: str = "",
+        user_id: str,
+        project_id: str,
+        limit: int,
+        before: tuple[int, str] | None,
+    ) -> list[Session]:
+        """Live sessions, newest first; ``before`` is the last (create_time, id) seen."""
+        q = select(S).where(S.c.tenant_id == tenant, S.c.delete_time_us == 0)
+        if user_id:
+            q = q.where(S.c.user_id == user_id)
+        if project_id:
+            q = q.where(S.c.project_id == project_id)
+        if before is not None:
+            t, sid = before
+            q = q.where(
+                or_(
+                    S.c.create_time_us < t,
+                    and_(S.c.create_time_us == t, S.c.session_id < sid),
+                )
+            )
+        q = q.order_by(S.c.create_time_us.desc(), S.c.session_id.desc()).limit(limit)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(q)).all()
+        return [session_from_row(r) for r in rows]
+
+    @boundary
+    async def version(self, session_id: str) -> StoredVersion | None:
+        """The stored session's version: what a replica compares its
+        in-memory copy with before serving it (see version_reader)."""
+        answer = await self.versions.version(session_id)
+        return None if answer is None else StoredVersion(*answer)
+
+    @boundary
+    async def update(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        token_counts: Sequence[tuple[int, int, str]] = (),
+    ) -> None:
+        """Write new settings if nothing changed the session since ``expected_version``
+        (else ConcurrentWrite). ``token_counts`` re-records (seq, count, tokenizer)
+        after a tokenizer change."""
+        values = session_row_values(session)
+        for key in ("session_id", "create_time_us", "last_seq", "delete_time_us"):
+            values.pop(key)
+        values.pop("calibration_json")
+        added = revision_bytes(session)
+        async with self.gate.begin() as conn:
+            result = await conn.execute(
+                update(S)
+                .where(
+                    S.c.session_id == session.session_id,
+                    S.c.version == expected_version,
+                    S.c.delete_time_us == 0,
+                )
+                .values(**values, stored_bytes=S.c.stored_bytes + added)
+            )
+            if result.rowcount != 1:
+                raise ConcurrentWrite(session.session_id)
+            await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
+            await self._revision(conn, session)
+            for seq, count, spec in token_counts:
+                await conn.execute(
+                    update(M)
+                    .where(M.c.session_id == session.session_id, M.c.seq == seq)
+                    .values(token_count=count, counted_with=spec)
+                )
+
+    @boundary
+    async def delete(self, session_id: str, now_us: int) -> bool:
+        async with self.gate.begin() as conn:
+            row = (
+                await conn.execute(
+                    select(S.c.stored_bytes).where(
+                        S.c.session_id == session_id, S.c.delete_time_us == 0
+                    )
+                )
+            ).first()
+            if row is None:
+                return False
+            result = await conn.execute(
+                update(S)
+                .where(S.c.session_id == session_id, S.c.delete_time_us == 0)
+                .values(delete_time_us=now_us, update_time_us=now_us, version=S.c.version + 1)
+            )
+            if result.rowcount != 1:
+                return False
+            await self.quota.release(conn, tenant_of(session_id), int(row.stored_bytes))
+        return True
