@@ -41,7 +41,7 @@ from ctxwarden_client import (
     tool_result,
     user,
 )
-from ctxwarden_client._common import RetryPolicy
+from ctxwarden_client._retry import RetryPolicy
 
 DETAILS_KEY = "grpc-status-details-bin"
 

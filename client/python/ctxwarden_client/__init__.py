@@ -13,8 +13,9 @@ failed calls raise :class:`CtxwardenError` subclasses.
 
 from ctxwarden.v1 import context_service_pb2, message_pb2, session_pb2
 
-from ._async import AsyncClient, AsyncMessageStream
-from ._common import RetryPolicy, SessionFields
+from ._async_client import AsyncClient
+from ._async_stream import AsyncMessageStream
+from ._calls import SessionFields
 from ._errors import (
     AbortedError,
     AlreadyExistsError,
@@ -27,7 +28,9 @@ from ._errors import (
     UnavailableError,
     error_from_rpc_error,
 )
-from ._sync import Client, MessageStream
+from ._retry import RetryPolicy
+from ._sync_client import Client
+from ._sync_stream import MessageStream
 from .builders import (
     assistant,
     image,

@@ -1,0 +1,225 @@
+"""The unary RPCs as both clients make them.
+
+Each function here validates its arguments and builds a :class:`Call`: the
+request, the stub method that sends it, whether a retry is safe, and how the
+response becomes the method's result. :class:`~ctxwarden_client.Client` and
+:class:`~ctxwarden_client.AsyncClient` only make (or await) the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypedDict, TypeVar
+
+import grpc
+from google.protobuf import empty_pb2, field_mask_pb2
+
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import message_pb2, session_pb2
+from ctxwarden.v1.context_service_pb2_grpc import ContextServiceStub
+
+from ._input_cache import InputCache
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+class SessionFields(TypedDict, total=False):
+    """Keyword arguments accepted by ``create_session(**session_fields)``."""
+
+    user_id: str
+    project_id: str
+    title: str
+    system_prompt: str
+    tools: Iterable[session_pb2.ToolDefinition]
+    model: str
+    policy: session_pb2.ContextPolicy
+    pinned_state: str
+    labels: Mapping[str, str]
+
+
+MessagesArg = message_pb2.Message | Iterable[message_pb2.Message]
+
+
+@dataclass(frozen=True)
+class Call(Generic[Req, Resp]):
+    """One unary RPC: ``method`` picks it from a stub; ``finish`` maps its response.
+
+    ``safe`` is true for read-only calls and calls carrying a request_id: they
+    may be retried after DEADLINE_EXCEEDED. The async client gets the
+    ``grpc.aio`` flavour of the same method from its stub.
+    """
+
+    method: Callable[[ContextServiceStub], grpc.UnaryUnaryMultiCallable[Req, Resp]]
+    request: Req
+    safe: bool
+    finish: Callable[[Resp], Resp] | None = None
+
+    def result(self, response: Resp) -> Resp:
+        return response if self.finish is None else self.finish(response)
+
+
+def as_messages(messages: MessagesArg) -> list[message_pb2.Message]:
+    if isinstance(messages, message_pb2.Message):
+        return [messages]
+    return list(messages)
+
+
+# -- sessions ----------------------------------------------------------------
+
+
+def create_session(
+    session: session_pb2.Session | None, session_id: str, request_id: str, fields: SessionFields
+) -> Call[pb.CreateSessionRequest, session_pb2.Session]:
+    if session is not None and fields:
+        raise TypeError("pass either a Session or session fields as keywords, not both")
+    if session is None:
+        session = session_pb2.Session(**fields)
+    request = pb.CreateSessionRequest(session=session, session_id=session_id, request_id=request_id)
+    return Call(lambda stub: stub.CreateSession, request, safe=bool(request_id))
+
+
+def get_session(session_id: str) -> Call[pb.GetSessionRequest, session_pb2.Session]:
+    request = pb.GetSessionRequest(session_id=session_id)
+    return Call(lambda stub: stub.GetSession, request, safe=True)
+
+
+def update_session(
+    session: session_pb2.Session, update_mask: Sequence[str], etag: str
+) -> Call[pb.UpdateSessionRequest, session_pb2.Session]:
+    if isinstance(update_mask, str):
+        raise TypeError("update_mask must be a sequence of field paths, not a string")
+    mask = field_mask_pb2.FieldMask(paths=list(update_mask))
+    request = pb.UpdateSessionRequest(session=session, update_mask=mask, etag=etag)
+    return Call(lambda stub: stub.UpdateSession, request, safe=False)
+
+
+def delete_session(session_id: str) -> Call[pb.DeleteSessionRequest, empty_pb2.Empty]:
+    request = pb.DeleteSessionRequest(session_id=session_id)
+    return Call(lambda stub: stub.DeleteSession, request, safe=False)
+
+
+# -- messages ----------------------------------------------------------------
+
+
+def append_request(
+    session_id: str, messages: MessagesArg, expected_last_seq: int | None, request_id: str
+) -> pb.AppendMessagesRequest:
+    request = pb.AppendMessagesRequest(
+        session_id=session_id, messages=as_messages(messages), request_id=request_id
+    )
+    if expected_last_seq is not None:
+        request.expected_last_seq = expected_last_seq
+    return request
+
+
+def append_messages(
+    session_id: str, messages: MessagesArg, expected_last_seq: int | None, request_id: str
+) -> Call[pb.AppendMessagesRequest, pb.AppendMessagesResponse]:
+    request = append_request(session_id, messages, expected_last_seq, request_id)
+    return Call(lambda stub: stub.AppendMessages, request, safe=bool(request_id))
+
+
+def build_model_input(
+    session_id: str,
+    max_output_tokens: int,
+    auto_compact: bool,
+    format: pb.ModelInputFormat.ValueType,
+    view: pb.ModelInputView.ValueType,
+    cache: InputCache | None,
+) -> Call[pb.BuildModelInputRequest, pb.ModelInput]:
+    """``cache`` (for incremental calls) supplies the resume token and merges the answer."""
+    request = pb.BuildModelInputRequest(
+        session_id=session_id,
+        max_output_tokens=max_output_tokens,
+        auto_compact=auto_compact,
+        format=format,
+        view=view,
+    )
+    if cache is None:
+        return Call(lambda stub: stub.BuildModelInput, request, safe=True)
+    request.resume_token = cache.token(session_id)
+    return Call(
+        lambda stub: stub.BuildModelInput,
+        request,
+        safe=True,
+        finish=lambda received: cache.merge(session_id, received),
+    )
+
+
+def rollback_turn(
+    session_id: str, to_seq: int | None, error_message: str, request_id: str
+) -> Call[pb.RollbackTurnRequest, pb.RollbackTurnResponse]:
+    request = pb.RollbackTurnRequest(
+        session_id=session_id, error_message=error_message, request_id=request_id
+    )
+    if to_seq is not None:
+        request.to_seq = to_seq
+    return Call(lambda stub: stub.RollbackTurn, request, safe=bool(request_id))
+
+
+# -- compaction and tools ----------------------------------------------------
+
+
+def compact(
+    session_id: str,
+    instructions: str,
+    keep_recent_tokens: int,
+    request_id: str,
+    trigger: pb.CompactionTrigger.ValueType,
+) -> Call[pb.CompactRequest, pb.Compaction]:
+    request = pb.CompactRequest(
+        session_id=session_id,
+        instructions=instructions,
+        keep_recent_tokens=keep_recent_tokens,
+        request_id=request_id,
+        trigger=trigger,
+    )
+    return Call(lambda stub: stub.Compact, request, safe=bool(request_id))
+
+
+def prepare_compaction(
+    session_id: str, instructions: str, keep_recent_tokens: int
+) -> Call[pb.PrepareCompactionRequest, pb.CompactionPlan]:
+    request = pb.PrepareCompactionRequest(
+        session_id=session_id, instructions=instructions, keep_recent_tokens=keep_recent_tokens
+    )
+    return Call(lambda stub: stub.PrepareCompaction, request, safe=True)
+
+
+def commit_compaction(
+    session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
+) -> Call[pb.CommitCompactionRequest, pb.Compaction]:
+    request = pb.CommitCompactionRequest(
+        session_id=session_id,
+        plan_id=plan_id,
+        summary=summary,
+        turn_prefix_summary=turn_prefix_summary,
+    )
+    # Idempotent per plan, so safe to retry.
+    return Call(lambda stub: stub.CommitCompaction, request, safe=True)
+
+
+def get_tool_output(
+    session_id: str, seq: int, offset: int, limit: int
+) -> Call[pb.GetToolOutputRequest, pb.GetToolOutputResponse]:
+    request = pb.GetToolOutputRequest(session_id=session_id, seq=seq, offset=offset, limit=limit)
+    return Call(lambda stub: stub.GetToolOutput, request, safe=True)
+
+
+def count_tokens(
+    model: str,
+    messages: MessagesArg,
+    tools: Iterable[session_pb2.ToolDefinition],
+    text: str,
+    tokenizer: str,
+) -> Call[pb.CountTokensRequest, pb.CountTokensResponse]:
+    request = pb.CountTokensRequest(
+        model=model,
+        tokenizer=tokenizer,
+        messages=as_messages(messages),
+        tools=list(tools),
+        text=text,
+    )
+    return Call(lambda stub: stub.CountTokens, request, safe=True)

@@ -1,0 +1,90 @@
+"""The List* RPCs: which call fetches the next page, and the items of each page.
+
+Both clients walk a :class:`Pages` the same way; only fetching a page differs
+(a blocking call or an awaited one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Generic, Protocol, TypeVar
+
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import message_pb2, session_pb2
+
+from ._calls import Call
+
+
+class Page(Protocol):
+    @property
+    def next_page_token(self) -> str: ...
+
+
+Req = TypeVar("Req")
+PageT = TypeVar("PageT", bound=Page)
+Item = TypeVar("Item")
+
+
+class Pages(Generic[Req, PageT, Item]):
+    """The pages of one listing, fetched lazily::
+
+    while (call := pages.next_call()) is not None:
+        items = pages.items(<make call>)
+    """
+
+    def __init__(
+        self,
+        call_for: Callable[[str], Call[Req, PageT]],
+        items: Callable[[PageT], Iterable[Item]],
+    ) -> None:
+        self._call_for = call_for
+        self._items = items
+        self._token: str | None = ""
+
+    def next_call(self) -> Call[Req, PageT] | None:
+        """The call that fetches the next page; None after the last page."""
+        return None if self._token is None else self._call_for(self._token)
+
+    def items(self, page: PageT) -> Iterable[Item]:
+        """The items of ``page``, the response to the last :meth:`next_call`."""
+        self._token = page.next_page_token or None
+        return self._items(page)
+
+
+def list_sessions(
+    user_id: str, project_id: str, page_size: int
+) -> Pages[pb.ListSessionsRequest, pb.ListSessionsResponse, session_pb2.Session]:
+    def call_for(page_token: str) -> Call[pb.ListSessionsRequest, pb.ListSessionsResponse]:
+        request = pb.ListSessionsRequest(
+            user_id=user_id, project_id=project_id, page_size=page_size, page_token=page_token
+        )
+        return Call(lambda stub: stub.ListSessions, request, safe=True)
+
+    return Pages(call_for, lambda page: page.sessions)
+
+
+def list_messages(
+    session_id: str, include_rolled_back: bool, page_size: int
+) -> Pages[pb.ListMessagesRequest, pb.ListMessagesResponse, message_pb2.Message]:
+    def call_for(page_token: str) -> Call[pb.ListMessagesRequest, pb.ListMessagesResponse]:
+        request = pb.ListMessagesRequest(
+            session_id=session_id,
+            page_size=page_size,
+            page_token=page_token,
+            include_rolled_back=include_rolled_back,
+        )
+        return Call(lambda stub: stub.ListMessages, request, safe=True)
+
+    return Pages(call_for, lambda page: page.messages)
+
+
+def list_compactions(
+    session_id: str, page_size: int
+) -> Pages[pb.ListCompactionsRequest, pb.ListCompactionsResponse, pb.Compaction]:
+    def call_for(page_token: str) -> Call[pb.ListCompactionsRequest, pb.ListCompactionsResponse]:
+        request = pb.ListCompactionsRequest(
+            session_id=session_id, page_size=page_size, page_token=page_token
+        )
+        return Call(lambda stub: stub.ListCompactions, request, safe=True)
+
+    return Pages(call_for, lambda page: page.compactions)

@@ -1,0 +1,312 @@
+"""Blocking ctxwarden client over ``grpc``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar, Unpack
+
+import grpc
+
+from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
+
+from . import _calls, _defaults, _pagination
+from ._calls import Call, MessagesArg, SessionFields
+from ._client_base import ClientBase
+from ._pagination import Pages
+from ._retry import retry_delay
+from ._sync_stream import MessageStream
+
+__all__ = ["Client"]
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Item = TypeVar("_Item")
+
+
+class Client(ClientBase):
+    """Blocking client for ``ctxwarden.v1.ContextService``.
+
+    ``timeout`` is the default deadline in seconds of every call (``None``: no
+    deadline); each method takes ``timeout=`` to override it. ``retries`` is how
+    many times a failed call is retried: UNAVAILABLE always, DEADLINE_EXCEEDED
+    only for read-only calls and calls carrying a ``request_id`` (0 disables).
+    When ``channel`` is given it is used as is and not closed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        target: str = _defaults.DEFAULT_TARGET,
+        *,
+        timeout: float | None = _defaults.DEFAULT_TIMEOUT,
+        channel: grpc.Channel | None = None,
+        metadata: Iterable[tuple[str, str]] = (),
+        retries: int = _defaults.DEFAULT_RETRIES,
+    ) -> None:
+        super().__init__(timeout, metadata, retries)
+        self._owns_channel = channel is None
+        self._channel = (
+            grpc.insecure_channel(target, options=_defaults.CHANNEL_OPTIONS)
+            if channel is None
+            else channel
+        )
+        self._stub = context_service_pb2_grpc.ContextServiceStub(self._channel)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the channel (unless it was passed in). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def channel(self) -> grpc.Channel:
+        """The underlying ``grpc.Channel``."""
+        return self._channel
+
+    # -- plumbing ------------------------------------------------------------
+
+    def _call(self, call: Call[_Req, _Resp], timeout: float | None) -> _Resp:
+        rpc = call.method(self._stub)
+        attempt = 0
+        while True:
+            try:
+                response = rpc(
+                    call.request, timeout=self._deadline(timeout), metadata=self._metadata
+                )
+            except grpc.RpcError as exc:
+                delay = retry_delay(self._retry, exc, attempt, call.safe)
+            else:
+                return call.result(response)
+            time.sleep(delay)
+            attempt += 1
+
+    def _pages(self, pages: Pages[Any, Any, _Item], timeout: float | None) -> Iterator[_Item]:
+        while (call := pages.next_call()) is not None:
+            yield from pages.items(self._call(call, timeout))
+
+    # -- sessions ------------------------------------------------------------
+
+    def create_session(
+        self,
+        session: session_pb2.Session | None = None,
+        *,
+        session_id: str = "",
+        request_id: str = "",
+        timeout: float | None = None,
+        **session_fields: Unpack[SessionFields],
+    ) -> session_pb2.Session:
+        """Creates a session from ``session`` or from Session fields as keywords."""
+        call = _calls.create_session(session, session_id, request_id, session_fields)
+        return self._call(call, timeout)
+
+    def get_session(self, session_id: str, *, timeout: float | None = None) -> session_pb2.Session:
+        return self._call(_calls.get_session(session_id), timeout)
+
+    def list_sessions(
+        self,
+        user_id: str = "",
+        project_id: str = "",
+        page_size: int = 0,
+        *,
+        timeout: float | None = None,
+    ) -> Iterator[session_pb2.Session]:
+        """Iterates over sessions, newest first, fetching pages lazily."""
+        yield from self._pages(_pagination.list_sessions(user_id, project_id, page_size), timeout)
+
+    def update_session(
+        self,
+        session: session_pb2.Session,
+        update_mask: Sequence[str],
+        etag: str = "",
+        *,
+        timeout: float | None = None,
+    ) -> session_pb2.Session:
+        """Updates the ``update_mask`` fields of ``session`` (named by its session_id)."""
+        return self._call(_calls.update_session(session, update_mask, etag), timeout)
+
+    def delete_session(self, session_id: str, *, timeout: float | None = None) -> None:
+        self._call(_calls.delete_session(session_id), timeout)
+
+    # -- messages ------------------------------------------------------------
+
+    def append_messages(
+        self,
+        session_id: str,
+        messages: MessagesArg,
+        *,
+        expected_last_seq: int | None = None,
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> context_service_pb2.AppendMessagesResponse:
+        """Appends one message or a sequence of messages, durably."""
+        call = _calls.append_messages(session_id, messages, expected_last_seq, request_id)
+        return self._call(call, timeout)
+
+    def stream_messages(
+        self,
+        *,
+        max_in_flight: int = _defaults.DEFAULT_MAX_IN_FLIGHT,
+        timeout: float | None = None,
+        stream_timeout: float | None = None,
+    ) -> MessageStream:
+        """Opens a ``StreamMessages`` stream.
+
+        ``timeout`` bounds each :meth:`MessageStream.send` (default: the client's
+        timeout); ``stream_timeout`` is the deadline of the whole stream (default:
+        none). At most ``max_in_flight`` requests are unanswered at a time.
+        """
+        return MessageStream(
+            self._stub,
+            metadata=self._metadata,
+            send_timeout=self._deadline(timeout),
+            stream_timeout=stream_timeout,
+            max_in_flight=max_in_flight,
+        )
+
+    def list_messages(
+        self,
+        session_id: str,
+        include_rolled_back: bool = False,
+        page_size: int = 0,
+        *,
+        timeout: float | None = None,
+    ) -> Iterator[message_pb2.Message]:
+        """Iterates over the session's history in seq order, fetching pages lazily."""
+        pages = _pagination.list_messages(session_id, include_rolled_back, page_size)
+        yield from self._pages(pages, timeout)
+
+    def build_model_input(
+        self,
+        session_id: str,
+        max_output_tokens: int = 0,
+        *,
+        auto_compact: bool = False,
+        incremental: bool = False,
+        format: context_service_pb2.ModelInputFormat.ValueType = _defaults.NO_FORMAT,
+        view: context_service_pb2.ModelInputView.ValueType = _defaults.DEFAULT_VIEW,
+        timeout: float | None = None,
+    ) -> context_service_pb2.ModelInput:
+        """Returns exactly what to send to the model next (compacting first with
+        ``auto_compact`` when the input would cross the threshold).
+
+        ``format`` (e.g. ``MODEL_INPUT_FORMAT_OPENAI_CHAT``) also renders it into
+        ``rendered_json``; the native ``messages`` then stay empty unless ``view``
+        is ``MODEL_INPUT_VIEW_FULL``.
+
+        ``incremental``: the client keeps the session's last input and the
+        server sends only the messages it does not hold yet (a few KB instead
+        of the whole history). The result is the same complete input; it is
+        the cached object, updated in place by the next incremental call for
+        this session, so copy it if you keep it longer."""
+        cache = self._cache_for(incremental)
+        call = _calls.build_model_input(
+            session_id, max_output_tokens, auto_compact, format, view, cache
+        )
+        return self._call(call, timeout)
+
+    def rollback_turn(
+        self,
+        session_id: str,
+        *,
+        to_seq: int | None = None,
+        error_message: str = "",
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> context_service_pb2.RollbackTurnResponse:
+        """Rolls back the trailing failed turn (or everything after ``to_seq``)."""
+        call = _calls.rollback_turn(session_id, to_seq, error_message, request_id)
+        return self._call(call, timeout)
+
+    # -- compaction ----------------------------------------------------------
+
+    def compact(
+        self,
+        session_id: str,
+        *,
+        instructions: str = "",
+        keep_recent_tokens: int = 0,
+        request_id: str = "",
+        trigger: context_service_pb2.CompactionTrigger.ValueType = (
+            context_service_pb2.COMPACTION_TRIGGER_UNSPECIFIED
+        ),
+        timeout: float | None = None,
+    ) -> context_service_pb2.Compaction:
+        """Compacts with the server's summariser (needs ``serve --summarizer``)."""
+        call = _calls.compact(session_id, instructions, keep_recent_tokens, request_id, trigger)
+        return self._call(call, timeout)
+
+    def prepare_compaction(
+        self,
+        session_id: str,
+        *,
+        instructions: str = "",
+        keep_recent_tokens: int = 0,
+        timeout: float | None = None,
+    ) -> context_service_pb2.CompactionPlan:
+        """Plans a compaction whose summary the agent's own LLM writes."""
+        call = _calls.prepare_compaction(session_id, instructions, keep_recent_tokens)
+        return self._call(call, timeout)
+
+    def commit_compaction(
+        self,
+        session_id: str,
+        plan_id: str,
+        summary: str,
+        *,
+        turn_prefix_summary: str = "",
+        timeout: float | None = None,
+    ) -> context_service_pb2.Compaction:
+        """Commits a plan with the LLM's answers (idempotent per plan, so retried)."""
+        call = _calls.commit_compaction(session_id, plan_id, summary, turn_prefix_summary)
+        return self._call(call, timeout)
+
+    def list_compactions(
+        self, session_id: str, page_size: int = 0, *, timeout: float | None = None
+    ) -> Iterator[context_service_pb2.Compaction]:
+        """Iterates over the session's checkpoints, newest first."""
+        yield from self._pages(_pagination.list_compactions(session_id, page_size), timeout)
+
+    def get_tool_output(
+        self,
+        session_id: str,
+        seq: int,
+        *,
+        offset: int = 0,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> context_service_pb2.GetToolOutputResponse:
+        """Reads a byte range of a stored tool result (e.g. one the input truncated)."""
+        return self._call(_calls.get_tool_output(session_id, seq, offset, limit), timeout)
+
+    def count_tokens(
+        self,
+        model: str = "",
+        *,
+        messages: MessagesArg = (),
+        tools: Iterable[session_pb2.ToolDefinition] = (),
+        text: str = "",
+        tokenizer: str = "",
+        timeout: float | None = None,
+    ) -> context_service_pb2.CountTokensResponse:
+        """Counts the tokens of messages, tool definitions and text with a model's tokenizer.
+
+        ``tokenizer`` overrides the model's ("heuristic", "tiktoken:o200k_base", ...).
+        """
+        call = _calls.count_tokens(model, messages, tools, text, tokenizer)
+        return self._call(call, timeout)
