@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from ctxwarden import __version__, checks, commands, configfile
-from ctxwarden.serve_args import add_serve_arguments, settings
+from ctxwarden.serve_args import add_serve_arguments
+from ctxwarden.serve_settings import settings
 from ctxwarden.store.urls import UnsupportedDatabase
 
 

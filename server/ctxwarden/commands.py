@@ -11,7 +11,8 @@ import sys
 
 from ctxwarden import checks, configfile
 from ctxwarden.config import DEFAULT_LISTEN
-from ctxwarden.serve_args import add_database, settings
+from ctxwarden.serve_args import add_database
+from ctxwarden.serve_settings import settings
 from ctxwarden.store.urls import UnsupportedDatabase
 
 OPERATOR_COMMANDS = ("sessions", "context", "compact", "rollback")

@@ -12,8 +12,7 @@ import argparse
 import os
 from typing import Any
 
-from ctxwarden.config import DEFAULT_LISTEN, Limits, Settings
-from ctxwarden.core.compaction.types import FileToolNames
+from ctxwarden.config import DEFAULT_LISTEN, Limits
 from ctxwarden.store.urls import DEFAULT_DATABASE_URL
 
 
@@ -49,6 +48,18 @@ def add_database(p: argparse.ArgumentParser) -> None:
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    """Every ``ctxwarden serve`` option, by group."""
+    _general(serve)
+    _summarizer(serve)
+    _compaction(serve)
+    sec = serve.add_argument_group("security and limits")
+    _security(sec)
+    _limits(sec)
+    _observability(serve)
+    _files(serve)
+
+
+def _general(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--listen",
         **from_env("CTXWARDEN_LISTEN", DEFAULT_LISTEN),
@@ -97,6 +108,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         help="DEBUG, INFO, WARNING or ERROR (env CTXWARDEN_LOG_LEVEL; default %(default)s)",
     )
 
+
+def _summarizer(serve: argparse.ArgumentParser) -> None:
     summ = serve.add_argument_group("server-side summariser (for Compact and auto_compact)")
     summ.add_argument(
         "--summarizer",
@@ -134,6 +147,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         help="the summariser model's output limit; summaries are budgeted below it "
         "(env CTXWARDEN_SUMMARIZER_MAX_OUTPUT_TOKENS; default %(default)s)",
     )
+
+
+def _compaction(serve: argparse.ArgumentParser) -> None:
     comp = serve.add_argument_group("compaction")
     comp.add_argument(
         "--compaction-plan-ttl",
@@ -162,7 +178,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         help="tool-call argument holding the file path (default %(default)s)",
     )
 
-    sec = serve.add_argument_group("security and limits")
+
+def _security(sec: argparse._ArgumentGroup) -> None:
     sec.add_argument(
         "--api-keys-file",
         **from_env("CTXWARDEN_API_KEYS_FILE", ""),
@@ -198,6 +215,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         action="store_true",
         help="DANGEROUS: allow listening on a non-loopback address without authentication",
     )
+
+
+def _limits(sec: argparse._ArgumentGroup) -> None:
     sec.add_argument(
         "--rate-limit-rps",
         **from_env("CTXWARDEN_RATE_LIMIT_RPS", 0.0),
@@ -258,6 +278,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "(env CTXWARDEN_UNIX_SOCKET_MODE; default %(default)s: owner and group)",
     )
 
+
+def _observability(serve: argparse.ArgumentParser) -> None:
     obs = serve.add_argument_group("observability")
     obs.add_argument(
         "--log-format",
@@ -310,6 +332,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "(env CTXWARDEN_HEALTH_INTERVAL; default %(default)s)",
     )
 
+
+def _files(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--config",
         **from_env("CTXWARDEN_CONFIG", ""),
@@ -328,80 +352,4 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         default=[d for d in os.environ.get("CTXWARDEN_HF_TOKENIZER_DIRS", "").split(",") if d],
         help="directory under which clients may name hf: tokenizers in policy.tokenizer "
         "(repeatable; env CTXWARDEN_HF_TOKENIZER_DIRS, comma-separated)",
-    )
-
-
-def _names(value: str) -> tuple[str, ...]:
-    return tuple(n.strip() for n in value.split(",") if n.strip())
-
-
-def _mode(text: object) -> int:
-    try:
-        mode = int(str(text), 8)
-    except ValueError:
-        raise SystemExit(
-            f"ctxwarden: --unix-socket-mode must be an octal file mode like 0660, got {text!r}"
-        ) from None
-    if not 0 <= mode <= 0o777:
-        raise SystemExit(f"ctxwarden: --unix-socket-mode {text!r} is not a file mode (0-0777)")
-    return mode
-
-
-def settings(args: argparse.Namespace) -> Settings:
-    """The :class:`Settings` of parsed ``serve`` arguments."""
-    return Settings(
-        listen=args.listen,
-        database_url=args.database_url,
-        max_hot_sessions=args.max_hot_sessions,
-        append_writers=None if args.append_writers < 0 else args.append_writers,
-        encoding_cache_mb=args.encoding_cache_mb,
-        max_retries=args.max_retries,
-        limits=Limits(
-            max_message_bytes=args.max_message_bytes,
-            max_messages_per_request=args.max_messages_per_request,
-        ),
-        log_level=args.log_level,
-        plan_ttl_seconds=args.compaction_plan_ttl,
-        file_tools=FileToolNames(
-            read=_names(args.file_read_tools),
-            write=_names(args.file_write_tools),
-            edit=_names(args.file_edit_tools),
-            path_argument=args.file_path_argument,
-        ),
-        summarizer_kind="" if args.summarizer == "none" else args.summarizer,
-        summarizer_base_url=args.summarizer_base_url,
-        summarizer_model=args.summarizer_model,
-        summarizer_api_key_env=args.summarizer_api_key_env,
-        summarizer_timeout=args.summarizer_timeout,
-        summarizer_max_output_tokens=args.summarizer_max_output_tokens,
-        api_keys_file=args.api_keys_file,
-        jwt_jwks_file=args.jwt_jwks_file,
-        jwt_issuer=args.jwt_issuer,
-        jwt_audience=args.jwt_audience,
-        jwt_tenant_claim=args.jwt_tenant_claim,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_client_ca=args.tls_client_ca,
-        reflection=not args.no_reflection,
-        insecure_allow_unauthenticated=args.insecure_allow_unauthenticated,
-        rate_limit_rps=args.rate_limit_rps,
-        max_sessions_per_tenant=args.max_sessions_per_tenant,
-        max_stored_bytes_per_tenant=args.max_stored_bytes_per_tenant,
-        max_concurrent_streams=args.max_concurrent_streams,
-        max_connections=args.max_connections,
-        max_concurrent_rpcs=args.max_concurrent_rpcs,
-        max_concurrent_reads=args.max_concurrent_reads,
-        request_read_timeout=args.request_read_timeout,
-        reuse_port=args.reuse_port,
-        unix_socket_mode=_mode(args.unix_socket_mode),
-        log_format=args.log_format,
-        metrics_listen=args.metrics_listen,
-        otel_endpoint=args.otel_endpoint,
-        health_interval_seconds=args.health_interval,
-        max_read_staleness_seconds=args.max_read_staleness,
-        db_timeout_seconds=args.db_timeout,
-        db_connect_timeout_seconds=args.db_connect_timeout,
-        db_pool_timeout_seconds=args.db_pool_timeout,
-        hf_tokenizer_dirs=tuple(args.hf_tokenizer_dir),
-        model_table_file=args.model_table,
     )

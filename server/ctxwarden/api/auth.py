@@ -16,6 +16,8 @@ from typing import Any
 import grpc
 import jwt
 
+from ctxwarden.core.reasons import ErrorReason
+
 TENANT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 READ_METHODS = frozenset(
     {
@@ -102,7 +104,7 @@ class Authenticator:
                 scheme, _, token = value.partition(" ")
                 if scheme.lower() != "bearer" or not token.strip():
                     raise _unauthenticated(
-                        "MALFORMED_CREDENTIALS", "authorization must be 'Bearer <token>'"
+                        ErrorReason.MALFORMED_CREDENTIALS, "authorization must be 'Bearer <token>'"
                     )
                 token = token.strip()
         if not token:
@@ -113,14 +115,16 @@ class Authenticator:
                     if TENANT_RE.fullmatch(name):
                         return name
             raise _unauthenticated(
-                "MISSING_CREDENTIALS",
+                ErrorReason.MISSING_CREDENTIALS,
                 "this server requires credentials: send 'authorization: Bearer <API key or JWT>'",
             )
         if token.count(".") == 2 and self.jwt is not None:
             return self._jwt(token, method)
         tenant = self.api_keys.get(hashlib.sha256(token.encode()).hexdigest())
         if tenant is None:
-            raise _unauthenticated("INVALID_CREDENTIALS", "the API key or token is not valid")
+            raise _unauthenticated(
+                ErrorReason.INVALID_CREDENTIALS, "the API key or token is not valid"
+            )
         return tenant
 
     def _jwt(self, token: str, method: str) -> str:
@@ -131,25 +135,31 @@ class Authenticator:
             kid = header.get("kid")
             alg = header.get("alg", "")
             if alg not in JWT_ALGORITHMS:
-                raise _unauthenticated("INVALID_CREDENTIALS", f"algorithm {alg!r} is not accepted")
+                raise _unauthenticated(
+                    ErrorReason.INVALID_CREDENTIALS, f"algorithm {alg!r} is not accepted"
+                )
             candidates = [k for k in cfg.keys.keys if kid is None or k.key_id == kid]
             if kid is None:
                 # No key id: every key that can check this algorithm is a candidate
                 # (several keys are listed during a key rotation).
                 candidates = [k for k in candidates if _fits(k, alg)]
             if not candidates:
-                raise _unauthenticated("INVALID_CREDENTIALS", "the token's key id is unknown")
+                raise _unauthenticated(
+                    ErrorReason.INVALID_CREDENTIALS, "the token's key id is unknown"
+                )
             claims = _decode(token, candidates, alg, cfg)
         except jwt.ExpiredSignatureError:
-            raise _unauthenticated("EXPIRED_CREDENTIALS", "the token has expired") from None
+            raise _unauthenticated(
+                ErrorReason.EXPIRED_CREDENTIALS, "the token has expired"
+            ) from None
         except jwt.PyJWTError as exc:
             raise _unauthenticated(
-                "INVALID_CREDENTIALS", f"the token is not valid: {exc}"
+                ErrorReason.INVALID_CREDENTIALS, f"the token is not valid: {exc}"
             ) from None
         tenant = claims.get(cfg.tenant_claim)
         if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
             raise _denied(
-                "NO_TENANT",
+                ErrorReason.NO_TENANT,
                 f"the token has no usable {cfg.tenant_claim!r} claim (a tenant ID of "
                 "1-64 characters of [A-Za-z0-9._-])",
             )
@@ -204,7 +214,9 @@ def _check_scope(claims: dict[str, Any], method: str) -> None:
         or (needed == "ctxwarden:read" and "ctxwarden:write" in scopes)
     ):
         return
-    raise _denied("MISSING_SCOPE", f"{method} needs the scope {needed!r} (or 'ctxwarden')")
+    raise _denied(
+        ErrorReason.MISSING_SCOPE, f"{method} needs the scope {needed!r} (or 'ctxwarden')"
+    )
 
 
 def describe(auth: Authenticator) -> str:

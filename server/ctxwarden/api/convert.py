@@ -25,6 +25,7 @@ from ctxwarden.core.messages import (
     Usage,
 )
 from ctxwarden.core.model_input import ModelInputView
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
@@ -68,7 +69,7 @@ def _block_from_pb(b: msg_pb.ContentBlock, field: str) -> ContentBlock:
         )
     raise InvalidArgument(
         f"{field} is an empty content block: set text, image, thinking or tool_call",
-        reason="INVALID_CONTENT",
+        reason=ErrorReason.INVALID_CONTENT,
         field=field,
     )
 
@@ -77,13 +78,13 @@ def message_from_pb(m: msg_pb.Message, field: str) -> Message:
     if m.role not in (msg_pb.ROLE_USER, msg_pb.ROLE_ASSISTANT, msg_pb.ROLE_TOOL_RESULT):
         raise InvalidArgument(
             f"{field}.role is {m.role}: use ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL_RESULT",
-            reason="INVALID_ROLE",
+            reason=ErrorReason.INVALID_ROLE,
             field=f"{field}.role",
         )
     if m.stop_reason not in StopReason._value2member_map_:
         raise InvalidArgument(
             f"{field}.stop_reason {m.stop_reason} is unknown",
-            reason="INVALID_STOP_REASON",
+            reason=ErrorReason.INVALID_STOP_REASON,
             field=f"{field}.stop_reason",
         )
     u = m.usage

@@ -8,6 +8,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import ContextPolicy, Session, ToolDefinition
 from ctxwarden.core.validation import check_json_object, check_no_nul
 from ctxwarden.v1 import session_pb2 as ses_pb
@@ -19,7 +20,9 @@ def timestamp(us: int) -> Timestamp:
 
 def tool_from_pb(t: ses_pb.ToolDefinition, field: str) -> ToolDefinition:
     if not t.name:
-        raise InvalidArgument(f"{field}.name is required", reason="MISSING_FIELD", field=field)
+        raise InvalidArgument(
+            f"{field}.name is required", reason=ErrorReason.MISSING_FIELD, field=field
+        )
     check_json_object(t.parameters_json, f"{field}.parameters_json")
     return ToolDefinition(t.name, sys.intern(t.description), sys.intern(t.parameters_json))
 
@@ -36,7 +39,7 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
         if getattr(p, name) < 0:
             raise InvalidArgument(
                 f"policy.{name} must be >= 0 (0 means the default)",
-                reason="INVALID_POLICY",
+                reason=ErrorReason.INVALID_POLICY,
                 field=f"policy.{name}",
             )
     # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
@@ -59,14 +62,14 @@ def session_from_pb(s: ses_pb.Session) -> Session:
     if len(set(names)) != len(names):
         raise InvalidArgument(
             "session.tools has two tools with the same name",
-            reason="DUPLICATE_TOOL",
+            reason=ErrorReason.DUPLICATE_TOOL,
             field="session.tools",
         )
     for name, value in (("user_id", s.user_id), ("project_id", s.project_id), ("model", s.model)):
         if len(value) > 128:
             raise InvalidArgument(
                 f"session.{name} is longer than 128 characters",
-                reason="FIELD_TOO_LONG",
+                reason=ErrorReason.FIELD_TOO_LONG,
                 field=f"session.{name}",
             )
     return Session(

@@ -7,6 +7,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from ctxwarden.core.errors import CtxwardenError, ErrorKind
+from ctxwarden.core.reasons import ErrorReason
 
 DOMAIN = "ctxwarden.dev"
 
@@ -112,5 +113,5 @@ def internal_status() -> tuple[grpc.StatusCode, str, tuple[tuple[str, bytes], ..
         grpc.StatusCode.INTERNAL,
         code_pb2.INTERNAL,
         "internal error; the server log has details",
-        "INTERNAL",
+        ErrorReason.INTERNAL,
     )

@@ -22,6 +22,7 @@ from ctxwarden.api.errors import rich_status
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.reads import is_unary, mark_unary
 from ctxwarden.api.tenancy import current_tenant
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.observability.logging import note_tenant
 
 AUTH_FAILURE_BURST = 20
@@ -204,7 +205,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 code_pb2.RESOURCE_EXHAUSTED,
                 f"too many failed authentication attempts from this client; every call from "
                 f"it is refused for {AUTH_COOLDOWN_SECONDS:g} s (retry in {seconds_text(wait)})",
-                "AUTH_RATE_LIMITED",
+                ErrorReason.AUTH_RATE_LIMITED,
                 wait,
             )
         try:
@@ -231,7 +232,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 code_pb2.RESOURCE_EXHAUSTED,
                 f"rate limit exceeded for this tenant ({self.limiter.rps:g} requests per "
                 f"second); retry in {seconds_text(wait)}",
-                "RATE_LIMITED",
+                ErrorReason.RATE_LIMITED,
                 wait,
             )
 

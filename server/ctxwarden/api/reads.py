@@ -27,6 +27,7 @@ from google.rpc import code_pb2
 
 from ctxwarden.api.errors import rich_status
 from ctxwarden.api.handlers import SERVICE_NAME
+from ctxwarden.core.reasons import ErrorReason
 
 STREAM_WINDOW_BYTES = 16 * 1024
 """The HTTP/2 window of a stream nobody reads (``grpc.http2.lookahead_bytes``)."""
@@ -82,7 +83,7 @@ class ReadGate:
                 code_pb2.DEADLINE_EXCEEDED,
                 f"the request message did not arrive within {self.timeout:g} s; the server "
                 f"drops requests that arrive this slowly ({self.flag})",
-                "REQUEST_READ_TIMEOUT",
+                ErrorReason.REQUEST_READ_TIMEOUT,
                 {"timeout_seconds": f"{self.timeout:g}"},
             )
             await context.abort(
@@ -94,7 +95,7 @@ class ReadGate:
             code_pb2.RESOURCE_EXHAUSTED,
             f"the server is receiving {self.slots} requests already and none finished within "
             f"{self.timeout:g} s; retry in {wait:g} s",
-            "SERVER_BUSY",
+            ErrorReason.SERVER_BUSY,
             retry_after=wait,
         )
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer)
@@ -106,7 +107,7 @@ class ReadGate:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 code_pb2.INVALID_ARGUMENT,
                 "the call ended without a request message; a unary method needs exactly one",
-                "MISSING_REQUEST",
+                ErrorReason.MISSING_REQUEST,
             )
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, message, trailing_metadata=trailer

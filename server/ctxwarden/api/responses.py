@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from google.protobuf.message import Message as PbMessage
 
 from ctxwarden.core.errors import InvalidArgument, ResourceExhausted
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import message_pb2 as msg_pb
 
@@ -65,7 +66,7 @@ def check_response_size(method: str, size: int, limit: int) -> None:
     raise ResourceExhausted(
         f"the {method} response would be {size:,} bytes, more than the {limit:,} bytes this "
         f"server sends in one message: {hint}",
-        reason="RESPONSE_TOO_LARGE",
+        reason=ErrorReason.RESPONSE_TOO_LARGE,
         metadata={"method": method, "response_bytes": str(size), "limit_bytes": str(limit)},
     )
 
@@ -82,7 +83,7 @@ def carries_messages(request: pb.BuildModelInputRequest) -> bool:
     if request.view not in (pb.MODEL_INPUT_VIEW_FULL, pb.MODEL_INPUT_VIEW_BASIC):
         raise InvalidArgument(
             f"view {request.view} is unknown: use MODEL_INPUT_VIEW_FULL or MODEL_INPUT_VIEW_BASIC",
-            reason="INVALID_VIEW",
+            reason=ErrorReason.INVALID_VIEW,
             field="view",
         )
     return request.view == pb.MODEL_INPUT_VIEW_FULL

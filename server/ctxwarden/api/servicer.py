@@ -35,6 +35,7 @@ from ctxwarden.api.tenancy import current_tenant, inner_id
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.service.compaction import TRIGGER_MANUAL
 from ctxwarden.service.manager import IdempotencyKey, SessionManager, message_page_token
 from ctxwarden.v1 import context_service_pb2 as pb
@@ -54,7 +55,7 @@ def _check_decoded(request: object) -> None:
         raise InvalidArgument(
             f"the request is not valid protobuf ({request.error}); string fields must be "
             "valid UTF-8",
-            reason="MALFORMED_REQUEST",
+            reason=ErrorReason.MALFORMED_REQUEST,
         )
 
 
@@ -132,7 +133,7 @@ class ContextServicer:
             raise InvalidArgument(
                 "update_mask is required: list the fields to change, e.g. "
                 f"[{', '.join(UPDATABLE)}] (or '*' for all of them)",
-                reason="MISSING_FIELD",
+                reason=ErrorReason.MISSING_FIELD,
                 field="update_mask",
             )
         if paths == ["*"]:
@@ -141,7 +142,7 @@ class ContextServicer:
             if path not in UPDATABLE:
                 raise InvalidArgument(
                     f"update_mask path {path!r} cannot be updated; allowed: {', '.join(UPDATABLE)}",
-                    reason="INVALID_UPDATE_MASK",
+                    reason=ErrorReason.INVALID_UPDATE_MASK,
                     field="update_mask",
                 )
         session = session_from_pb(request.session)
@@ -166,7 +167,7 @@ class ContextServicer:
             if size > limit:
                 raise InvalidArgument(
                     f"messages[{i}] is {size} bytes; the limit is {limit} bytes per message",
-                    reason="MESSAGE_TOO_LARGE",
+                    reason=ErrorReason.MESSAGE_TOO_LARGE,
                     field=f"messages[{i}]",
                 )
             out.append(message_from_pb(m, f"messages[{i}]"))
@@ -178,7 +179,7 @@ class ContextServicer:
             raise InvalidArgument(
                 f"{len(request.messages)} messages in one request; the limit is "
                 f"{self.limits.max_messages_per_request}",
-                reason="TOO_MANY_MESSAGES",
+                reason=ErrorReason.TOO_MANY_MESSAGES,
                 field="messages",
             )
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
@@ -279,7 +280,7 @@ class ContextServicer:
         trigger = int(request.trigger) or TRIGGER_MANUAL
         if trigger not in (1, 2, 3):
             raise InvalidArgument(
-                f"trigger {trigger} is unknown", reason="INVALID_TRIGGER", field="trigger"
+                f"trigger {trigger} is unknown", reason=ErrorReason.INVALID_TRIGGER, field="trigger"
             )
         checkpoint = await self.manager.compactor.compact(
             inner_id(request.session_id),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ctxwarden.core.calibration import Calibration
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Message
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
 
 
@@ -43,13 +44,13 @@ def answer_call(calls: dict[str, CallState], tool_call_id: str, i: int) -> None:
             f"messages[{i}].tool_call_id {tool_call_id!r} matches no "
             "active tool call in this session; append the assistant message "
             "with that call first",
-            reason="UNKNOWN_TOOL_CALL",
+            reason=ErrorReason.UNKNOWN_TOOL_CALL,
             field=f"messages[{i}].tool_call_id",
         )
     if call.answered:
         raise FailedPrecondition(
             f"messages[{i}]: tool call {tool_call_id!r} already has a result",
-            reason="TOOL_CALL_ALREADY_ANSWERED",
+            reason=ErrorReason.TOOL_CALL_ALREADY_ANSWERED,
             field=f"messages[{i}].tool_call_id",
         )
     call.answered = True

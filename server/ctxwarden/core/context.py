@@ -23,6 +23,7 @@ from ctxwarden.core.model_input import (
     token_breakdown,
     tools_text,
 )
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
 from ctxwarden.core.summary import summary_message, trim_summary
@@ -292,11 +293,13 @@ class SessionContext:
         if to_seq is None:
             return trailing_failed_turn(self.active_messages)
         if to_seq < 0:
-            raise InvalidArgument("to_seq must be >= 0", reason="INVALID_SEQ", field="to_seq")
+            raise InvalidArgument(
+                "to_seq must be >= 0", reason=ErrorReason.INVALID_SEQ, field="to_seq"
+            )
         if to_seq > self.session.last_seq:
             raise InvalidArgument(
                 f"to_seq {to_seq} is beyond the session's last_seq {self.session.last_seq}",
-                reason="INVALID_SEQ",
+                reason=ErrorReason.INVALID_SEQ,
                 field="to_seq",
             )
         return rewind_to(self.active_messages, to_seq)

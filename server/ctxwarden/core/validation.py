@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import ContentKind, Message, Role
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -27,13 +28,13 @@ _ALLOWED_BLOCKS: dict[Role, frozenset[ContentKind]] = {
 
 def check_session_id(session_id: str, field: str = "session_id", *, internal: bool = True) -> None:
     if not session_id:
-        raise InvalidArgument(f"{field} is required", reason="MISSING_FIELD", field=field)
+        raise InvalidArgument(f"{field} is required", reason=ErrorReason.MISSING_FIELD, field=field)
     pattern = INTERNAL_SESSION_ID_RE if internal else SESSION_ID_RE
     if not pattern.fullmatch(session_id):
         raise InvalidArgument(
             f"{field} {session_id[:140]!r} is malformed: use 1-128 characters of "
             "[A-Za-z0-9._:-], starting with a letter or digit",
-            reason="INVALID_SESSION_ID",
+            reason=ErrorReason.INVALID_SESSION_ID,
             field=field,
         )
 
@@ -43,7 +44,7 @@ def check_key(value: str, field: str) -> None:
     if value and not KEY_RE.fullmatch(value):
         raise InvalidArgument(
             f"{field} must be 1-128 printable ASCII characters without spaces",
-            reason="INVALID_KEY",
+            reason=ErrorReason.INVALID_KEY,
             field=field,
         )
 
@@ -57,12 +58,12 @@ def check_json_object(text: str, field: str) -> None:
         raise _too_deep(field, 0) from None
     except ValueError as exc:
         raise InvalidArgument(
-            f"{field} is not valid JSON: {exc}", reason="INVALID_JSON", field=field
+            f"{field} is not valid JSON: {exc}", reason=ErrorReason.INVALID_JSON, field=field
         ) from None
     if not isinstance(value, dict):
         raise InvalidArgument(
             f"{field} must be a JSON object, got {type(value).__name__}",
-            reason="INVALID_JSON",
+            reason=ErrorReason.INVALID_JSON,
             field=field,
         )
     depth = json_depth(value)
@@ -72,7 +73,7 @@ def check_json_object(text: str, field: str) -> None:
         raise InvalidArgument(
             f"{field} escapes a lone surrogate (\\ud800-\\udfff), which is not a character "
             "and cannot be encoded as UTF-8; send the character itself or a surrogate pair",
-            reason="INVALID_JSON",
+            reason=ErrorReason.INVALID_JSON,
             field=field,
         )
 
@@ -90,7 +91,7 @@ def _too_deep(field: str, depth: int) -> InvalidArgument:
     return InvalidArgument(
         f"{field} nests {deeper} deep; the limit is {MAX_JSON_DEPTH} (objects and arrays "
         "inside each other)",
-        reason="JSON_TOO_DEEP",
+        reason=ErrorReason.JSON_TOO_DEEP,
         field=field,
         metadata={"max_depth": str(MAX_JSON_DEPTH)},
     )
@@ -142,7 +143,7 @@ def check_no_nul(value: str, field: str) -> None:
     if "\x00" in value:
         raise InvalidArgument(
             f"{field} contains a NUL character (U+0000), which providers and databases reject",
-            reason="NUL_CHARACTER",
+            reason=ErrorReason.NUL_CHARACTER,
             field=field,
         )
 
@@ -161,7 +162,7 @@ def check_message(message: Message, field: str) -> None:
         raise InvalidArgument(
             f"{field}.content is empty; only an assistant message that ended in "
             "STOP_REASON_ERROR or STOP_REASON_ABORTED may have no content",
-            reason="EMPTY_CONTENT",
+            reason=ErrorReason.EMPTY_CONTENT,
             field=f"{field}.content",
         )
     allowed = _ALLOWED_BLOCKS[message.role]
@@ -172,38 +173,38 @@ def check_message(message: Message, field: str) -> None:
             raise InvalidArgument(
                 f"{bfield}: a {message.role.name.lower()} message cannot carry "
                 f"{block.kind.name.lower()} content",
-                reason="INVALID_CONTENT",
+                reason=ErrorReason.INVALID_CONTENT,
                 field=bfield,
             )
         if block.kind is ContentKind.TOOL_CALL:
             if not block.tool_call_id:
                 raise InvalidArgument(
                     f"{bfield}.tool_call.id is required",
-                    reason="MISSING_FIELD",
+                    reason=ErrorReason.MISSING_FIELD,
                     field=f"{bfield}.tool_call.id",
                 )
             if block.tool_call_id in call_ids:
                 raise InvalidArgument(
                     f"{bfield}.tool_call.id {block.tool_call_id!r} is repeated in one message",
-                    reason="DUPLICATE_TOOL_CALL_ID",
+                    reason=ErrorReason.DUPLICATE_TOOL_CALL_ID,
                     field=f"{bfield}.tool_call.id",
                 )
             call_ids.add(block.tool_call_id)
             if not block.tool_name:
                 raise InvalidArgument(
                     f"{bfield}.tool_call.name is required",
-                    reason="MISSING_FIELD",
+                    reason=ErrorReason.MISSING_FIELD,
                     field=f"{bfield}.tool_call.name",
                 )
             check_json_object(block.arguments_json, f"{bfield}.tool_call.arguments_json")
         elif block.kind is ContentKind.IMAGE and not block.data:
             raise InvalidArgument(
-                f"{bfield}.image.data is empty", reason="INVALID_CONTENT", field=bfield
+                f"{bfield}.image.data is empty", reason=ErrorReason.INVALID_CONTENT, field=bfield
             )
     if message.role is Role.TOOL_RESULT and not message.tool_call_id:
         raise InvalidArgument(
             f"{field}.tool_call_id is required for a tool result",
-            reason="MISSING_FIELD",
+            reason=ErrorReason.MISSING_FIELD,
             field=f"{field}.tool_call_id",
         )
     if message.usage is not None:
@@ -218,25 +219,27 @@ def check_message(message: Message, field: str) -> None:
         if any(v < 0 for v in values):
             raise InvalidArgument(
                 f"{field}.usage has a negative count",
-                reason="INVALID_USAGE",
+                reason=ErrorReason.INVALID_USAGE,
                 field=f"{field}.usage",
             )
         if any(v > MAX_USAGE_TOKENS for v in values):
             raise InvalidArgument(
                 f"{field}.usage claims more than {MAX_USAGE_TOKENS:,} tokens for one call",
-                reason="INVALID_USAGE",
+                reason=ErrorReason.INVALID_USAGE,
                 field=f"{field}.usage",
             )
 
 
 def check_messages(messages: Sequence[Message], max_messages: int) -> None:
     if not messages:
-        raise InvalidArgument("messages is empty", reason="MISSING_FIELD", field="messages")
+        raise InvalidArgument(
+            "messages is empty", reason=ErrorReason.MISSING_FIELD, field="messages"
+        )
     if len(messages) > max_messages:
         raise InvalidArgument(
             f"{len(messages)} messages in one request; the limit is {max_messages}. "
             "Split the append into several requests.",
-            reason="TOO_MANY_MESSAGES",
+            reason=ErrorReason.TOO_MANY_MESSAGES,
             field="messages",
         )
     ids: set[str] = set()
@@ -246,7 +249,7 @@ def check_messages(messages: Sequence[Message], max_messages: int) -> None:
             if message.message_id in ids:
                 raise InvalidArgument(
                     f"messages[{i}].message_id {message.message_id!r} is repeated in the request",
-                    reason="DUPLICATE_MESSAGE_ID",
+                    reason=ErrorReason.DUPLICATE_MESSAGE_ID,
                     field=f"messages[{i}].message_id",
                 )
             ids.add(message.message_id)
@@ -268,7 +271,7 @@ def _check_size(value: str, limit: int, field: str) -> None:
     if size > limit:
         raise InvalidArgument(
             f"{field} is {size:,} bytes; the limit is {limit:,}",
-            reason="FIELD_TOO_LARGE",
+            reason=ErrorReason.FIELD_TOO_LARGE,
             field=field,
             metadata={"limit_bytes": str(limit), "size_bytes": str(size)},
         )
@@ -288,14 +291,14 @@ def check_session_fields(session: Session, prefix: str = "session") -> None:
     if len(session.labels) > MAX_LABELS:
         raise InvalidArgument(
             f"{prefix}.labels has {len(session.labels)} entries; the limit is {MAX_LABELS}",
-            reason="FIELD_TOO_LARGE",
+            reason=ErrorReason.FIELD_TOO_LARGE,
             field=f"{prefix}.labels",
         )
     for key, value in session.labels.items():
         if not key:
             raise InvalidArgument(
                 f"{prefix}.labels has an empty key",
-                reason="INVALID_LABEL",
+                reason=ErrorReason.INVALID_LABEL,
                 field=f"{prefix}.labels",
             )
         check_no_nul(key, f"{prefix}.labels")
@@ -305,7 +308,7 @@ def check_session_fields(session: Session, prefix: str = "session") -> None:
     if len(session.tools) > MAX_TOOLS:
         raise InvalidArgument(
             f"{prefix}.tools has {len(session.tools)} tools; the limit is {MAX_TOOLS}",
-            reason="FIELD_TOO_LARGE",
+            reason=ErrorReason.FIELD_TOO_LARGE,
             field=f"{prefix}.tools",
         )
     total = 0
@@ -319,7 +322,7 @@ def check_session_fields(session: Session, prefix: str = "session") -> None:
     if total > MAX_TOOLS_BYTES:
         raise InvalidArgument(
             f"{prefix}.tools are {total:,} bytes together; the limit is {MAX_TOOLS_BYTES:,}",
-            reason="FIELD_TOO_LARGE",
+            reason=ErrorReason.FIELD_TOO_LARGE,
             field=f"{prefix}.tools",
             metadata={"limit_bytes": str(MAX_TOOLS_BYTES), "size_bytes": str(total)},
         )

@@ -8,6 +8,7 @@ from ctxwarden import ids
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint
 
 NO_EARLIER_HISTORY = "(no earlier history)"
@@ -26,14 +27,14 @@ def build_checkpoint(
     if terms.has_history and not summary.strip():
         raise InvalidArgument(
             "summary is empty; send the LLM's answer to history_prompt",
-            reason="MISSING_FIELD",
+            reason=ErrorReason.MISSING_FIELD,
             field="summary",
         )
     if terms.split_turn and not turn_prefix_summary.strip():
         raise InvalidArgument(
             "turn_prefix_summary is required: the plan splits a turn; send the LLM's "
             "answer to turn_prefix_prompt",
-            reason="MISSING_FIELD",
+            reason=ErrorReason.MISSING_FIELD,
             field="turn_prefix_summary",
         )
     if not terms.has_history:

@@ -31,6 +31,7 @@ from ctxwarden.core.errors import (
     NotFound,
     Unavailable,
 )
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
@@ -70,7 +71,7 @@ class Compactor:
         if keep_recent_tokens < 0:
             raise InvalidArgument(
                 "keep_recent_tokens must be >= 0",
-                reason="INVALID_KEEP_RECENT_TOKENS",
+                reason=ErrorReason.INVALID_KEEP_RECENT_TOKENS,
                 field="keep_recent_tokens",
             )
         limit = self.summarizer.max_output_tokens if self.summarizer else 0
@@ -123,14 +124,14 @@ class Compactor:
                 raise Aborted(
                     "the plan is stale: another compaction was committed since it was made; "
                     "prepare a new plan",
-                    reason="PLAN_STALE",
+                    reason=ErrorReason.PLAN_STALE,
                     metadata={"compaction_id": current},
                 )
             if covered_digest(ctx.active_messages, terms.at_seq) != terms.covered_digest:
                 raise Aborted(
                     "the plan is stale: messages it covers were rolled back since it was made; "
                     "prepare a new plan",
-                    reason="PLAN_STALE",
+                    reason=ErrorReason.PLAN_STALE,
                 )
             checkpoint = build_checkpoint(
                 ctx, terms, summary, turn_prefix_summary, summarizer, trigger
@@ -177,7 +178,9 @@ class Compactor:
         self, session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
     ) -> Checkpoint:
         if not plan_id:
-            raise InvalidArgument("plan_id is required", reason="MISSING_FIELD", field="plan_id")
+            raise InvalidArgument(
+                "plan_id is required", reason=ErrorReason.MISSING_FIELD, field="plan_id"
+            )
         # Plan IDs are server-made ASCII: anything else names no plan (and must not
         # reach MySQL's ASCII column, where it is an illegal mix of collations).
         found = (
@@ -188,7 +191,7 @@ class Compactor:
         if found is None or found.session_id != session_id:
             raise NotFound(
                 f"compaction plan {plan_id!r} does not exist for session {session_id!r}",
-                reason="PLAN_NOT_FOUND",
+                reason=ErrorReason.PLAN_NOT_FOUND,
             )
         committed = found.committed_compaction_id
         if committed:
@@ -198,7 +201,7 @@ class Compactor:
         if ids.now_us() > found.expire_time_us:
             raise FailedPrecondition(
                 f"compaction plan {plan_id!r} expired; call PrepareCompaction again",
-                reason="PLAN_EXPIRED",
+                reason=ErrorReason.PLAN_EXPIRED,
             )
         return await self._commit(
             session_id,
@@ -226,7 +229,7 @@ class Compactor:
                 "no summariser is configured on this server: start it with --summarizer "
                 "(openai, anthropic or extractive), or summarise on the agent side with "
                 "PrepareCompaction and CommitCompaction",
-                reason="NO_SUMMARIZER",
+                reason=ErrorReason.NO_SUMMARIZER,
             )
         if key is not None:
             check_key(key.request_id, "request_id")
@@ -307,7 +310,7 @@ class Compactor:
             error = Unavailable if exc.retryable else FailedPrecondition
             raise error(
                 f"the summariser failed; nothing was changed: {exc}",
-                reason="SUMMARIZER_FAILED",
+                reason=ErrorReason.SUMMARIZER_FAILED,
                 metadata={"retryable": str(exc.retryable).lower()},
             ) from exc
         history = results[0] if plan.history_prompt is not None else ""
@@ -327,7 +330,7 @@ class Compactor:
             if tok.get("s") != session_id:
                 raise InvalidArgument(
                     "page_token was issued for a different session",
-                    reason="INVALID_PAGE_TOKEN",
+                    reason=ErrorReason.INVALID_PAGE_TOKEN,
                     field="page_token",
                 )
             before = (token_int(tok, "t"), token_id(tok, "i"))

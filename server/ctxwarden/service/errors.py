@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ctxwarden.core.errors import InvalidArgument, ResourceExhausted, Unavailable
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.store.errors import QuotaExceeded, StoreRejected, StoreUnavailable, TooLarge
 
 
@@ -11,14 +12,14 @@ def quota_error(exc: QuotaExceeded) -> ResourceExhausted:
         return ResourceExhausted(
             f"this tenant already has {exc.used} sessions, the quota is {exc.limit}; delete "
             "sessions you no longer need",
-            reason="SESSION_QUOTA_EXCEEDED",
+            reason=ErrorReason.SESSION_QUOTA_EXCEEDED,
             metadata={"quota": str(exc.limit)},
         )
     used = f"{exc.used:,} bytes" if exc.used >= 0 else "nearly all of it"
     return ResourceExhausted(
         f"this tenant's storage quota is {exc.limit:,} bytes and it stores {used}; this "
         "write would cross it. Delete (and purge) sessions you no longer need",
-        reason="STORAGE_QUOTA_EXCEEDED",
+        reason=ErrorReason.STORAGE_QUOTA_EXCEEDED,
         metadata={"quota_bytes": str(exc.limit)},
     )
 
@@ -27,12 +28,12 @@ def store_error(exc: Exception) -> Exception:
     """The domain error for a store failure (the one map from store to domain)."""
     if isinstance(exc, (StoreUnavailable, TimeoutError)):
         return Unavailable(
-            "the database is unavailable; retry shortly", reason="DATABASE_UNAVAILABLE"
+            "the database is unavailable; retry shortly", reason=ErrorReason.DATABASE_UNAVAILABLE
         )
     if isinstance(exc, TooLarge):
         return InvalidArgument(
             f"{exc.field} is {exc.size:,} bytes as stored; the limit is {exc.limit:,} bytes",
-            reason="MESSAGE_TOO_LARGE",
+            reason=ErrorReason.MESSAGE_TOO_LARGE,
             field=exc.field,
             metadata={"limit_bytes": str(exc.limit), "size_bytes": str(exc.size)},
         )
@@ -41,6 +42,6 @@ def store_error(exc: Exception) -> Exception:
     if isinstance(exc, StoreRejected):
         return InvalidArgument(
             f"the database refused to store this request: {str(exc)[:300]}",
-            reason="WRITE_REJECTED",
+            reason=ErrorReason.WRITE_REJECTED,
         )
     return exc

@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import Unavailable
+from ctxwarden.core.reasons import ErrorReason
 
 
 class _Entry:
@@ -60,7 +61,7 @@ class SessionLocks:
             except TimeoutError:
                 raise Unavailable(
                     "another call on this session is still waiting for the database; retry shortly",
-                    reason="SESSION_BUSY",
+                    reason=ErrorReason.SESSION_BUSY,
                 ) from None
             try:
                 yield

@@ -19,6 +19,7 @@ from ctxwarden.core.context import counting_profile, tools_text
 from ctxwarden.core.errors import InvalidArgument, NotFound
 from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.models import lookup_model
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import ToolDefinition
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.core.tokens import count_text
@@ -95,10 +96,10 @@ class SessionManager:
     ) -> tuple[str, int, int, int]:
         """A byte range of a stored tool result: (content, total bytes, lines, next offset)."""
         if seq <= 0:
-            raise InvalidArgument("seq must be > 0", reason="INVALID_SEQ", field="seq")
+            raise InvalidArgument("seq must be > 0", reason=ErrorReason.INVALID_SEQ, field="seq")
         if offset < 0 or limit < 0:
             raise InvalidArgument(
-                "offset and limit must be >= 0", reason="INVALID_RANGE", field="offset"
+                "offset and limit must be >= 0", reason=ErrorReason.INVALID_RANGE, field="offset"
             )
         limit = min(limit or 51200, 1024 * 1024)
         ctx = await self.runtime.context(session_id)
@@ -110,12 +111,12 @@ class SessionManager:
         if message is None:
             raise NotFound(
                 f"session {visible_id(session_id)!r} has no message with seq {seq}",
-                reason="MESSAGE_NOT_FOUND",
+                reason=ErrorReason.MESSAGE_NOT_FOUND,
             )
         if message.role is not Role.TOOL_RESULT:
             raise InvalidArgument(
                 f"message seq {seq} is a {message.role.name.lower()} message, not a tool result",
-                reason="NOT_A_TOOL_RESULT",
+                reason=ErrorReason.NOT_A_TOOL_RESULT,
                 field="seq",
             )
         data = message.text.encode("utf-8")

@@ -16,6 +16,7 @@ from ctxwarden.core.errors import (
     InvalidArgument,
 )
 from ctxwarden.core.messages import Message
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import (
     check_key,
@@ -115,7 +116,7 @@ class Messages:
                 raise Aborted(
                     f"expected_last_seq {expected_last_seq} does not match the "
                     f"session's last_seq {last_seq}; nothing was written",
-                    reason="LAST_SEQ_MISMATCH",
+                    reason=ErrorReason.LAST_SEQ_MISMATCH,
                     metadata={"last_seq": str(last_seq)},
                 )
         except (Aborted, FailedPrecondition) as exc:
@@ -231,7 +232,7 @@ class Messages:
             if tok.get("s") != session_id or tok.get("r") != include_rolled_back:
                 raise InvalidArgument(
                     "page_token was issued for a different session or filter",
-                    reason="INVALID_PAGE_TOKEN",
+                    reason=ErrorReason.INVALID_PAGE_TOKEN,
                     field="page_token",
                 )
             after = token_int(tok, "a")

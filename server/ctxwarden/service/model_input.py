@@ -11,6 +11,7 @@ from ctxwarden.core.errors import (
     FailedPrecondition,
     InvalidArgument,
 )
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.render import Format, render_view
 from ctxwarden.core.session import effective_policy
 from ctxwarden.observability.metrics import metrics
@@ -45,7 +46,7 @@ class ModelInputs:
             target = Format(fmt)
         except ValueError:
             raise InvalidArgument(
-                f"format {fmt} is unknown", reason="INVALID_FORMAT", field="format"
+                f"format {fmt} is unknown", reason=ErrorReason.INVALID_FORMAT, field="format"
             ) from None
         rendered = await asyncio.to_thread(render_view, target, view)
         return replace(
@@ -62,7 +63,7 @@ class ModelInputs:
         if max_output_tokens < 0:
             raise InvalidArgument(
                 "max_output_tokens must be >= 0",
-                reason="INVALID_MAX_OUTPUT_TOKENS",
+                reason=ErrorReason.INVALID_MAX_OUTPUT_TOKENS,
                 field="max_output_tokens",
             )
         ctx = await self.rt.context(session_id)
@@ -73,7 +74,7 @@ class ModelInputs:
             try:
                 await self.compactor.compact(session_id, "", 0, None, TRIGGER_THRESHOLD)
             except FailedPrecondition as exc:
-                if exc.reason != "NOTHING_TO_COMPACT":
+                if exc.reason != ErrorReason.NOTHING_TO_COMPACT:
                     raise
             ctx = await self.rt.context(session_id)
             view = ctx.model_input(max_output_tokens)
@@ -89,7 +90,7 @@ class ModelInputs:
         if not 1 <= as_of_seq <= last + 1:
             raise InvalidArgument(
                 f"as_of_seq must be between 1 and last_seq + 1 ({last + 1})",
-                reason="INVALID_SEQ",
+                reason=ErrorReason.INVALID_SEQ,
                 field="as_of_seq",
             )
         snap = await self.rt.db(lambda: self.rt.store.replay_snapshot(sid, as_of_seq))

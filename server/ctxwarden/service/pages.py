@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.reasons import ErrorReason
 
 
 def encode_token(value: dict[str, Any]) -> str:
@@ -18,7 +19,7 @@ def encode_token(value: dict[str, Any]) -> str:
 def _invalid_token() -> InvalidArgument:
     return InvalidArgument(
         "page_token is not a token this server issued",
-        reason="INVALID_PAGE_TOKEN",
+        reason=ErrorReason.INVALID_PAGE_TOKEN,
         field="page_token",
     )
 
@@ -57,7 +58,7 @@ def token_id(token: dict[str, Any], key: str) -> str:
 def clamp_page_size(requested: int, default: int, maximum: int = 1000) -> int:
     if requested < 0:
         raise InvalidArgument(
-            "page_size must be >= 0", reason="INVALID_PAGE_SIZE", field="page_size"
+            "page_size must be >= 0", reason=ErrorReason.INVALID_PAGE_SIZE, field="page_size"
         )
     return min(requested or default, maximum)
 

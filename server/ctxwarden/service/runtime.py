@@ -14,6 +14,7 @@ from ctxwarden.config import Settings
 from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import Aborted, InvalidArgument, NotFound, Unavailable
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.core.validation import check_session_id
@@ -144,7 +145,7 @@ class SessionRuntime:
         shown = visible_id(session_id)
         return NotFound(
             f"session {shown!r} does not exist (or was deleted)",
-            reason="SESSION_NOT_FOUND",
+            reason=ErrorReason.SESSION_NOT_FOUND,
             metadata={"session_id": shown},
         )
 
@@ -153,7 +154,7 @@ class SessionRuntime:
         shown = visible_id(session_id)
         return Aborted(
             f"session {shown!r} was changed by another writer; reload it and retry",
-            reason="CONCURRENT_MODIFICATION",
+            reason=ErrorReason.CONCURRENT_MODIFICATION,
             metadata={"session_id": shown},
         )
 
@@ -164,7 +165,7 @@ class SessionRuntime:
         if stored is not None and stored.request_hash != key.request_hash:
             raise InvalidArgument(
                 f"request_id {key.request_id!r} was already used for a different request",
-                reason="REQUEST_ID_REUSED",
+                reason=ErrorReason.REQUEST_ID_REUSED,
                 field="request_id",
             )
         return stored

@@ -15,6 +15,7 @@ from ctxwarden.core.errors import (
     AlreadyExists,
     InvalidArgument,
 )
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.validation import (
@@ -92,7 +93,7 @@ class Sessions:
                 return await self.rt.get_session(str(stored.outcome["session_id"]))
             raise AlreadyExists(
                 f"session {visible_id(sid)!r} already exists",
-                reason="SESSION_ALREADY_EXISTS",
+                reason=ErrorReason.SESSION_ALREADY_EXISTS,
                 metadata={"session_id": visible_id(sid)},
             ) from None
         ctx.checked_at = self.rt.clock()
@@ -109,7 +110,7 @@ class Sessions:
             if tok.get("u") != user_id or tok.get("p") != project_id:
                 raise InvalidArgument(
                     "page_token was issued for different filters",
-                    reason="INVALID_PAGE_TOKEN",
+                    reason=ErrorReason.INVALID_PAGE_TOKEN,
                     field="page_token",
                 )
             before = (token_int(tok, "t"), token_id(tok, "i"))
@@ -142,7 +143,7 @@ class Sessions:
             if etag and etag != current.etag:
                 raise Aborted(
                     f"etag {etag} is stale (current {current.etag}); re-read the session",
-                    reason="ETAG_MISMATCH",
+                    reason=ErrorReason.ETAG_MISMATCH,
                     metadata={"etag": current.etag},
                 )
             changes: dict[str, Any] = {p: getattr(updated, p) for p in paths}

@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 
 from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.tokens import Tokenizer
 from ctxwarden.core.validation import check_no_nul
 from ctxwarden.tokenizers import cached_tokenizer, load_tokenizer
@@ -28,7 +29,7 @@ def check_client_tokenizer(
     raise InvalidArgument(
         "hf: tokenizers must live under a directory the operator allowed with "
         "--hf-tokenizer-dir (or be configured in the model table)",
-        reason="TOKENIZER_NOT_ALLOWED",
+        reason=ErrorReason.TOKENIZER_NOT_ALLOWED,
         field=field,
     )
 
@@ -41,5 +42,5 @@ async def tokenizer_for(spec: str) -> Tokenizer:
         return await asyncio.to_thread(load_tokenizer, spec)
     except ValueError as exc:
         raise InvalidArgument(
-            str(exc), reason="UNKNOWN_TOKENIZER", field="policy.tokenizer"
+            str(exc), reason=ErrorReason.UNKNOWN_TOKENIZER, field="policy.tokenizer"
         ) from None

@@ -13,6 +13,7 @@ from ctxwarden.core.compaction.serialize import serialize_messages
 from ctxwarden.core.compaction.types import FileLists, FileToolNames, SummaryPrompt
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Message
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint
 
 SUMMARY_SHARE_OF_RESERVE = 0.8
@@ -90,7 +91,7 @@ def plan_compaction(
         raise FailedPrecondition(
             "nothing to compact: the whole effective history fits in keep_recent_tokens "
             f"({keep_recent_tokens})",
-            reason="NOTHING_TO_COMPACT",
+            reason=ErrorReason.NOTHING_TO_COMPACT,
         )
     end = cut.turn_start_index if cut.split_turn else cut.first_kept_index
     history = tuple(active[:end])
