@@ -94,52 +94,8 @@ def _check_tokenizer(spec: str, where: str) -> None:
 
 
 def _parse_entry(name: str, raw: Any, where: str, earlier: Mapping[str, ModelEntry]) -> ModelEntry:
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: must be a table of settings, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _KNOWN_KEYS)
-    if unknown:
-        raise ValueError(
-            f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(sorted(_KNOWN_KEYS))}"
-        )
-    for key in _INT_FIELDS:
-        if key in raw:
-            value = raw[key]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{where}: {key} must be an integer, got {value!r}")
-            low = 1 if key == "context_window" else 0
-            if not low <= value <= _MAX_TOKENS:
-                raise ValueError(f"{where}: {key} must be >= {low}, got {value}")
-    for key in _STR_FIELDS:
-        if key in raw and not isinstance(raw[key], str):
-            raise ValueError(f"{where}: {key} must be a string, got {raw[key]!r}")
-    aliases_raw = raw.get("aliases", [])
-    if not isinstance(aliases_raw, list) or not all(
-        isinstance(a, str) and normalize_model_id(a) for a in aliases_raw
-    ):
-        raise ValueError(f"{where}: aliases must be a list of non-empty model IDs")
-    aliases = tuple(aliases_raw)
-
-    base: ModelEntry | None
-    if "extends" in raw:
-        parent = str(raw["extends"])
-        base = earlier.get(normalize_model_id(parent)) or find_entry(parent)
-        if base is None:
-            raise ValueError(f"{where}: extends {parent!r}, which is not in the model table")
-        base = replace(base, aliases=())  # a new entry does not take the parent's names
-    else:
-        base = earlier.get(normalize_model_id(name)) or find_entry(name)
-    if base is None:
-        missing = [k for k in ("provider", "context_window") if k not in raw]
-        if missing:
-            raise ValueError(
-                f"{where}: a new model needs {' and '.join(missing)} "
-                f"(or 'extends' naming a model to start from)"
-            )
-        info = ModelInfo("", 1, HEURISTIC, image_rule=IMAGE_RULE_DEFAULT)
-    else:
-        info = base.info
-
+    aliases = _check_settings(raw, where)
+    info = _starting_point(name, raw, where, earlier)
     tokenizer = raw.get("tokenizer", info.tokenizer)
     _check_tokenizer(tokenizer, where)
     image_rule = raw.get("image_rule", info.image_rule)
@@ -167,6 +123,60 @@ def _parse_entry(name: str, raw: Any, where: str, earlier: Mapping[str, ModelEnt
             f"context_window ({info.context_window})"
         )
     return ModelEntry(name, info, aliases)
+
+
+def _check_settings(raw: Any, where: str) -> tuple[str, ...]:
+    """The entry's keys and value types; returns its aliases."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: must be a table of settings, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _KNOWN_KEYS)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(sorted(_KNOWN_KEYS))}"
+        )
+    for key in _INT_FIELDS:
+        if key in raw:
+            value = raw[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{where}: {key} must be an integer, got {value!r}")
+            low = 1 if key == "context_window" else 0
+            if not low <= value <= _MAX_TOKENS:
+                raise ValueError(f"{where}: {key} must be >= {low}, got {value}")
+    for key in _STR_FIELDS:
+        if key in raw and not isinstance(raw[key], str):
+            raise ValueError(f"{where}: {key} must be a string, got {raw[key]!r}")
+    aliases = raw.get("aliases", [])
+    if not isinstance(aliases, list) or not all(
+        isinstance(a, str) and normalize_model_id(a) for a in aliases
+    ):
+        raise ValueError(f"{where}: aliases must be a list of non-empty model IDs")
+    return tuple(aliases)
+
+
+def _starting_point(
+    name: str, raw: dict[str, Any], where: str, earlier: Mapping[str, ModelEntry]
+) -> ModelInfo:
+    """What the entry changes: the model it extends, the same model defined
+    earlier (or built in), or, for a new model, a blank."""
+    base: ModelEntry | None
+    if "extends" in raw:
+        parent = str(raw["extends"])
+        base = earlier.get(normalize_model_id(parent)) or find_entry(parent)
+        if base is None:
+            raise ValueError(f"{where}: extends {parent!r}, which is not in the model table")
+        base = replace(base, aliases=())  # a new entry does not take the parent's names
+    else:
+        base = earlier.get(normalize_model_id(name)) or find_entry(name)
+    if base is not None:
+        return base.info
+    missing = [k for k in ("provider", "context_window") if k not in raw]
+    if missing:
+        raise ValueError(
+            f"{where}: a new model needs {' and '.join(missing)} "
+            f"(or 'extends' naming a model to start from)"
+        )
+    return ModelInfo("", 1, HEURISTIC, image_rule=IMAGE_RULE_DEFAULT)
 
 
 def parse_model_table(data: Any, source: str = "model table") -> list[ModelEntry]:

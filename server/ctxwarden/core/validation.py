@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.messages import ContentKind, Message, Role
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, Usage
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
 
@@ -149,7 +149,28 @@ def check_no_nul(value: str, field: str) -> None:
 
 
 def check_message(message: Message, field: str) -> None:
+    """One incoming message: its characters, its content blocks, its usage."""
     check_key(message.message_id, f"{field}.message_id")
+    _check_message_strings(message, field)
+    if not message.content and not message.failed:
+        raise InvalidArgument(
+            f"{field}.content is empty; only an assistant message that ended in "
+            "STOP_REASON_ERROR or STOP_REASON_ABORTED may have no content",
+            reason=ErrorReason.EMPTY_CONTENT,
+            field=f"{field}.content",
+        )
+    _check_blocks(message, field)
+    if message.role is Role.TOOL_RESULT and not message.tool_call_id:
+        raise InvalidArgument(
+            f"{field}.tool_call_id is required for a tool result",
+            reason=ErrorReason.MISSING_FIELD,
+            field=f"{field}.tool_call_id",
+        )
+    if message.usage is not None:
+        _check_usage(message.usage, f"{field}.usage")
+
+
+def _check_message_strings(message: Message, field: str) -> None:
     for name in ("model", "provider", "error_message", "tool_call_id", "tool_name"):
         check_no_nul(getattr(message, name), f"{field}.{name}")
     for key, value in message.metadata.items():
@@ -158,13 +179,9 @@ def check_message(message: Message, field: str) -> None:
     for i, block in enumerate(message.content):
         for name in ("text", "tool_call_id", "tool_name", "arguments_json", "signature"):
             check_no_nul(getattr(block, name), f"{field}.content[{i}].{name}")
-    if not message.content and not message.failed:
-        raise InvalidArgument(
-            f"{field}.content is empty; only an assistant message that ended in "
-            "STOP_REASON_ERROR or STOP_REASON_ABORTED may have no content",
-            reason=ErrorReason.EMPTY_CONTENT,
-            field=f"{field}.content",
-        )
+
+
+def _check_blocks(message: Message, field: str) -> None:
     allowed = _ALLOWED_BLOCKS[message.role]
     call_ids: set[str] = set()
     for i, block in enumerate(message.content):
@@ -177,57 +194,49 @@ def check_message(message: Message, field: str) -> None:
                 field=bfield,
             )
         if block.kind is ContentKind.TOOL_CALL:
-            if not block.tool_call_id:
-                raise InvalidArgument(
-                    f"{bfield}.tool_call.id is required",
-                    reason=ErrorReason.MISSING_FIELD,
-                    field=f"{bfield}.tool_call.id",
-                )
-            if block.tool_call_id in call_ids:
-                raise InvalidArgument(
-                    f"{bfield}.tool_call.id {block.tool_call_id!r} is repeated in one message",
-                    reason=ErrorReason.DUPLICATE_TOOL_CALL_ID,
-                    field=f"{bfield}.tool_call.id",
-                )
-            call_ids.add(block.tool_call_id)
-            if not block.tool_name:
-                raise InvalidArgument(
-                    f"{bfield}.tool_call.name is required",
-                    reason=ErrorReason.MISSING_FIELD,
-                    field=f"{bfield}.tool_call.name",
-                )
-            check_json_object(block.arguments_json, f"{bfield}.tool_call.arguments_json")
+            _check_tool_call(block, bfield, call_ids)
         elif block.kind is ContentKind.IMAGE and not block.data:
             raise InvalidArgument(
                 f"{bfield}.image.data is empty", reason=ErrorReason.INVALID_CONTENT, field=bfield
             )
-    if message.role is Role.TOOL_RESULT and not message.tool_call_id:
+
+
+def _check_tool_call(block: ContentBlock, bfield: str, call_ids: set[str]) -> None:
+    if not block.tool_call_id:
         raise InvalidArgument(
-            f"{field}.tool_call_id is required for a tool result",
+            f"{bfield}.tool_call.id is required",
             reason=ErrorReason.MISSING_FIELD,
-            field=f"{field}.tool_call_id",
+            field=f"{bfield}.tool_call.id",
         )
-    if message.usage is not None:
-        u = message.usage
-        values = (
-            u.input_tokens,
-            u.output_tokens,
-            u.cache_read_tokens,
-            u.cache_write_tokens,
-            u.total_tokens,
+    if block.tool_call_id in call_ids:
+        raise InvalidArgument(
+            f"{bfield}.tool_call.id {block.tool_call_id!r} is repeated in one message",
+            reason=ErrorReason.DUPLICATE_TOOL_CALL_ID,
+            field=f"{bfield}.tool_call.id",
         )
-        if any(v < 0 for v in values):
-            raise InvalidArgument(
-                f"{field}.usage has a negative count",
-                reason=ErrorReason.INVALID_USAGE,
-                field=f"{field}.usage",
-            )
-        if any(v > MAX_USAGE_TOKENS for v in values):
-            raise InvalidArgument(
-                f"{field}.usage claims more than {MAX_USAGE_TOKENS:,} tokens for one call",
-                reason=ErrorReason.INVALID_USAGE,
-                field=f"{field}.usage",
-            )
+    call_ids.add(block.tool_call_id)
+    if not block.tool_name:
+        raise InvalidArgument(
+            f"{bfield}.tool_call.name is required",
+            reason=ErrorReason.MISSING_FIELD,
+            field=f"{bfield}.tool_call.name",
+        )
+    check_json_object(block.arguments_json, f"{bfield}.tool_call.arguments_json")
+
+
+def _check_usage(u: Usage, field: str) -> None:
+    values = [u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens]
+    values.append(u.total_tokens)
+    if any(v < 0 for v in values):
+        raise InvalidArgument(
+            f"{field} has a negative count", reason=ErrorReason.INVALID_USAGE, field=field
+        )
+    if any(v > MAX_USAGE_TOKENS for v in values):
+        raise InvalidArgument(
+            f"{field} claims more than {MAX_USAGE_TOKENS:,} tokens for one call",
+            reason=ErrorReason.INVALID_USAGE,
+            field=field,
+        )
 
 
 def check_messages(messages: Sequence[Message], max_messages: int) -> None:

@@ -196,6 +196,59 @@ async def post_json(
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """A failed attempt that may be retried."""
+
+    description: str
+    status: int | None = None
+    message: str = ""
+    retry_after: float | None = None
+
+
+async def _attempt(
+    label: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    attempt_timeout: float,
+    client: httpx.AsyncClient,
+) -> dict[str, Any] | _Failure:
+    """One POST: the JSON answer, a retryable failure, or ProviderError (for good)."""
+    try:
+        async with asyncio.timeout(attempt_timeout):
+            response = await client.post(
+                url, json=dict(body), headers=dict(headers), timeout=timeout
+            )
+    except (TimeoutError, httpx.TimeoutException):
+        return _Failure(f"no response within {attempt_timeout:g}s")
+    except httpx.TransportError as exc:
+        return _Failure(f"connection error: {type(exc).__name__}: {exc}".rstrip(": "))
+    status = response.status_code
+    parsed = _parse_json(response)
+    if 200 <= status < 300:
+        if isinstance(parsed, dict):
+            return parsed
+        raise ProviderError(
+            f"{label}: HTTP {status} with a body that is not a JSON object: "
+            f"{_clip(response.text, 200)!r}",
+            retryable=True,
+            status=status,
+        )
+    message = error_message_of(parsed, response.text)
+    if status not in RETRYABLE_STATUSES and status < 500:
+        raise ProviderError(
+            f"{label}: HTTP {status}: {message}",
+            retryable=False,
+            status=status,
+            provider_message=message,
+            body=parsed,
+        )
+    return _Failure(
+        f"HTTP {status}: {message}", status, message, retry_after_seconds(response.headers)
+    )
+
+
 async def _post_with_retries(
     label: str,
     url: str,
@@ -207,61 +260,29 @@ async def _post_with_retries(
     sleep: Sleep,
 ) -> dict[str, Any]:
     attempts = max(policy.max_retries, 0) + 1
-    last_failure = ""
-    last_status: int | None = None
-    last_message = ""
+    failure = _Failure("no attempt made")
     for attempt in range(attempts):
-        hint: float | None = None
-        try:
-            async with asyncio.timeout(attempt_timeout):
-                response = await client.post(
-                    url, json=dict(body), headers=dict(headers), timeout=attempt_timeout
-                )
-        except (TimeoutError, httpx.TimeoutException):
-            last_failure = f"no response within {attempt_timeout:g}s"
-            last_status, last_message = None, ""
-        except httpx.TransportError as exc:
-            last_failure = f"connection error: {type(exc).__name__}: {exc}".rstrip(": ")
-            last_status, last_message = None, ""
-        else:
-            status = response.status_code
-            parsed = _parse_json(response)
-            if 200 <= status < 300:
-                if isinstance(parsed, dict):
-                    return parsed
-                raise ProviderError(
-                    f"{label}: HTTP {status} with a body that is not a JSON object: "
-                    f"{_clip(response.text, 200)!r}",
-                    retryable=True,
-                    status=status,
-                )
-            message = error_message_of(parsed, response.text)
-            if status not in RETRYABLE_STATUSES and status < 500:
-                raise ProviderError(
-                    f"{label}: HTTP {status}: {message}",
-                    retryable=False,
-                    status=status,
-                    provider_message=message,
-                    body=parsed,
-                )
-            last_failure = f"HTTP {status}: {message}"
-            last_status, last_message = status, message
-            hint = retry_after_seconds(response.headers)
+        result = await _attempt(label, url, headers, body, attempt_timeout, client)
+        if not isinstance(result, _Failure):
+            return result
+        failure = result
         if attempt + 1 >= attempts:
             break
+        hint = failure.retry_after
         delay = policy.backoff(attempt) if hint is None else min(hint, policy.max_retry_after)
         log.warning(
             "%s: attempt %d of %d failed (%s); retrying in %.2fs",
             label,
             attempt + 1,
             attempts,
-            last_failure,
+            failure.description,
             delay,
         )
         await sleep(delay)
     raise ProviderError(
-        f"{label}: gave up after {attempts} attempt{'s' if attempts != 1 else ''}: {last_failure}",
+        f"{label}: gave up after {attempts} attempt{'s' if attempts != 1 else ''}: "
+        f"{failure.description}",
         retryable=True,
-        status=last_status,
-        provider_message=last_message,
+        status=failure.status,
+        provider_message=failure.message,
     )

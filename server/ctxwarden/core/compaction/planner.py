@@ -85,7 +85,10 @@ def plan_compaction(
     file_tools: FileToolNames,
 ) -> Plan:
     """Choose the cut and build the prompts. ``active`` is the kept history
-    (from the current checkpoint's first_kept_seq), in seq order."""
+    (from the current checkpoint's first_kept_seq), in seq order.
+
+    Long only by its keyword-only signature and the Plan it fills in; the steps
+    are: cut, split into history and turn prefix, carry file lists, prompts."""
     cut = find_cut_point(active, keep_recent_tokens)
     if cut.first_kept_index == 0:
         raise FailedPrecondition(
