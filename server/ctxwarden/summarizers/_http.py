@@ -218,7 +218,7 @@ async def _attempt(
     try:
         async with asyncio.timeout(attempt_timeout):
             response = await client.post(
-                url, json=dict(body), headers=dict(headers), timeout=timeout
+                url, json=dict(body), headers=dict(headers), timeout=attempt_timeout
             )
     except (TimeoutError, httpx.TimeoutException):
         return _Failure(f"no response within {attempt_timeout:g}s")
