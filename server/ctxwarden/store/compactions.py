@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.messages import MessageState
+from ctxwarden.core.rewind import Rewind, plan_rewind
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
@@ -93,12 +94,12 @@ class CheckpointRepository:
     ) -> tuple[list[int], str]:
         """Rewind to ``to_seq`` when that is before the current checkpoint.
 
-        Marks every active message after ``to_seq`` rolled back, supersedes
-        every checkpoint that summarised messages after ``to_seq`` and falls
-        back to the newest one still valid. Returns the rolled-back seqs and
-        the checkpoint now in effect ("" for none).
+        core.rewind.plan_rewind decides what changes; this reads what it needs and
+        writes that. Returns the rolled-back seqs and the checkpoint now in effect.
         """
         sid = session.session_id
+        after = select(M.c.seq, M.c.state).where(M.c.session_id == sid, M.c.seq > to_seq)
+        valid = select(C).where(C.c.session_id == sid, C.c.superseded_at_seq == 0)
         try:
             async with self.gate.begin() as conn:
                 await advance(
@@ -107,56 +108,37 @@ class CheckpointRepository:
                     expected_version,
                     consecutive_failures=session.consecutive_failures,
                 )
-                seqs = [
-                    int(r.seq)
-                    for r in (
-                        await conn.execute(
-                            select(M.c.seq)
-                            .where(
-                                M.c.session_id == sid,
-                                M.c.seq > to_seq,
-                                M.c.state == int(MessageState.ACTIVE),
-                            )
-                            .order_by(M.c.seq)
-                        )
-                    ).all()
-                ]
-                await conn.execute(
-                    update(M)
-                    .where(
-                        M.c.session_id == sid,
-                        M.c.seq > to_seq,
-                        M.c.state == int(MessageState.ACTIVE),
-                    )
-                    .values(
-                        state=int(MessageState.ROLLED_BACK), rolled_back_at_seq=session.last_seq
-                    )
+                rewind = plan_rewind(
+                    [(int(r.seq), MessageState(r.state)) for r in await conn.execute(after)],
+                    [checkpoint_from_row(r) for r in await conn.execute(valid)],
+                    to_seq=to_seq,
+                    last_seq=session.last_seq,
                 )
-                await conn.execute(
-                    update(C)
-                    .where(
-                        C.c.session_id == sid,
-                        C.c.superseded_at_seq == 0,
-                        C.c.first_kept_seq - 1 > to_seq,
-                    )
-                    .values(superseded_at_seq=session.last_seq)
-                )
-                newest = (
-                    await conn.execute(
-                        select(C.c.compaction_id)
-                        .where(C.c.session_id == sid, C.c.superseded_at_seq == 0)
-                        .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
-                        .limit(1)
-                    )
-                ).first()
-                current = str(newest.compaction_id) if newest is not None else ""
-                added = await insert_record(conn, record(seqs))
+                await _write_rewind(conn, sid, rewind)
+                added = await insert_record(conn, record(list(rewind.rolled_back)))
                 await conn.execute(
                     update(S)
                     .where(S.c.session_id == sid)
-                    .values(compaction_id=current, stored_bytes=S.c.stored_bytes + added)
+                    .values(compaction_id=rewind.current, stored_bytes=S.c.stored_bytes + added)
                 )
                 await self.quota.add_bytes(conn, tenant_of(sid), added)
         except IntegrityError as exc:
             raise DuplicateKey(str(exc.orig)) from exc
-        return seqs, current
+        return list(rewind.rolled_back), rewind.current
+
+
+async def _write_rewind(conn: AsyncConnection, sid: str, rewind: Rewind) -> None:
+    """Roll back and supersede what ``rewind`` says, stamped with its at_seq."""
+    seqs = rewind.rolled_back
+    chunk = 500  # seqs per UPDATE, well below SQLite's limit of bound parameters
+    for i in range(0, len(seqs), chunk):
+        await conn.execute(
+            update(M)
+            .where(M.c.session_id == sid, M.c.seq.in_(seqs[i : i + chunk]))
+            .values(state=int(MessageState.ROLLED_BACK), rolled_back_at_seq=rewind.at_seq)
+        )
+    await conn.execute(
+        update(C)
+        .where(C.c.session_id == sid, C.c.compaction_id.in_(rewind.superseded))
+        .values(superseded_at_seq=rewind.at_seq)
+    )

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import or_, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
+from ctxwarden.core.replay import (
+    CheckpointRecord,
+    MessageRecord,
+    RevisionMark,
+    calibration_at,
+    plan_replay,
+    replay_messages,
+    replay_session,
+)
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.store.codec import (
     checkpoint_from_row,
@@ -60,81 +69,65 @@ async def load_snapshot(engine: AsyncEngine, session_id: str) -> Snapshot | None
 async def replay_snapshot(engine: AsyncEngine, session_id: str, as_of_seq: int) -> Snapshot | None:
     """What the session looked like just before message ``as_of_seq`` was appended.
 
-    Events are ordered by the session's last_seq when they happened: a
-    checkpoint, rollback or settings change made while last_seq < N had
-    happened by then; one made later had not.
+    core.replay decides what was in force then; this reads what it needs.
     """
-    n = as_of_seq
+    sid = session_id
     async with engine.connect() as conn:
-        srow = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
+        srow = (await conn.execute(select(S).where(S.c.session_id == sid))).first()
         if srow is None:
             return None
         base = session_from_row(srow)
-        vrow = (
-            await conn.execute(
-                select(V.c.settings, V.c.settings_json, V.c.revision)
-                .where(V.c.session_id == session_id, V.c.at_seq < n)
-                .order_by(V.c.revision.desc())
-                .limit(1)
-            )
-        ).first()
-        crow = (
-            await conn.execute(
-                select(C)
-                .where(
-                    C.c.session_id == session_id,
-                    C.c.at_seq < n,
-                    or_(C.c.superseded_at_seq == 0, C.c.superseded_at_seq >= n),
-                )
-                .order_by(C.c.created_at.desc(), C.c.compaction_id.desc())
-                .limit(1)
-            )
-        ).first()
-        checkpoint = checkpoint_from_row(crow) if crow is not None else None
-        if checkpoint is not None:
-            checkpoint = replace(checkpoint, superseded=False)
-        first = checkpoint.first_kept_seq if checkpoint is not None else 0
-        rows = (
-            await conn.execute(
-                select(M)
-                .where(
-                    M.c.session_id == session_id,
-                    M.c.seq >= first,
-                    M.c.seq < n,
-                    or_(
-                        M.c.state == int(MessageState.ACTIVE),
-                        M.c.rolled_back_at_seq >= n,
-                    ),
-                )
-                .order_by(M.c.seq)
-            )
-        ).all()
-        calib = (
-            await conn.execute(
-                select(M.c.calib_ratio, M.c.calib_samples)
-                .where(
-                    M.c.session_id == session_id,
-                    M.c.seq < n,
-                    M.c.calib_samples.is_not(None),
-                )
-                .order_by(M.c.seq.desc())
-                .limit(1)
-            )
-        ).first()
-    session = base
-    if vrow is not None:
-        session = session_with_settings(base, vrow.settings, vrow.settings_json)
-        session = replace(session, revision=int(vrow.revision))
-    ratio, samples = session.estimate_ratio, session.estimate_samples
-    if vrow is None or calib is not None:
-        ratio, samples = 1.0, 0
-    if calib is not None:
-        ratio, samples = float(calib.calib_ratio), int(calib.calib_samples)
-    session = replace(
-        session,
-        last_seq=n - 1,
-        estimate_ratio=float(ratio),
-        estimate_samples=int(samples),
+        plan = plan_replay(await _checkpoints(conn, sid), await _revisions(conn, sid), as_of_seq)
+        messages = await _messages(conn, sid, plan.seqs)
+        settings = await _settings(conn, base, plan.revision)
+        changes = await _calibration_changes(conn, sid, as_of_seq)
+    session = replay_session(plan, base, settings, calibration_at(changes, as_of_seq))
+    return Snapshot(session, plan.checkpoint, list(replay_messages(plan, messages)))
+
+
+async def _checkpoints(conn: AsyncConnection, sid: str) -> list[CheckpointRecord]:
+    """Every checkpoint of the session, with when it was superseded."""
+    rows = (await conn.execute(select(C).where(C.c.session_id == sid))).all()
+    return [CheckpointRecord(checkpoint_from_row(r), int(r.superseded_at_seq)) for r in rows]
+
+
+async def _revisions(conn: AsyncConnection, sid: str) -> list[RevisionMark]:
+    """Every settings revision of the session (numbers and times, not settings)."""
+    query = select(V.c.revision, V.c.at_seq).where(V.c.session_id == sid)
+    return [RevisionMark(int(r.revision), int(r.at_seq)) for r in (await conn.execute(query))]
+
+
+async def _messages(conn: AsyncConnection, sid: str, seqs: range) -> list[MessageRecord]:
+    """The stored messages with a seq in ``seqs``, whatever their state."""
+    query = select(M).where(M.c.session_id == sid, M.c.seq >= seqs.start, M.c.seq < seqs.stop)
+    rows = (await conn.execute(query)).all()
+    return [MessageRecord(message_from_row(r), int(r.rolled_back_at_seq)) for r in rows]
+
+
+async def _settings(conn: AsyncConnection, base: Session, revision: int | None) -> Session | None:
+    """``base`` with the settings and number of ``revision`` (None: none recorded)."""
+    if revision is None:
+        return None
+    query = select(V.c.settings, V.c.settings_json).where(
+        V.c.session_id == base.session_id, V.c.revision == revision
     )
-    kept = [replace(message_from_row(r), state=MessageState.ACTIVE) for r in rows]
-    return Snapshot(session, checkpoint, kept)
+    row = (await conn.execute(query)).first()
+    if row is None:
+        return None
+    settings = session_with_settings(base, row.settings, row.settings_json)
+    return replace(settings, revision=revision)
+
+
+async def _calibration_changes(
+    conn: AsyncConnection, sid: str, as_of_seq: int
+) -> list[tuple[int, tuple[float, int]]]:
+    """The newest calibration change before ``as_of_seq`` (core.replay.calibration_at
+    needs only that one): (seq, (ratio, samples)), or none."""
+    query = (
+        select(M.c.seq, M.c.calib_ratio, M.c.calib_samples)
+        .where(M.c.session_id == sid, M.c.seq < as_of_seq, M.c.calib_samples.is_not(None))
+        .order_by(M.c.seq.desc())
+        .limit(1)
+    )
+    rows = (await conn.execute(query)).all()
+    return [(int(r.seq), (float(r.calib_ratio), int(r.calib_samples))) for r in rows]
