@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlalchemy import and_, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.messages import MessageState
@@ -13,7 +12,7 @@ from ctxwarden.core.rewind import Rewind, plan_rewind
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
-from ctxwarden.store.errors import DuplicateKey, boundary
+from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, advance, insert_record
@@ -43,26 +42,23 @@ class CheckpointRepository:
         """Insert the checkpoint and make it the session's current one, atomically,
         compare-and-set on the session's version. History rows are not touched."""
         values = checkpoint_row_values(checkpoint)
-        try:
-            async with self.gate.begin() as conn:
-                added = await insert_record(conn, record) + checkpoint_bytes(values)
-                await advance(
-                    conn,
-                    session,
-                    expected_version,
-                    compaction_id=checkpoint.compaction_id,
-                    stored_bytes=S.c.stored_bytes + added,
+        async with self.gate.begin() as conn:
+            added = await insert_record(conn, record) + checkpoint_bytes(values)
+            await advance(
+                conn,
+                session,
+                expected_version,
+                compaction_id=checkpoint.compaction_id,
+                stored_bytes=S.c.stored_bytes + added,
+            )
+            await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
+            await conn.execute(insert(C).values(**values))
+            if plan_id:
+                await conn.execute(
+                    update(P)
+                    .where(P.c.plan_id == plan_id)
+                    .values(committed_compaction_id=checkpoint.compaction_id)
                 )
-                await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
-                await conn.execute(insert(C).values(**values))
-                if plan_id:
-                    await conn.execute(
-                        update(P)
-                        .where(P.c.plan_id == plan_id)
-                        .values(committed_compaction_id=checkpoint.compaction_id)
-                    )
-        except IntegrityError as exc:
-            raise DuplicateKey(str(exc.orig)) from exc
 
     @boundary
     async def get(self, compaction_id: str) -> Checkpoint | None:
@@ -100,30 +96,27 @@ class CheckpointRepository:
         sid = session.session_id
         after = select(M.c.seq, M.c.state).where(M.c.session_id == sid, M.c.seq > to_seq)
         valid = select(C).where(C.c.session_id == sid, C.c.superseded_at_seq == 0)
-        try:
-            async with self.gate.begin() as conn:
-                await advance(
-                    conn,
-                    session,
-                    expected_version,
-                    consecutive_failures=session.consecutive_failures,
-                )
-                rewind = plan_rewind(
-                    [(int(r.seq), MessageState(r.state)) for r in await conn.execute(after)],
-                    [checkpoint_from_row(r) for r in await conn.execute(valid)],
-                    to_seq=to_seq,
-                    last_seq=session.last_seq,
-                )
-                await _write_rewind(conn, sid, rewind)
-                added = await insert_record(conn, record(list(rewind.rolled_back)))
-                await conn.execute(
-                    update(S)
-                    .where(S.c.session_id == sid)
-                    .values(compaction_id=rewind.current, stored_bytes=S.c.stored_bytes + added)
-                )
-                await self.quota.add_bytes(conn, tenant_of(sid), added)
-        except IntegrityError as exc:
-            raise DuplicateKey(str(exc.orig)) from exc
+        async with self.gate.begin() as conn:
+            await advance(
+                conn,
+                session,
+                expected_version,
+                consecutive_failures=session.consecutive_failures,
+            )
+            rewind = plan_rewind(
+                [(int(r.seq), MessageState(r.state)) for r in await conn.execute(after)],
+                [checkpoint_from_row(r) for r in await conn.execute(valid)],
+                to_seq=to_seq,
+                last_seq=session.last_seq,
+            )
+            await _write_rewind(conn, sid, rewind)
+            added = await insert_record(conn, record(list(rewind.rolled_back)))
+            await conn.execute(
+                update(S)
+                .where(S.c.session_id == sid)
+                .values(compaction_id=rewind.current, stored_bytes=S.c.stored_bytes + added)
+            )
+            await self.quota.add_bytes(conn, tenant_of(sid), added)
         return list(rewind.rolled_back), rewind.current
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import and_, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.session import Session
@@ -21,7 +21,7 @@ from ctxwarden.store.codec import (
     session_row_values,
     settings_data,
 )
-from ctxwarden.store.errors import MYSQL_CONFLICT, ConcurrentWrite, DuplicateKey, boundary
+from ctxwarden.store.errors import MYSQL_CONFLICT, ConcurrentWrite, boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, record_bytes, record_values
@@ -68,8 +68,6 @@ class SessionRepository:
                     if stored is not None:
                         await conn.execute(insert(R).values(**stored))
                 return
-            except IntegrityError as exc:
-                raise DuplicateKey(str(exc.orig)) from exc
             except OperationalError as exc:
                 # Two tenants' first sessions can deadlock on the new counter rows.
                 if attempt == 2 or not _is_deadlock(exc):
