@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from ctxwarden.core.errors import FailedPrecondition, Unavailable
-from ctxwarden.core.model_input import TokenBreakdown
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.model_input import TokenBreakdown, TokenCountMethod
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.observability.db import instrument_engine, operation
 from ctxwarden.observability.health import DatabaseProbe, DatabaseUnreachable, HealthMonitor
 from ctxwarden.observability.interceptor import RpcObserver
@@ -50,7 +50,9 @@ def value(m: Metrics, name: str, **labels: str) -> float:
 
 
 def _tokens(total: int, ratio: float) -> TokenBreakdown:
-    return TokenBreakdown(1, 2, 3, total - 6, total, 128000, 111616, True, 0, ratio, 3)
+    return TokenBreakdown(
+        1, 2, 3, total - 6, total, 128000, 111616, True, 0, ratio, TokenCountMethod.ESTIMATED
+    )
 
 
 async def test_hooks_record_into_the_installed_metrics(fresh: Metrics) -> None:
@@ -61,7 +63,17 @@ async def test_hooks_record_into_the_installed_metrics(fresh: Metrics) -> None:
     hooks.observe_append(0)
     hooks.observe_model_input(_tokens(5000, 1.07))
     hooks.observe_compaction(
-        Checkpoint("c1", "s1", "sum", 10, 9000, 0, tokens_after=2000, summarizer="agent", trigger=2)
+        Checkpoint(
+            "c1",
+            "s1",
+            "sum",
+            10,
+            9000,
+            0,
+            tokens_after=2000,
+            summarizer="agent",
+            trigger=CompactionTrigger.THRESHOLD,
+        )
     )
 
     async def summarise() -> str:

@@ -1,6 +1,7 @@
 """Protobuf <-> domain conversion of messages, model inputs and compactions.
 
-Enum values are checked here; sessions are in convert_session.
+Enum values are checked here, and each enum of the API has its one map between
+proto and domain values here; sessions are in convert_session.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from ctxwarden.core.messages import (
     StopReason,
     Usage,
 )
-from ctxwarden.core.model_input import ModelInputView
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.model_input import ModelInputView, TokenCountMethod
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
 
@@ -42,6 +43,40 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+# -- enums ----------------------------------------------------------------------
+
+_TRIGGERS_FROM_PB: dict[int, CompactionTrigger] = {
+    svc_pb.COMPACTION_TRIGGER_MANUAL: CompactionTrigger.MANUAL,
+    svc_pb.COMPACTION_TRIGGER_THRESHOLD: CompactionTrigger.THRESHOLD,
+    svc_pb.COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger.OVERFLOW,
+}
+_TRIGGERS_TO_PB: dict[CompactionTrigger, svc_pb.CompactionTrigger.ValueType] = {
+    CompactionTrigger.MANUAL: svc_pb.COMPACTION_TRIGGER_MANUAL,
+    CompactionTrigger.THRESHOLD: svc_pb.COMPACTION_TRIGGER_THRESHOLD,
+    CompactionTrigger.OVERFLOW: svc_pb.COMPACTION_TRIGGER_OVERFLOW,
+}
+_METHODS_TO_PB: dict[TokenCountMethod, svc_pb.TokenCountMethod.ValueType] = {
+    TokenCountMethod.EXACT: svc_pb.TOKEN_COUNT_METHOD_EXACT,
+    TokenCountMethod.ANCHORED: svc_pb.TOKEN_COUNT_METHOD_ANCHORED,
+    TokenCountMethod.ESTIMATED: svc_pb.TOKEN_COUNT_METHOD_ESTIMATED,
+}
+
+
+def trigger_from_pb(value: int) -> CompactionTrigger | None:
+    """A request's CompactionTrigger (unset: MANUAL, its documented default); None: unknown."""
+    if value == svc_pb.COMPACTION_TRIGGER_UNSPECIFIED:
+        return CompactionTrigger.MANUAL
+    return _TRIGGERS_FROM_PB.get(value)
+
+
+def trigger_to_pb(trigger: CompactionTrigger) -> svc_pb.CompactionTrigger.ValueType:
+    return _TRIGGERS_TO_PB[trigger]
+
+
+def method_to_pb(method: TokenCountMethod) -> svc_pb.TokenCountMethod.ValueType:
+    return _METHODS_TO_PB[method]
 
 
 # -- messages -------------------------------------------------------------------
@@ -238,7 +273,7 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
             estimated=t.estimated,
             anchored_total_tokens=t.anchored_total_tokens,
             estimate_error_ratio=t.estimate_error_ratio,
-            method=t.method,  # type: ignore[arg-type]
+            method=method_to_pb(t.method),
         ),
         compaction_recommended=v.compaction_recommended,
         first_kept_seq=v.first_kept_seq,
@@ -268,7 +303,7 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         read_files=list(c.read_files),
         modified_files=list(c.modified_files),
         summarizer=c.summarizer,
-        trigger=c.trigger,  # type: ignore[arg-type]
+        trigger=trigger_to_pb(c.trigger),
         create_time=timestamp(c.create_time_us),
         superseded=c.superseded,
         at_seq=c.at_seq,

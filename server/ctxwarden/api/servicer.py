@@ -21,6 +21,7 @@ from ctxwarden.api.convert import (
     model_input_bytes,
     plan_to_pb,
     resume_offset,
+    trigger_from_pb,
 )
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
 from ctxwarden.api.errors import internal_status, to_status
@@ -35,7 +36,6 @@ from ctxwarden.api.tenancy import current_tenant, inner_id
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
-from ctxwarden.service.compaction import TRIGGER_MANUAL
 from ctxwarden.service.manager import IdempotencyKey, SessionManager, message_page_token
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
@@ -276,8 +276,9 @@ class ContextServicer:
 
     @unary
     async def Compact(self, request: pb.CompactRequest, context: Any) -> pb.Compaction:
-        trigger = int(request.trigger) or TRIGGER_MANUAL
-        if trigger not in (1, 2, 3):
+        trigger = int(request.trigger)
+        wanted = trigger_from_pb(trigger)
+        if wanted is None:
             raise InvalidArgument(
                 f"trigger {trigger} is unknown", reason="INVALID_TRIGGER", field="trigger"
             )
@@ -286,7 +287,7 @@ class ContextServicer:
             request.instructions,
             request.keep_recent_tokens,
             _key(request),
-            trigger,
+            wanted,
         )
         return checkpoint_to_pb(checkpoint)
 

@@ -60,8 +60,6 @@ TOKEN_BUCKETS = tuple(float(2**i) for i in range(8, 22))  # 256 .. 2,097,152 tok
 RATIO_BUCKETS = (0.5, 0.75, 0.9, 0.95, 0.99, 1.0, 1.01, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0)
 SUMMARIZER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
-TRIGGERS = {1: "manual", 2: "threshold", 3: "overflow"}
-
 
 def disable_created_series() -> None:
     """Process-wide: no ``*_created`` samples (timestamps nobody graphs). Call before
@@ -276,7 +274,7 @@ class ServiceMetrics:
         m = self._m
         if m is None:
             return
-        trigger = TRIGGERS.get(checkpoint.trigger, str(checkpoint.trigger))
+        trigger = checkpoint.trigger.name.lower()
         m.compactions.labels(trigger, checkpoint.summarizer or "unknown").inc()
         removed = checkpoint.tokens_before - checkpoint.tokens_after
         if removed > 0:

@@ -31,7 +31,7 @@ from ctxwarden.core.errors import (
     NotFound,
     Unavailable,
 )
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.observability.metrics import metrics
@@ -46,10 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRIGGER_MANUAL = 1
-TRIGGER_THRESHOLD = 2
-TRIGGER_OVERFLOW = 3
-
 
 @dataclass(frozen=True, slots=True)
 class PlanHandle:
@@ -62,7 +58,7 @@ def _prompt_json(p: SummaryPrompt | None) -> dict[str, Any] | None:
     return None if p is None else {"system": p.system, "user": p.user, "max_tokens": p.max_tokens}
 
 
-def _plan_payload(plan: Plan, trigger: int) -> dict[str, Any]:
+def _plan_payload(plan: Plan, trigger: CompactionTrigger) -> dict[str, Any]:
     return {
         "first_kept_seq": plan.first_kept_seq,
         "split_turn": plan.split_turn,
@@ -76,7 +72,7 @@ def _plan_payload(plan: Plan, trigger: int) -> dict[str, Any]:
         "history_max_tokens": plan.history_prompt.max_tokens if plan.history_prompt else 0,
         "prefix_max_tokens": plan.turn_prefix_prompt.max_tokens if plan.turn_prefix_prompt else 0,
         "has_history": plan.history_prompt is not None,
-        "trigger": trigger,
+        "trigger": int(trigger),
     }
 
 
@@ -120,7 +116,7 @@ class Compactor:
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
         await self.m.db(
             lambda: self.m.repo.save_plan(
-                plan_id, session_id, _plan_payload(plan, TRIGGER_MANUAL), expire, now
+                plan_id, session_id, _plan_payload(plan, CompactionTrigger.MANUAL), expire, now
             )
         )
         return PlanHandle(plan_id, plan, expire)
@@ -135,7 +131,7 @@ class Compactor:
         summary: str,
         turn_prefix_summary: str,
         summarizer: str,
-        trigger: int,
+        trigger: CompactionTrigger,
         plan_id: str = "",
         record_scope: RequestScope | None = None,
         key: IdempotencyKey | None = None,
@@ -233,7 +229,7 @@ class Compactor:
             summary=summary,
             turn_prefix_summary=turn_prefix_summary,
             summarizer="agent",
-            trigger=int(payload["trigger"]),
+            trigger=CompactionTrigger(int(payload["trigger"])),
             plan_id=plan_id,
         )
 
@@ -245,7 +241,7 @@ class Compactor:
         instructions: str,
         keep_recent_tokens: int,
         key: IdempotencyKey | None,
-        trigger: int = TRIGGER_MANUAL,
+        trigger: CompactionTrigger = CompactionTrigger.MANUAL,
     ) -> Checkpoint:
         summarizer = self.summarizer
         if summarizer is None:

@@ -12,9 +12,9 @@ from ctxwarden.core.errors import (
     InvalidArgument,
 )
 from ctxwarden.core.render import Format, render_view
-from ctxwarden.core.session import effective_policy
+from ctxwarden.core.session import CompactionTrigger, effective_policy
 from ctxwarden.observability.metrics import metrics
-from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
+from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import tokenizer_for
 
@@ -71,7 +71,7 @@ class ModelInputs:
         view = ctx.model_input(max_output_tokens)
         if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
             try:
-                await self.compactor.compact(session_id, "", 0, None, TRIGGER_THRESHOLD)
+                await self.compactor.compact(session_id, "", 0, None, CompactionTrigger.THRESHOLD)
             except FailedPrecondition as exc:
                 if exc.reason != "NOTHING_TO_COMPACT":
                     raise
