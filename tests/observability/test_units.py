@@ -111,6 +111,15 @@ async def test_hooks_record_into_the_installed_metrics(fresh: Metrics) -> None:
     assert value(fresh, failures, summarizer="openai:m", reason="rejected") == 1
 
 
+def test_hooks_given_metrics_record_into_them_only() -> None:
+    a, b = Metrics(process=False), Metrics(process=False)
+    ServiceMetrics(a).observe_append(2)
+    ServiceMetrics(b).observe_append(5)
+    ServiceMetrics().observe_append(7)  # the default: records nothing
+    assert value(a, "ctxwarden_messages_appended_total") == 2
+    assert value(b, "ctxwarden_messages_appended_total") == 5
+
+
 def test_two_metrics_never_share_a_registry() -> None:
     a, b = Metrics(process=False), Metrics(process=False)
     a.rpcs.labels("x/Y", "OK").inc()

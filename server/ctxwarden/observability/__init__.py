@@ -4,7 +4,7 @@ Submodules are imported where they are used, so importing one (for example
 ``observability.logging`` for ``current_tenant``) pulls in nothing else:
 
 - ``metrics``: the per-server ``Metrics`` (a dedicated Prometheus registry), the
-  ``metrics`` hook object the service layer calls, and the ``/metrics`` HTTP server.
+  ``ServiceMetrics`` hooks the service layer is given, and the ``/metrics`` HTTP server.
 - ``logging``: JSON / text log formatting, ``current_tenant`` and the per-RPC context.
 - ``tracing``: optional OpenTelemetry tracing (imported lazily; needs opentelemetry-sdk).
 - ``interceptor``: the grpc.aio server interceptor (metrics, access log, spans per RPC).

@@ -34,7 +34,6 @@ from ctxwarden.core.errors import (
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
-from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.checkpoint import build_checkpoint
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
@@ -185,7 +184,7 @@ class Compactor:
             ctx.apply_checkpoint(checkpoint)
             ctx.session = replace(ctx.session, version=session.version)
             ctx.checked_at = self.m.clock()
-            metrics.observe_compaction(checkpoint)
+            self.m.metrics.observe_compaction(checkpoint)
             log.info(
                 "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",
                 session_id,
@@ -264,7 +263,7 @@ class Compactor:
             ctx = await self.m.context_locked(session_id, verify=True)
             plan = self._plan(ctx, keep_recent_tokens, instructions)
             pinned = ctx.session.pinned_state
-        summary, prefix = await metrics.timed_summarize(
+        summary, prefix = await self.m.metrics.timed_summarize(
             summarizer.name, self._summarize(summarizer, plan, pinned, instructions)
         )
         try:

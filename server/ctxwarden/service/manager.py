@@ -22,6 +22,7 @@ from ctxwarden.core.models import lookup_model
 from ctxwarden.core.session import ToolDefinition
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.core.tokens import count_text
+from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
@@ -41,8 +42,9 @@ class SessionManager:
         settings: Settings,
         summarizer: Summarizer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
-        self.runtime = runtime = SessionRuntime(repo, settings, clock)
+        self.runtime = runtime = SessionRuntime(repo, settings, clock, metrics)
         self.repo = repo
         self.settings = settings
         self.hot = runtime.hot

@@ -13,7 +13,6 @@ from ctxwarden.core.errors import (
 )
 from ctxwarden.core.render import Format, render_view
 from ctxwarden.core.session import CompactionTrigger, effective_policy
-from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import tokenizer_for
@@ -77,7 +76,7 @@ class ModelInputs:
                     raise
             ctx = await self.rt.context(session_id)
             view = ctx.model_input(max_output_tokens)
-        metrics.observe_model_input(view.tokens)
+        self.rt.metrics.observe_model_input(view.tokens)
         return view
 
     async def _replay_input(
