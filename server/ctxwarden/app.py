@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ctxwarden import listen
 from ctxwarden.api import reflection_v1
 from ctxwarden.api.auth import Authenticator, JwtConfig, describe, load_api_keys, load_jwks
-from ctxwarden.api.convert import encoding_cache
+from ctxwarden.api.convert import new_encoding_cache
 from ctxwarden.api.guard import GuardInterceptor, RateLimiter
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.reads import (
@@ -183,7 +183,6 @@ async def serve(settings: Settings) -> None:
     disable_created_series()
     obs = Metrics()
     tracing = setup_tracing(settings.otel_endpoint) if settings.otel_endpoint else None
-    encoding_cache.limit_bytes = max(0, settings.encoding_cache_mb) * 1024 * 1024
     manager = await build_manager(settings, summarizer, obs, tracing)
     obs.watch_sessions(lambda: len(manager.hot), manager.hot.capacity, lambda: manager.restores)
     metrics_server: MetricsServer | None = None
@@ -246,7 +245,8 @@ async def _serve_grpc(
     tracing: Tracing | None,
     metrics_server: MetricsServer | None,
 ) -> None:
-    servicer = ContextServicer(manager, settings.limits)
+    encodings = new_encoding_cache(max(0, settings.encoding_cache_mb) * 1024 * 1024)
+    servicer = ContextServicer(manager, settings.limits, encodings)
     address = listen.parse(settings.listen)
     server = grpc.aio.server(
         interceptors=_interceptors(settings, auth, obs, tracing),

@@ -19,11 +19,13 @@ from ctxwarden.api.convert import (
     message_from_pb,
     message_to_pb,
     model_input_bytes,
+    new_encoding_cache,
     plan_to_pb,
     resume_offset,
     trigger_from_pb,
 )
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
+from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.handlers import Malformed, service_handler
 from ctxwarden.api.responses import (
@@ -91,9 +93,15 @@ def _key(request: Any) -> IdempotencyKey | None:
 
 
 class ContextServicer:
-    def __init__(self, manager: SessionManager, limits: Limits) -> None:
+    def __init__(
+        self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
+    ) -> None:
+        """``encodings``: this server's cache of message encodings (default: a new
+        one with the default budget); it drops the sessions that leave memory."""
         self.manager = manager
         self.limits = limits
+        self.encodings = encodings if encodings is not None else new_encoding_cache()
+        manager.hot.on_evict(self.encodings.forget)
 
     # -- sessions -------------------------------------------------------------
 
@@ -253,7 +261,11 @@ class ContextServicer:
         if not with_messages:
             return model_input_bytes(view, with_messages=False)
         offset = resume_offset(request.resume_token, view) if request.resume_token else 0
-        return model_input_bytes(view, offset)
+        encoded = model_input_bytes(view, offset, cache=self.encodings)
+        sid = view.session.session_id
+        if sid not in self.manager.hot:  # it left memory while its input was built
+            self.encodings.forget(sid)
+        return encoded
 
     @unary
     async def RollbackTurn(

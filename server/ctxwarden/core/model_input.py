@@ -43,17 +43,6 @@ class TokenBreakdown:
     method: TokenCountMethod = TokenCountMethod.ESTIMATED
 
 
-class RenderCache(dict[int, tuple[object, bytes]]):
-    """Opaque per-session cache for the api layer's encoding of stored messages.
-
-    It lives and dies with its SessionContext. It is weak-referenceable so
-    that a process-wide budget can account for it without keeping an evicted
-    session's cache (and the messages its entries hold) alive.
-    """
-
-    __slots__ = ("__weakref__",)
-
-
 @dataclass(frozen=True, slots=True)
 class ModelInputView:
     session: Session
@@ -68,8 +57,9 @@ class ModelInputView:
     summary: str
     rendered_json: str = ""
     """The input in a provider's wire schema (when a format was asked for)."""
-    render_cache: RenderCache | None = field(default=None, compare=False)
-    """The session's RenderCache; None: nothing to cache (a one-off input)."""
+    live: bool = field(default=False, compare=False)
+    """The hot session's current input (False: a one-off, such as a replay); the
+    api layer keeps encodings of live inputs only."""
     stable_messages: int = 0
     """Leading messages that later inputs start with, until history is rewritten."""
     summary_messages: int = 0

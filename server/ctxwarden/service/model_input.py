@@ -102,6 +102,6 @@ class ModelInputs:
             # (a later change of either re-counted the stored ones).
             ctx = SessionContext(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
             # A one-off input: its encodings would only crowd out those of hot sessions.
-            return replace(ctx.model_input(max_output_tokens), render_cache=None)
+            return replace(ctx.model_input(max_output_tokens), live=False)
 
         return await asyncio.to_thread(build)
