@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ctxwarden import listen
 from ctxwarden.api import reflection_v1
 from ctxwarden.api.auth import Authenticator, JwtConfig, describe, load_api_keys, load_jwks
-from ctxwarden.api.convert import encoding_cache
+from ctxwarden.api.convert import new_encoding_cache
 from ctxwarden.api.guard import GuardInterceptor, RateLimiter
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.reads import (
@@ -34,10 +34,10 @@ from ctxwarden.observability.logging import configure_logging
 from ctxwarden.observability.metrics import (
     Metrics,
     MetricsServer,
+    ServiceMetrics,
     disable_created_series,
     start_metrics_server,
 )
-from ctxwarden.observability.metrics import metrics as hooks
 from ctxwarden.observability.tracing import Tracing, setup_tracing
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.store import migrate
@@ -154,6 +154,7 @@ async def build_manager(
     )
     if obs is not None:
         instrument_engine(engine, obs, tracing)
+    hooks = ServiceMetrics(obs, tracing)
     quota = TenantQuota(settings.max_sessions_per_tenant, settings.max_stored_bytes_per_tenant)
     store = Store(
         engine,
@@ -164,7 +165,7 @@ async def build_manager(
         statement_timeout=settings.db_timeout_seconds,
     )
     await quota.reconcile(engine)
-    return SessionManager(store, settings, summarizer)
+    return SessionManager(store, settings, summarizer, metrics=hooks)
 
 
 async def serve(settings: Settings) -> None:
@@ -182,10 +183,8 @@ async def serve(settings: Settings) -> None:
     disable_created_series()
     obs = Metrics()
     tracing = setup_tracing(settings.otel_endpoint) if settings.otel_endpoint else None
-    encoding_cache.limit_bytes = max(0, settings.encoding_cache_mb) * 1024 * 1024
     manager = await build_manager(settings, summarizer, obs, tracing)
-    obs.watch_manager(manager)
-    hooks.install(obs, tracing)
+    obs.watch_sessions(lambda: len(manager.hot), manager.hot.capacity, lambda: manager.restores)
     metrics_server: MetricsServer | None = None
     try:
         if settings.metrics_listen:
@@ -197,7 +196,6 @@ async def serve(settings: Settings) -> None:
                 ) from exc
         await _serve_grpc(settings, manager, auth, credentials, obs, tracing, metrics_server)
     finally:
-        hooks.uninstall(obs)
         if metrics_server is not None:
             metrics_server.close()
         if tracing is not None:
@@ -247,7 +245,8 @@ async def _serve_grpc(
     tracing: Tracing | None,
     metrics_server: MetricsServer | None,
 ) -> None:
-    servicer = ContextServicer(manager, settings.limits)
+    encodings = new_encoding_cache(max(0, settings.encoding_cache_mb) * 1024 * 1024)
+    servicer = ContextServicer(manager, settings.limits, encodings)
     address = listen.parse(settings.listen)
     server = grpc.aio.server(
         interceptors=_interceptors(settings, auth, obs, tracing),

@@ -9,7 +9,7 @@ import pytest
 from ctxwarden.core.calibration import Calibration
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason, Usage
-from ctxwarden.core.model_input import METHOD_ANCHORED, METHOD_ESTIMATED
+from ctxwarden.core.model_input import TokenCountMethod
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tokens import HeuristicTokenizer
 
@@ -54,7 +54,7 @@ def test_estimate_converges_to_reported_usage(factor: float) -> None:
     assert all(e < 0.02 for e in errors[3:]), errors
     mi = ctx.model_input()
     assert mi.tokens.estimate_error_ratio == pytest.approx(factor, rel=0.02)
-    assert mi.tokens.method in (METHOD_ANCHORED, METHOD_ESTIMATED)
+    assert mi.tokens.method in (TokenCountMethod.ANCHORED, TokenCountMethod.ESTIMATED)
     if factor > 1:
         assert mi.tokens.anchored_total_tokens > 0
 
@@ -64,7 +64,7 @@ def test_uncalibrated_session_reports_plain_counts() -> None:
     _append(ctx, Message(Role.USER, (ContentBlock.of_text("x" * 400),)), ids=itertools.count())
     t = ctx.model_input().tokens
     assert (t.total_tokens, t.estimate_error_ratio, t.anchored_total_tokens) == (100, 1.0, 0)
-    assert t.method == METHOD_ESTIMATED  # heuristic: never exact
+    assert t.method == TokenCountMethod.ESTIMATED  # heuristic: never exact
 
 
 def test_usage_from_before_a_checkpoint_anchors_nothing() -> None:

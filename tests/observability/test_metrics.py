@@ -25,8 +25,8 @@ from tests.support.builders import assistant, user
 from tests.support.server import ServerProcess
 
 SERVICE_HOOKS_WIRED = True
-"""Flip to True once service/manager.py and service/compaction.py call the
-``ctxwarden.observability.metrics.metrics`` hooks (appends, built inputs)."""
+"""Flip to True once the service use cases call their runtime's
+``ServiceMetrics`` hooks (appends, built inputs)."""
 
 EXPECTED_FAMILIES = {
     "ctxwarden_build_info",

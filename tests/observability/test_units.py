@@ -4,6 +4,7 @@ formatting, engine events and the health monitor."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import logging
@@ -16,9 +17,14 @@ import grpc
 import pytest
 from sqlalchemy import text
 
+from ctxwarden.api.auth import Authenticator
+from ctxwarden.api.servicer import ContextServicer
+from ctxwarden.api.tenancy import current_tenant, enter_tenant, tenant_listener
+from ctxwarden.app import _interceptors
+from ctxwarden.config import Settings
 from ctxwarden.core.errors import FailedPrecondition, Unavailable
-from ctxwarden.core.model_input import TokenBreakdown
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.model_input import TokenBreakdown, TokenCountMethod
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.observability.db import instrument_engine, operation
 from ctxwarden.observability.health import DatabaseProbe, DatabaseUnreachable, HealthMonitor
 from ctxwarden.observability.interceptor import RpcObserver
@@ -29,11 +35,14 @@ from ctxwarden.observability.logging import (
     TextFormatter,
     configure_logging,
     current_rpc,
-    current_tenant,
-    note_tenant,
 )
 from ctxwarden.observability.metrics import Metrics, ServiceMetrics, parse_listen
 from ctxwarden.store.engine import make_engine
+from ctxwarden.v1 import context_service_pb2 as svc_pb
+from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from tests.support.builders import user
+from tests.support.inproc import replica
+from tests.support.server import migrate_database
 
 
 @pytest.fixture
@@ -50,7 +59,9 @@ def value(m: Metrics, name: str, **labels: str) -> float:
 
 
 def _tokens(total: int, ratio: float) -> TokenBreakdown:
-    return TokenBreakdown(1, 2, 3, total - 6, total, 128000, 111616, True, 0, ratio, 3)
+    return TokenBreakdown(
+        1, 2, 3, total - 6, total, 128000, 111616, True, 0, ratio, TokenCountMethod.ESTIMATED
+    )
 
 
 async def test_hooks_record_into_the_installed_metrics(fresh: Metrics) -> None:
@@ -61,7 +72,17 @@ async def test_hooks_record_into_the_installed_metrics(fresh: Metrics) -> None:
     hooks.observe_append(0)
     hooks.observe_model_input(_tokens(5000, 1.07))
     hooks.observe_compaction(
-        Checkpoint("c1", "s1", "sum", 10, 9000, 0, tokens_after=2000, summarizer="agent", trigger=2)
+        Checkpoint(
+            "c1",
+            "s1",
+            "sum",
+            10,
+            9000,
+            0,
+            tokens_after=2000,
+            summarizer="agent",
+            trigger=CompactionTrigger.THRESHOLD,
+        )
     )
 
     async def summarise() -> str:
@@ -97,6 +118,15 @@ async def test_hooks_record_into_the_installed_metrics(fresh: Metrics) -> None:
     failures = "ctxwarden_summarizer_failures_total"
     assert value(fresh, failures, summarizer="openai:m", reason="unavailable") == 1
     assert value(fresh, failures, summarizer="openai:m", reason="rejected") == 1
+
+
+def test_hooks_given_metrics_record_into_them_only() -> None:
+    a, b = Metrics(process=False), Metrics(process=False)
+    ServiceMetrics(a).observe_append(2)
+    ServiceMetrics(b).observe_append(5)
+    ServiceMetrics().observe_append(7)  # the default: records nothing
+    assert value(a, "ctxwarden_messages_appended_total") == 2
+    assert value(b, "ctxwarden_messages_appended_total") == 5
 
 
 def test_two_metrics_never_share_a_registry() -> None:
@@ -254,11 +284,13 @@ def test_json_formatter_adds_rpc_context_and_tenant() -> None:
     assert set(plain) == {"ts", "level", "logger", "msg"}
     info = RpcInfo(method="svc/M", request_id="r1", session_id="s1")
     token = current_rpc.set(info)
+    listener = tenant_listener.set(info.note_tenant)
     try:
-        tenant_token = note_tenant("acme")
+        tenant_token = enter_tenant("acme")
         current_tenant.reset(tenant_token)  # an inner layer resets its variable ...
         out = json.loads(fmt.format(_record(code="OK")))
     finally:
+        tenant_listener.reset(listener)
         current_rpc.reset(token)
     # ... the tenant recorded on the RPC survives it.
     assert out["tenant"] == "acme" and info.tenant == "acme"
@@ -436,3 +468,40 @@ async def test_sqlite_probe_notices_a_moved_or_replaced_file(tmp_path: Path) -> 
     assert len(pings) == 2  # never pinged a file that is not ours
     assert DatabaseProbe(ping, "sqlite:///:memory:").path is None
     assert DatabaseProbe(ping, "mysql+aiomysql://u@h/db").path is None
+
+
+async def test_access_log_names_the_authenticated_tenant(
+    fresh: Metrics, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Authentication sets the tenant in the api layer; the access line, written
+    after it was reset, still names it (unary and streaming calls)."""
+    url = f"sqlite:///{tmp_path}/tenant.db"
+    await asyncio.to_thread(migrate_database, url)
+    settings = Settings(database_url=url)
+    auth = Authenticator(api_keys={hashlib.sha256(b"key-of-acme").hexdigest(): "acme"})
+    md = (("authorization", "Bearer key-of-acme"),)
+    async with replica(url) as manager:
+        server = grpc.aio.server(interceptors=_interceptors(settings, auth, fresh, None))
+        server.add_generic_rpc_handlers((ContextServicer(manager, settings.limits).handler(),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        caplog.set_level(logging.INFO, logger="ctxwarden.access")
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                stub = pb_grpc.ContextServiceStub(ch)
+                await stub.CreateSession(
+                    svc_pb.CreateSessionRequest(session_id="s1"), metadata=md, timeout=30
+                )
+                append = svc_pb.AppendMessagesRequest(session_id="s1", messages=[user("hi")])
+                _ = [r async for r in stub.StreamMessages(iter([append]), metadata=md, timeout=30)]
+        finally:
+            await server.stop(0)
+    lines = {
+        getattr(r, FIELDS_ATTR)["method"]: getattr(r, FIELDS_ATTR)
+        for r in caplog.records
+        if r.name == "ctxwarden.access"
+    }
+    for method in ("CreateSession", "StreamMessages"):
+        fields = lines[f"ctxwarden.v1.ContextService/{method}"]
+        assert (fields["code"], fields["tenant"]) == ("OK", "acme"), fields
+    assert current_tenant.get() == "" and tenant_listener.get() is None

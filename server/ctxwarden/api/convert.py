@@ -1,6 +1,7 @@
 """Protobuf <-> domain conversion of messages, model inputs and compactions.
 
-Enum values are checked here; sessions are in convert_session.
+Enum values are checked here, and each enum of the API has its one map between
+proto and domain values here; sessions are in convert_session.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import sys
 from dataclasses import replace
 
 from ctxwarden.api.convert_session import timestamp, tool_to_pb
-from ctxwarden.api.encoding import EncodingCache
+from ctxwarden.api.encoding import DEFAULT_LIMIT_BYTES, EncodingCache
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.types import SummaryPrompt
@@ -24,9 +25,9 @@ from ctxwarden.core.messages import (
     StopReason,
     Usage,
 )
-from ctxwarden.core.model_input import ModelInputView
+from ctxwarden.core.model_input import ModelInputView, TokenCountMethod
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
 
@@ -43,6 +44,40 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+# -- enums ----------------------------------------------------------------------
+
+_TRIGGERS_FROM_PB: dict[int, CompactionTrigger] = {
+    svc_pb.COMPACTION_TRIGGER_MANUAL: CompactionTrigger.MANUAL,
+    svc_pb.COMPACTION_TRIGGER_THRESHOLD: CompactionTrigger.THRESHOLD,
+    svc_pb.COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger.OVERFLOW,
+}
+_TRIGGERS_TO_PB: dict[CompactionTrigger, svc_pb.CompactionTrigger.ValueType] = {
+    CompactionTrigger.MANUAL: svc_pb.COMPACTION_TRIGGER_MANUAL,
+    CompactionTrigger.THRESHOLD: svc_pb.COMPACTION_TRIGGER_THRESHOLD,
+    CompactionTrigger.OVERFLOW: svc_pb.COMPACTION_TRIGGER_OVERFLOW,
+}
+_METHODS_TO_PB: dict[TokenCountMethod, svc_pb.TokenCountMethod.ValueType] = {
+    TokenCountMethod.EXACT: svc_pb.TOKEN_COUNT_METHOD_EXACT,
+    TokenCountMethod.ANCHORED: svc_pb.TOKEN_COUNT_METHOD_ANCHORED,
+    TokenCountMethod.ESTIMATED: svc_pb.TOKEN_COUNT_METHOD_ESTIMATED,
+}
+
+
+def trigger_from_pb(value: int) -> CompactionTrigger | None:
+    """A request's CompactionTrigger (unset: MANUAL, its documented default); None: unknown."""
+    if value == svc_pb.COMPACTION_TRIGGER_UNSPECIFIED:
+        return CompactionTrigger.MANUAL
+    return _TRIGGERS_FROM_PB.get(value)
+
+
+def trigger_to_pb(trigger: CompactionTrigger) -> svc_pb.CompactionTrigger.ValueType:
+    return _TRIGGERS_TO_PB[trigger]
+
+
+def method_to_pb(method: TokenCountMethod) -> svc_pb.TokenCountMethod.ValueType:
+    return _METHODS_TO_PB[method]
 
 
 # -- messages -------------------------------------------------------------------
@@ -178,7 +213,9 @@ def encode_message(m: Message) -> bytes:
     return _MESSAGES_TAG + _varint(len(body)) + body
 
 
-encoding_cache = EncodingCache(encode_message)
+def new_encoding_cache(limit_bytes: int = DEFAULT_LIMIT_BYTES) -> EncodingCache:
+    """An empty cache of encode_message encodings (one per server)."""
+    return EncodingCache(encode_message, limit_bytes)
 
 
 def resume_token(v: ModelInputView) -> str:
@@ -205,12 +242,18 @@ def resume_offset(token: str, v: ModelInputView) -> int:
     return held if f"{v.digests[index]:016x}" == fingerprint else 0
 
 
-def model_input_bytes(v: ModelInputView, offset: int = 0, *, with_messages: bool = True) -> bytes:
-    """The serialized ModelInput, built from cached per-message encodings.
+def model_input_bytes(
+    v: ModelInputView,
+    offset: int = 0,
+    *,
+    with_messages: bool = True,
+    cache: EncodingCache | None = None,
+) -> bytes:
+    """The serialized ModelInput, built from per-message encodings (cached in ``cache``).
 
     Byte-for-byte deterministic for the same state (and offset). Encoding a
-    1,000-message input from scratch costs ~20 ms in Python; this costs
-    ~0.2 ms. With ``offset`` > 0 only messages[offset:] are sent; without
+    1,000-message input from scratch costs ~20 ms in Python; with the cache it
+    costs ~0.2 ms. With ``offset`` > 0 only messages[offset:] are sent; without
     ``with_messages`` none are (view BASIC), and so there is no resume_token.
     """
     head = model_input_to_pb(replace(v, messages=()))
@@ -218,7 +261,11 @@ def model_input_bytes(v: ModelInputView, offset: int = 0, *, with_messages: bool
         head.resume_token = ""
         return head.SerializeToString(deterministic=True)
     head.messages_offset = offset
-    return head.SerializeToString(deterministic=True) + b"".join(encoding_cache.encode(v, offset))
+    if cache is None:
+        encoded = [encode_message(m) for m in v.messages[offset:]]
+    else:
+        encoded = cache.encode(v, offset)
+    return head.SerializeToString(deterministic=True) + b"".join(encoded)
 
 
 def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
@@ -239,7 +286,7 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
             estimated=t.estimated,
             anchored_total_tokens=t.anchored_total_tokens,
             estimate_error_ratio=t.estimate_error_ratio,
-            method=t.method,  # type: ignore[arg-type]
+            method=method_to_pb(t.method),
         ),
         compaction_recommended=v.compaction_recommended,
         first_kept_seq=v.first_kept_seq,
@@ -269,7 +316,7 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         read_files=list(c.read_files),
         modified_files=list(c.modified_files),
         summarizer=c.summarizer,
-        trigger=c.trigger,  # type: ignore[arg-type]
+        trigger=trigger_to_pb(c.trigger),
         create_time=timestamp(c.create_time_us),
         superseded=c.superseded,
         at_seq=c.at_seq,

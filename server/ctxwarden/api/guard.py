@@ -21,9 +21,8 @@ from ctxwarden.api.auth import Authenticator, AuthError
 from ctxwarden.api.errors import rich_status
 from ctxwarden.api.handlers import SERVICE_NAME
 from ctxwarden.api.reads import is_unary, mark_unary
-from ctxwarden.api.tenancy import current_tenant
+from ctxwarden.api.tenancy import current_tenant, enter_tenant
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.observability.logging import note_tenant
 
 AUTH_FAILURE_BURST = 20
 """Failed authentications a peer may make at once..."""
@@ -157,7 +156,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             async def unary(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 tenant = await self._authenticate(context, name)
                 await self._admit(context, tenant)
-                token = note_tenant(tenant)
+                token = enter_tenant(tenant)
                 try:
                     return await inner(requests, context)
                 finally:
@@ -171,7 +170,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 requests: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
                 tenant = await self._authenticate(context, name)
-                token = note_tenant(tenant)
+                token = enter_tenant(tenant)
                 try:
                     async for item in stream_inner(self._each(requests, context, tenant), context):
                         yield item

@@ -19,10 +19,13 @@ from ctxwarden.api.convert import (
     message_from_pb,
     message_to_pb,
     model_input_bytes,
+    new_encoding_cache,
     plan_to_pb,
     resume_offset,
+    trigger_from_pb,
 )
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
+from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.handlers import Malformed, service_handler
 from ctxwarden.api.responses import (
@@ -36,7 +39,6 @@ from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.service.compaction import TRIGGER_MANUAL
 from ctxwarden.service.manager import IdempotencyKey, SessionManager, message_page_token
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
@@ -92,9 +94,15 @@ def _key(request: Any) -> IdempotencyKey | None:
 
 
 class ContextServicer:
-    def __init__(self, manager: SessionManager, limits: Limits) -> None:
+    def __init__(
+        self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
+    ) -> None:
+        """``encodings``: this server's cache of message encodings (default: a new
+        one with the default budget); it drops the sessions that leave memory."""
         self.manager = manager
         self.limits = limits
+        self.encodings = encodings if encodings is not None else new_encoding_cache()
+        manager.hot.on_evict(self.encodings.forget)
 
     # -- sessions -------------------------------------------------------------
 
@@ -254,7 +262,11 @@ class ContextServicer:
         if not with_messages:
             return model_input_bytes(view, with_messages=False)
         offset = resume_offset(request.resume_token, view) if request.resume_token else 0
-        return model_input_bytes(view, offset)
+        encoded = model_input_bytes(view, offset, cache=self.encodings)
+        sid = view.session.session_id
+        if sid not in self.manager.hot:  # it left memory while its input was built
+            self.encodings.forget(sid)
+        return encoded
 
     @unary
     async def RollbackTurn(
@@ -277,8 +289,9 @@ class ContextServicer:
 
     @unary
     async def Compact(self, request: pb.CompactRequest, context: Any) -> pb.Compaction:
-        trigger = int(request.trigger) or TRIGGER_MANUAL
-        if trigger not in (1, 2, 3):
+        trigger = int(request.trigger)
+        wanted = trigger_from_pb(trigger)
+        if wanted is None:
             raise InvalidArgument(
                 f"trigger {trigger} is unknown", reason=ErrorReason.INVALID_TRIGGER, field="trigger"
             )
@@ -287,7 +300,7 @@ class ContextServicer:
             request.instructions,
             request.keep_recent_tokens,
             _key(request),
-            trigger,
+            wanted,
         )
         return checkpoint_to_pb(checkpoint)
 

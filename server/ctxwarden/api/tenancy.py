@@ -5,15 +5,45 @@ Internally a tenant's session IDs are prefixed ``TENANT~`` ("~" cannot occur
 in a client-visible ID), so one tenant can never name, list or guess its way
 into another tenant's session: it simply does not exist for them (NOT_FOUND).
 Without authentication the tenant is "" and IDs are unchanged.
+
+The tenant of the RPC being served is request-scoped (``current_tenant``):
+authentication sets it, IDs are scoped by it here and log records carry it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.validation import check_session_id
-from ctxwarden.observability.logging import current_tenant
 
-__all__ = ["current_tenant", "inner_id", "outer_id"]
+__all__ = ["current_tenant", "enter_tenant", "inner_id", "outer_id", "tenant_listener"]
+
+current_tenant: ContextVar[str] = ContextVar("ctxwarden_tenant", default="")
+"""The authenticated tenant of the RPC being served ("" when unknown).
+
+Set it from the authentication layer (``enter_tenant(tenant)``) inside the RPC's
+task. Request metadata never names the tenant: without authentication it is empty.
+"""
+
+tenant_listener: ContextVar[Callable[[str], None] | None] = ContextVar(
+    "ctxwarden_tenant_listener", default=None
+)
+"""Told the tenant ``enter_tenant`` sets during the RPC (set by whoever observes
+the RPC): the access log is written after inner layers have reset
+``current_tenant``, so it records the tenant this way."""
+
+
+def enter_tenant(tenant: str) -> Token[str]:
+    """Set ``current_tenant`` and tell the RPC's listener, if any.
+
+    Returns the token for ``current_tenant.reset``.
+    """
+    listener = tenant_listener.get()
+    if listener is not None:
+        listener(tenant)
+    return current_tenant.set(tenant)
 
 
 def inner_id(session_id: str, field: str = "session_id") -> str:

@@ -17,7 +17,6 @@ from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import Message, MessageState, Role
 from ctxwarden.core.model_input import (
     ModelInputView,
-    RenderCache,
     counting_profile,
     prefix_hash,
     token_breakdown,
@@ -67,7 +66,6 @@ class SessionContext:
         # The view so far; valid while _entries is the same list and only grew.
         self._builder: ViewBuilder | None = None
         self._builder_source: list[ViewEntry] | None = None
-        self.render_cache = RenderCache()
         # message_id -> stored message, built on first use: most clients never
         # send message_ids, and thousands of hot sessions need not pay for it.
         self._by_message_id: dict[str, Message] | None = None
@@ -380,7 +378,7 @@ class SessionContext:
             compaction_id=self.checkpoint.compaction_id if self.checkpoint else "",
             prefix_hash=self._prefix_hash,
             summary=self.checkpoint.carried_summary if self.checkpoint else "",
-            render_cache=self.render_cache,
+            live=True,
             stable_messages=view.stable + (1 if self._summary is not None else 0),
             summary_messages=1 if self._summary is not None else 0,
             digests=view.digests,

@@ -3,6 +3,7 @@ count and fingerprint its fixed parts (system prompt, tools, summary)."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -14,6 +15,17 @@ from ctxwarden.core.models import lookup_model
 from ctxwarden.core.session import Session, ToolDefinition
 from ctxwarden.core.tokens import CountingProfile, Tokenizer
 from ctxwarden.core.view import Notice
+
+
+class TokenCountMethod(enum.IntEnum):
+    """How a token total was obtained."""
+
+    EXACT = 1
+    """Counted with the model's real tokenizer."""
+    ANCHORED = 2
+    """The provider's last reported usage plus an estimate of what came after."""
+    ESTIMATED = 3
+    """A (calibrated) estimate."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,24 +40,7 @@ class TokenBreakdown:
     estimated: bool
     anchored_total_tokens: int = 0
     estimate_error_ratio: float = 1.0
-    method: int = 0
-    """1 exact, 2 anchored, 3 estimated (TokenCountMethod)."""
-
-
-METHOD_EXACT = 1
-METHOD_ANCHORED = 2
-METHOD_ESTIMATED = 3
-
-
-class RenderCache(dict[int, tuple[object, bytes]]):
-    """Opaque per-session cache for the api layer's encoding of stored messages.
-
-    It lives and dies with its SessionContext. It is weak-referenceable so
-    that a process-wide budget can account for it without keeping an evicted
-    session's cache (and the messages its entries hold) alive.
-    """
-
-    __slots__ = ("__weakref__",)
+    method: TokenCountMethod = TokenCountMethod.ESTIMATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +57,9 @@ class ModelInputView:
     summary: str
     rendered_json: str = ""
     """The input in a provider's wire schema (when a format was asked for)."""
-    render_cache: RenderCache | None = field(default=None, compare=False)
-    """The session's RenderCache; None: nothing to cache (a one-off input)."""
+    live: bool = field(default=False, compare=False)
+    """The hot session's current input (False: a one-off, such as a replay); the
+    api layer keeps encodings of live inputs only."""
     stable_messages: int = 0
     """Leading messages that later inputs start with, until history is rewritten."""
     summary_messages: int = 0
@@ -117,11 +113,11 @@ def token_breakdown(
     counted = system_tokens + tools_tokens + summary_tokens + message_tokens
     estimate = calibration.apply(counted)
     if anchored > estimate:
-        total, method = anchored, METHOD_ANCHORED
+        total, method = anchored, TokenCountMethod.ANCHORED
     elif exact and calibration.samples == 0:
-        total, method = counted, METHOD_EXACT
+        total, method = counted, TokenCountMethod.EXACT
     else:
-        total, method = estimate, METHOD_ESTIMATED
+        total, method = estimate, TokenCountMethod.ESTIMATED
     return TokenBreakdown(
         system_tokens=system_tokens,
         tools_tokens=tools_tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -95,6 +96,17 @@ class Session:
         return self.delete_time_us != 0
 
 
+class CompactionTrigger(enum.IntEnum):
+    """What started a compaction (stored as these integers)."""
+
+    MANUAL = 1
+    """An explicit Compact or CommitCompaction call."""
+    THRESHOLD = 2
+    """BuildModelInput with auto_compact crossed the threshold."""
+    OVERFLOW = 3
+    """The provider rejected the input as too long."""
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """A compaction checkpoint: how the effective context was shortened."""
@@ -111,7 +123,7 @@ class Checkpoint:
     read_files: tuple[str, ...] = ()
     modified_files: tuple[str, ...] = ()
     summarizer: str = ""
-    trigger: int = 1
+    trigger: CompactionTrigger = CompactionTrigger.MANUAL
     at_seq: int = 0
     superseded: bool = False
 

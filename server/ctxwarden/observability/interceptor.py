@@ -27,12 +27,12 @@ import grpc
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
+from ctxwarden.api.tenancy import current_tenant, tenant_listener
 from ctxwarden.observability.logging import (
     FIELDS_ATTR,
     REQUEST_ID_METADATA_KEY,
     RpcInfo,
     current_rpc,
-    current_tenant,
 )
 
 if TYPE_CHECKING:
@@ -116,6 +116,7 @@ class _Call:
     __slots__ = (
         "debug",
         "info",
+        "listener_token",
         "metadata",
         "method",
         "metrics",
@@ -146,6 +147,9 @@ class _Call:
             request_id=metadata.get(REQUEST_ID_METADATA_KEY, ""),
         )
         self.rpc_token: Token[RpcInfo | None] | None = current_rpc.set(self.info)
+        self.listener_token: Token[Callable[[str], None] | None] | None = tenant_listener.set(
+            self.info.note_tenant
+        )
         self.span: Span | None = None
         if observer.tracing is not None:
             self.span = observer.tracing.start_rpc(method, metadata)
@@ -186,7 +190,7 @@ class _Call:
             if self.streaming:
                 m.stream_messages.labels(self.method, "received").inc(self.requests)
                 m.stream_messages.labels(self.method, "sent").inc(self.responses)
-        # note_tenant() records the authenticated tenant on self.info. Request
+        # enter_tenant() records the authenticated tenant on self.info. Request
         # metadata is never trusted for it: an unauthenticated call could claim
         # any tenant there.
         tenant = current_tenant.get() or self.info.tenant
@@ -197,6 +201,12 @@ class _Call:
                 self.span.set_attribute("ctxwarden.tenant", tenant)
             self.span.finish_rpc(code.name, code.value[0])
         self._log(code, elapsed, tenant, context, exc)
+        if self.listener_token is not None:
+            try:
+                tenant_listener.reset(self.listener_token)
+            except ValueError:  # finished in another context (should not happen)
+                tenant_listener.set(None)
+            self.listener_token = None
         if self.rpc_token is not None:
             try:
                 current_rpc.reset(self.rpc_token)

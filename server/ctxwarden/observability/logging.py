@@ -16,17 +16,11 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-current_tenant: ContextVar[str] = ContextVar("ctxwarden_tenant", default="")
-"""The authenticated tenant of the RPC being served ("" when unknown).
-
-Set it from the authentication layer (``note_tenant(tenant)``) inside the RPC's
-task; the access log reads it when the RPC ends. Request metadata never names
-the tenant: without authentication the logged tenant is empty.
-"""
+from ctxwarden.api.tenancy import current_tenant
 
 REQUEST_ID_METADATA_KEY = "x-request-id"
 FIELDS_ATTR = "ctxw_fields"
@@ -41,21 +35,17 @@ class RpcInfo:
     session_id: str = ""
     tenant: str = ""
 
+    def note_tenant(self, tenant: str) -> None:
+        """Record the authenticated tenant (a ``tenancy.tenant_listener``).
+
+        The access log is written by the outermost interceptor after inner
+        layers have returned (and reset ``current_tenant``), so it reads the
+        tenant recorded here.
+        """
+        self.tenant = tenant
+
 
 current_rpc: ContextVar[RpcInfo | None] = ContextVar("ctxwarden_rpc", default=None)
-
-
-def note_tenant(tenant: str) -> Token[str]:
-    """Set ``current_tenant`` and record it on the RPC being served.
-
-    The access log is written by the outermost interceptor after inner layers
-    have returned (and reset their context variables), so it reads the tenant
-    recorded here. Returns the token for ``current_tenant.reset``.
-    """
-    rpc = current_rpc.get()
-    if rpc is not None:
-        rpc.tenant = tenant
-    return current_tenant.set(tenant)
 
 
 TraceIdSource = Callable[[], "tuple[str, str] | None"]

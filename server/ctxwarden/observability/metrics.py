@@ -2,18 +2,15 @@
 
 ``Metrics`` owns one ``CollectorRegistry`` (never the global one), so several
 servers, or tests, can live in one process. ``app.serve`` creates one per
-server, installs it behind the module-level ``metrics`` hook object and serves
-it over HTTP with ``start_metrics_server``.
+server and serves it over HTTP with ``start_metrics_server``.
 
-The service layer records domain events through ``metrics`` (no-ops until a
-server installs a ``Metrics``)::
+The service layer records domain events through the ``ServiceMetrics`` it is
+given (``SessionRuntime.metrics``; the default records nothing)::
 
-    from ctxwarden.observability.metrics import metrics
-
-    metrics.observe_append(len(plan.new))
-    metrics.observe_model_input(view.tokens)
-    metrics.observe_compaction(checkpoint)
-    summary, prefix = await metrics.timed_summarize(summarizer.name, self._summarize(...))
+    rt.metrics.observe_append(len(plan.new))
+    rt.metrics.observe_model_input(view.tokens)
+    rt.metrics.observe_compaction(checkpoint)
+    summary, prefix = await rt.metrics.timed_summarize(summarizer.name, self._summarize(...))
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ if TYPE_CHECKING:
     from ctxwarden.core.model_input import TokenBreakdown
     from ctxwarden.core.session import Checkpoint
     from ctxwarden.observability.tracing import Tracing
-    from ctxwarden.service.manager import SessionManager
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,8 +55,6 @@ DB_BUCKETS = (
 TOKEN_BUCKETS = tuple(float(2**i) for i in range(8, 22))  # 256 .. 2,097,152 tokens
 RATIO_BUCKETS = (0.5, 0.75, 0.9, 0.95, 0.99, 1.0, 1.01, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0)
 SUMMARIZER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
-
-TRIGGERS = {1: "manual", 2: "threshold", 3: "overflow"}
 
 
 def disable_created_series() -> None:
@@ -181,32 +175,36 @@ class Metrics:
         )
         self.database_up.set(1)
 
-    def watch_manager(self, manager: SessionManager) -> None:
-        """Export the manager's hot-session count and restore counter (read at scrape)."""
-        self.registry.register(_ManagerCollector(manager))
+    def watch_sessions(
+        self, hot: Callable[[], int], capacity: int, restores: Callable[[], int]
+    ) -> None:
+        """Export the hot-session count, its capacity and the restore counter
+        (``hot`` and ``restores`` are read at scrape)."""
+        self.registry.register(_SessionCollector(hot, capacity, restores))
 
     def watch_pool(self, size: Callable[[], int]) -> None:
         self.db_pool_size.set_function(lambda: float(size()))
 
 
-class _ManagerCollector(Collector):
-    def __init__(self, manager: SessionManager) -> None:
-        self.manager = manager
+class _SessionCollector(Collector):
+    def __init__(self, hot: Callable[[], int], capacity: int, restores: Callable[[], int]) -> None:
+        self.hot = hot
+        self.capacity = capacity
+        self.restores = restores
 
     def collect(self) -> Iterable[Metric]:
-        m = self.manager
         yield GaugeMetricFamily(
-            "ctxwarden_hot_sessions", "Sessions held in memory now", value=len(m.hot)
+            "ctxwarden_hot_sessions", "Sessions held in memory now", value=self.hot()
         )
         yield GaugeMetricFamily(
             "ctxwarden_hot_sessions_capacity",
             "Most sessions held in memory (--max-hot-sessions)",
-            value=m.hot.capacity,
+            value=self.capacity,
         )
         yield CounterMetricFamily(
             "ctxwarden_session_restores",
             "Sessions loaded from the database into memory (restart, eviction, other replica)",
-            value=m.restores,
+            value=self.restores(),
         )
 
 
@@ -226,15 +224,16 @@ def _failure_reason(exc: BaseException) -> str:
 
 
 class ServiceMetrics:
-    """Hook points for the service layer: no-ops until a server installs ``Metrics``.
+    """Hook points for the service layer, recording into one server's ``Metrics``
+    (and spans into its ``Tracing``); without them every hook is a no-op.
 
     Every method is safe to call from anywhere and never raises because of
     metrics (except ``timed_summarize``, which re-raises the call's own error).
     """
 
-    def __init__(self) -> None:
-        self._m: Metrics | None = None
-        self._tracing: Tracing | None = None
+    def __init__(self, target: Metrics | None = None, tracing: Tracing | None = None) -> None:
+        self._m = target
+        self._tracing = tracing
 
     def install(self, target: Metrics | None, tracing: Tracing | None = None) -> None:
         self._m = target
@@ -276,7 +275,7 @@ class ServiceMetrics:
         m = self._m
         if m is None:
             return
-        trigger = TRIGGERS.get(checkpoint.trigger, str(checkpoint.trigger))
+        trigger = checkpoint.trigger.name.lower()
         m.compactions.labels(trigger, checkpoint.summarizer or "unknown").inc()
         removed = checkpoint.tokens_before - checkpoint.tokens_after
         if removed > 0:
@@ -313,10 +312,6 @@ class ServiceMetrics:
         if span is not None:
             span.finish_ok()
         return result
-
-
-metrics = ServiceMetrics()
-"""The hook object the service layer calls (see the module docstring)."""
 
 
 # -- the HTTP endpoint -----------------------------------------------------------------

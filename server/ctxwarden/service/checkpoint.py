@@ -9,7 +9,7 @@ from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 
 NO_EARLIER_HISTORY = "(no earlier history)"
 
@@ -20,7 +20,7 @@ def build_checkpoint(
     summary: str,
     turn_prefix_summary: str,
     summarizer: str,
-    trigger: int,
+    trigger: CompactionTrigger,
 ) -> Checkpoint:
     """Build the checkpoint; trim the summary so it never pushes the rebuilt
     context over the threshold (nor past its own budget)."""

@@ -32,10 +32,9 @@ from ctxwarden.core.errors import (
     Unavailable,
 )
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
-from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.checkpoint import build_checkpoint
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.store.errors import DuplicateKey
@@ -47,10 +46,6 @@ if TYPE_CHECKING:
     from ctxwarden.service.runtime import SessionRuntime
 
 log = logging.getLogger(__name__)
-
-TRIGGER_MANUAL = 1
-TRIGGER_THRESHOLD = 2
-TRIGGER_OVERFLOW = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +93,9 @@ class Compactor:
         plan_id = ids.new_id()
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
-        stored = StoredPlan(plan_id, session_id, PlanTerms.of(plan, TRIGGER_MANUAL), expire, "")
+        stored = StoredPlan(
+            plan_id, session_id, PlanTerms.of(plan, CompactionTrigger.MANUAL), expire, ""
+        )
         await self.m.db(lambda: self.m.store.plans.save(stored, now))
         return PlanHandle(plan_id, plan, expire)
 
@@ -112,7 +109,7 @@ class Compactor:
         summary: str,
         turn_prefix_summary: str,
         summarizer: str,
-        trigger: int,
+        trigger: CompactionTrigger,
         plan_id: str = "",
         record_scope: RequestScope | None = None,
         key: IdempotencyKey | None = None,
@@ -163,7 +160,7 @@ class Compactor:
             ctx.apply_checkpoint(checkpoint)
             ctx.session = replace(ctx.session, version=session.version)
             ctx.checked_at = self.m.clock()
-            metrics.observe_compaction(checkpoint)
+            self.m.metrics.observe_compaction(checkpoint)
             log.info(
                 "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",
                 session_id,
@@ -221,7 +218,7 @@ class Compactor:
         instructions: str,
         keep_recent_tokens: int,
         key: IdempotencyKey | None,
-        trigger: int = TRIGGER_MANUAL,
+        trigger: CompactionTrigger = CompactionTrigger.MANUAL,
     ) -> Checkpoint:
         summarizer = self.summarizer
         if summarizer is None:
@@ -244,7 +241,7 @@ class Compactor:
             ctx = await self.m.context_locked(session_id, verify=True)
             plan = self._plan(ctx, keep_recent_tokens, instructions)
             pinned = ctx.session.pinned_state
-        summary, prefix = await metrics.timed_summarize(
+        summary, prefix = await self.m.metrics.timed_summarize(
             summarizer.name, self._summarize(summarizer, plan, pinned, instructions)
         )
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ctxwarden.core.context import SessionContext
@@ -78,9 +78,22 @@ class HotSessions:
         self.capacity = max(1, capacity)
         self._items: OrderedDict[str, SessionContext] = OrderedDict()
         self.locks = SessionLocks(lock_timeout)
+        self._listeners: list[Callable[[str], None]] = []
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._items
+
+    def on_evict(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(session_id)`` whenever a session's copy leaves memory
+        (evicted, or replaced by another copy), e.g. to drop what was derived from it."""
+        self._listeners.append(listener)
+
+    def _left(self, session_id: str) -> None:
+        for listener in self._listeners:
+            listener(session_id)
 
     def lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """``async with hot.lock(sid):`` runs the session's critical section."""
@@ -93,6 +106,9 @@ class HotSessions:
         return ctx
 
     def put(self, session_id: str, ctx: SessionContext) -> None:
+        old = self._items.get(session_id)
+        if old is not None and old is not ctx:
+            self._left(session_id)
         self._items[session_id] = ctx
         self._items.move_to_end(session_id)
         if len(self._items) <= self.capacity:
@@ -103,6 +119,8 @@ class HotSessions:
                 break
             if sid != session_id and not self.locks.held(sid):
                 del self._items[sid]
+                self._left(sid)
 
     def evict(self, session_id: str) -> None:
-        self._items.pop(session_id, None)
+        if self._items.pop(session_id, None) is not None:
+            self._left(session_id)

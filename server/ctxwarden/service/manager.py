@@ -23,6 +23,7 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import ToolDefinition
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.core.tokens import count_text
+from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
@@ -42,8 +43,9 @@ class SessionManager:
         settings: Settings,
         summarizer: Summarizer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
-        self.runtime = runtime = SessionRuntime(store, settings, clock)
+        self.runtime = runtime = SessionRuntime(store, settings, clock, metrics)
         self.store = store
         self.settings = settings
         self.hot = runtime.hot

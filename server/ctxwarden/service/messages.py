@@ -23,7 +23,6 @@ from ctxwarden.core.validation import (
     check_messages,
     check_session_id,
 )
-from ctxwarden.observability.metrics import metrics
 from ctxwarden.service.errors import store_error
 from ctxwarden.service.pages import (
     LIST_PAGE_BYTES,
@@ -168,7 +167,7 @@ class Messages:
             self.rt.model_calibration.learn(
                 tenant_of(sid), ctx.session.model, plan.calibration.ratio
             )
-        metrics.observe_append(len(plan.new))
+        self.rt.metrics.observe_append(len(plan.new))
         return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
 
     async def _after_duplicate(

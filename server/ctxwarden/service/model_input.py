@@ -13,9 +13,8 @@ from ctxwarden.core.errors import (
 )
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.render import Format, render_view
-from ctxwarden.core.session import effective_policy
-from ctxwarden.observability.metrics import metrics
-from ctxwarden.service.compaction import TRIGGER_THRESHOLD, Compactor
+from ctxwarden.core.session import CompactionTrigger, effective_policy
+from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import tokenizer_for
 
@@ -72,13 +71,13 @@ class ModelInputs:
         view = ctx.model_input(max_output_tokens)
         if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
             try:
-                await self.compactor.compact(session_id, "", 0, None, TRIGGER_THRESHOLD)
+                await self.compactor.compact(session_id, "", 0, None, CompactionTrigger.THRESHOLD)
             except FailedPrecondition as exc:
                 if exc.reason != ErrorReason.NOTHING_TO_COMPACT:
                     raise
             ctx = await self.rt.context(session_id)
             view = ctx.model_input(max_output_tokens)
-        metrics.observe_model_input(view.tokens)
+        self.rt.metrics.observe_model_input(view.tokens)
         return view
 
     async def _replay_input(
@@ -104,6 +103,6 @@ class ModelInputs:
             # (a later change of either re-counted the stored ones).
             ctx = SessionContext(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
             # A one-off input: its encodings would only crowd out those of hot sessions.
-            return replace(ctx.model_input(max_output_tokens), render_cache=None)
+            return replace(ctx.model_input(max_output_tokens), live=False)
 
         return await asyncio.to_thread(build)

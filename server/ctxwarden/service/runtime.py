@@ -18,6 +18,7 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.core.validation import check_session_id
+from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.errors import store_error
 from ctxwarden.service.hot import HotSessions
 from ctxwarden.service.results import IdempotencyKey
@@ -41,10 +42,13 @@ class SessionRuntime:
         store: Store,
         settings: Settings,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         """``clock`` (seconds) times how long a verified hot copy may be served
-        unchecked (``settings.max_read_staleness_seconds``)."""
+        unchecked (``settings.max_read_staleness_seconds``); the use cases record
+        into ``metrics`` (none: nothing is recorded)."""
         self.clock = clock
+        self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.store = store
         self.settings = settings
         self.hot = HotSessions(settings.max_hot_sessions, settings.db_timeout_seconds)

@@ -25,7 +25,13 @@ from ctxwarden.core.messages import (
     StopReason,
     Usage,
 )
-from ctxwarden.core.session import Checkpoint, ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.session import (
+    Checkpoint,
+    CompactionTrigger,
+    ContextPolicy,
+    Session,
+    ToolDefinition,
+)
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
 
@@ -357,7 +363,7 @@ def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
         read_files=tuple(d.get("read_files", ())),
         modified_files=tuple(d.get("modified_files", ())),
         summarizer=d.get("summarizer", ""),
-        trigger=d.get("trigger", 1),
+        trigger=CompactionTrigger(d.get("trigger", CompactionTrigger.MANUAL)),
         at_seq=row.at_seq,
         superseded=row.superseded_at_seq != 0,
     )

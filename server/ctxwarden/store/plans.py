@@ -11,6 +11,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.core.compaction.terms import PlanTerms
+from ctxwarden.core.session import CompactionTrigger
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.tables import P
@@ -32,6 +33,7 @@ def terms_json(terms: PlanTerms) -> str:
     values: dict[str, Any] = dataclasses.asdict(terms)
     for name in _TUPLES:
         values[name] = list(values[name])
+    values["trigger"] = int(terms.trigger)
     return json.dumps(values, separators=(",", ":"))
 
 
@@ -39,6 +41,7 @@ def terms_from_json(text: str) -> PlanTerms:
     values: dict[str, Any] = json.loads(text)
     for name in _TUPLES:
         values[name] = tuple(values[name])
+    values["trigger"] = CompactionTrigger(values["trigger"])
     return PlanTerms(**values)
 
 

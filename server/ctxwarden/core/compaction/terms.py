@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ctxwarden.core.compaction.planner import Plan
+from ctxwarden.core.session import CompactionTrigger
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +27,10 @@ class PlanTerms:
     prefix_max_tokens: int
     """Budget of the split turn's prefix summary (0: no split turn)."""
     has_history: bool
-    trigger: int
+    trigger: CompactionTrigger
 
     @classmethod
-    def of(cls, plan: Plan, trigger: int) -> PlanTerms:
+    def of(cls, plan: Plan, trigger: CompactionTrigger) -> PlanTerms:
         history, prefix = plan.history_prompt, plan.turn_prefix_prompt
         return cls(
             first_kept_seq=plan.first_kept_seq,
