@@ -73,8 +73,8 @@ async def test_settings_changed_on_a_are_served_by_b(backend_url: str) -> None:
 async def test_compaction_on_a_is_served_by_b_and_not_overwritten(backend_url: str) -> None:
     async with replica(backend_url) as a, replica(backend_url) as b:
         sid = await _seed(a, b, 12)
-        plan = await a.compactor.prepare(sid, "", 1)
-        checkpoint = await a.compactor.commit(sid, plan.plan_id, "## Goal\nsummary", "prefix")
+        plan = await a.prepare_compaction(sid, "", 1)
+        checkpoint = await a.commit_compaction(sid, plan.plan_id, "## Goal\nsummary", "prefix")
         view = await b.build_model_input(sid, 0)
         assert view.compaction_id == checkpoint.compaction_id
         assert view.first_kept_seq == checkpoint.first_kept_seq

@@ -23,7 +23,7 @@ def _imports(layer: str) -> list[tuple[str, str]]:
                 names = [a.name for a in node.names]
             else:
                 continue
-            out += [(path.name, n) for n in names if n.startswith("ctxwarden.")]
+            out += [(path.name, n) for n in names if n.startswith(("ctxwarden.", "sqlalchemy"))]
     return out
 
 
@@ -32,7 +32,9 @@ def _imports(layer: str) -> list[tuple[str, str]]:
     [
         ("core", ("ctxwarden.core",), ()),
         ("observability", (), ("ctxwarden.service",)),
-        ("api", (), ("ctxwarden.observability",)),
+        ("api", (), ("ctxwarden.observability", "ctxwarden.store", "sqlalchemy")),
+        ("service", (), ("ctxwarden.api", "sqlalchemy")),
+        ("store", (), ("ctxwarden.api", "ctxwarden.service", "ctxwarden.observability")),
     ],
 )
 def test_layer_imports(layer: str, allowed: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
@@ -42,3 +44,49 @@ def test_layer_imports(layer: str, allowed: tuple[str, ...], forbidden: tuple[st
         if (allowed and not m.startswith(allowed)) or (forbidden and m.startswith(forbidden))
     ]
     assert not bad, f"{layer} imports {bad}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the ctxwarden modules it imports at import time (not TYPE_CHECKING)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        deps: set[str] = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        graph[name] = {d for d in deps if d.startswith("ctxwarden.") and d != name}
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    graph = _module_graph()
+    known = set(graph)
+
+    def resolve(module: str) -> str:
+        while module not in known and "." in module:
+            module = module.rsplit(".", 1)[0]
+        return module
+
+    edges = {m: {resolve(d) for d in deps} - {m} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for d in sorted(edges.get(m, ())):
+            if state.get(d) == 1:
+                cycle = [*path[path.index(d) :], d]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                visit(d)
+        path.pop()
+        state[m] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module)

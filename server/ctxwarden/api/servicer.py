@@ -183,13 +183,6 @@ class ContextServicer:
 
     async def _append(self, request: pb.AppendMessagesRequest) -> pb.AppendMessagesResponse:
         _check_decoded(request)
-        if len(request.messages) > self.limits.max_messages_per_request:
-            raise InvalidArgument(
-                f"{len(request.messages)} messages in one request; the limit is "
-                f"{self.limits.max_messages_per_request}",
-                reason=ErrorReason.TOO_MANY_MESSAGES,
-                field="messages",
-            )
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append(
             inner_id(request.session_id), self._messages(request), expected, _key(request)
@@ -295,7 +288,7 @@ class ContextServicer:
             raise InvalidArgument(
                 f"trigger {trigger} is unknown", reason=ErrorReason.INVALID_TRIGGER, field="trigger"
             )
-        checkpoint = await self.manager.compactor.compact(
+        checkpoint = await self.manager.compact(
             inner_id(request.session_id),
             request.instructions,
             request.keep_recent_tokens,
@@ -308,7 +301,7 @@ class ContextServicer:
     async def PrepareCompaction(
         self, request: pb.PrepareCompactionRequest, context: Any
     ) -> pb.CompactionPlan:
-        handle = await self.manager.compactor.prepare(
+        handle = await self.manager.prepare_compaction(
             inner_id(request.session_id), request.instructions, request.keep_recent_tokens
         )
         return plan_to_pb(handle.plan_id, handle.plan, handle.expire_time_us)
@@ -317,7 +310,7 @@ class ContextServicer:
     async def CommitCompaction(
         self, request: pb.CommitCompactionRequest, context: Any
     ) -> pb.Compaction:
-        checkpoint = await self.manager.compactor.commit(
+        checkpoint = await self.manager.commit_compaction(
             inner_id(request.session_id),
             request.plan_id,
             request.summary,
@@ -329,7 +322,7 @@ class ContextServicer:
     async def ListCompactions(
         self, request: pb.ListCompactionsRequest, context: Any
     ) -> pb.ListCompactionsResponse:
-        rows, token = await self.manager.compactor.list(
+        rows, token = await self.manager.list_compactions(
             inner_id(request.session_id), request.page_size, request.page_token
         )
         return pb.ListCompactionsResponse(
