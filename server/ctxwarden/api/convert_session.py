@@ -27,15 +27,19 @@ def tool_from_pb(t: ses_pb.ToolDefinition, field: str) -> ToolDefinition:
     return ToolDefinition(t.name, sys.intern(t.description), sys.intern(t.parameters_json))
 
 
+_POLICY_COUNTS = (
+    "context_window",
+    "reserve_tokens",
+    "keep_recent_tokens",
+    "tool_output_max_bytes",
+    "tool_output_max_lines",
+    "keep_tool_results",
+)
+"""ContextPolicy's numeric fields (the same names in the proto and the domain)."""
+
+
 def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
-    for name in (
-        "context_window",
-        "reserve_tokens",
-        "keep_recent_tokens",
-        "tool_output_max_bytes",
-        "tool_output_max_lines",
-        "keep_tool_results",
-    ):
+    for name in _POLICY_COUNTS:
         if getattr(p, name) < 0:
             raise InvalidArgument(
                 f"policy.{name} must be >= 0 (0 means the default)",
@@ -44,15 +48,8 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
             )
     # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
     check_no_nul(p.tokenizer, "policy.tokenizer")
-    return ContextPolicy(
-        context_window=p.context_window,
-        reserve_tokens=p.reserve_tokens,
-        keep_recent_tokens=p.keep_recent_tokens,
-        tool_output_max_bytes=p.tool_output_max_bytes,
-        tool_output_max_lines=p.tool_output_max_lines,
-        tokenizer=p.tokenizer,
-        keep_tool_results=p.keep_tool_results,
-    )
+    counts: dict[str, int] = {name: getattr(p, name) for name in _POLICY_COUNTS}
+    return ContextPolicy(tokenizer=p.tokenizer, **counts)
 
 
 def session_from_pb(s: ses_pb.Session) -> Session:
@@ -97,13 +94,7 @@ def session_to_pb(s: Session) -> ses_pb.Session:
         tools=[tool_to_pb(t) for t in s.tools],
         model=s.model,
         policy=ses_pb.ContextPolicy(
-            context_window=p.context_window,
-            reserve_tokens=p.reserve_tokens,
-            keep_recent_tokens=p.keep_recent_tokens,
-            tool_output_max_bytes=p.tool_output_max_bytes,
-            tool_output_max_lines=p.tool_output_max_lines,
-            tokenizer=p.tokenizer,
-            keep_tool_results=p.keep_tool_results,
+            tokenizer=p.tokenizer, **{name: getattr(p, name) for name in _POLICY_COUNTS}
         ),
         pinned_state=s.pinned_state,
         labels=dict(s.labels),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from google.rpc import code_pb2
 
 from ctxwarden.api.auth import Authenticator, AuthError
 from ctxwarden.api.errors import rich_status
-from ctxwarden.api.handlers import SERVICE_NAME
+from ctxwarden.api.handlers import SERVICE_NAME, Continuation
 from ctxwarden.api.reads import is_unary, mark_unary
 from ctxwarden.api.tenancy import current_tenant, enter_tenant
 from ctxwarden.core.reasons import ErrorReason
@@ -139,9 +139,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
+        continuation: Continuation,
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)

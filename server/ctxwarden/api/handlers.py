@@ -8,7 +8,7 @@ failed decode becomes a marker the servicer turns into a clear error.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,11 @@ from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
 
 SERVICE_NAME = "ctxwarden.v1.ContextService"
+
+Continuation = Callable[
+    [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+]
+"""What a server interceptor's ``intercept_service`` is handed."""
 
 Types = tuple[type[Message], type[Message]]
 """A method's request and response message types."""

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 from google.rpc import code_pb2
 
 from ctxwarden.api.errors import rich_status
-from ctxwarden.api.handlers import SERVICE_NAME
+from ctxwarden.api.handlers import SERVICE_NAME, Continuation
 from ctxwarden.core.reasons import ErrorReason
 
 STREAM_WINDOW_BYTES = 16 * 1024
@@ -133,9 +133,7 @@ class BoundedReads(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
+        continuation: Continuation,
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)

@@ -3,11 +3,12 @@ results are checked against."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from ctxwarden.core.calibration import Calibration
 from ctxwarden.core.errors import FailedPrecondition
-from ctxwarden.core.messages import Message
+from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
 
@@ -54,3 +55,35 @@ def answer_call(calls: dict[str, CallState], tool_call_id: str, i: int) -> None:
             field=f"messages[{i}].tool_call_id",
         )
     call.answered = True
+
+
+def failures_after(count: int, new: Sequence[Message]) -> int:
+    """A successful assistant answer resets the consecutive-failure count."""
+    for m in new:
+        if m.role is Role.ASSISTANT and not m.failed:
+            count = 0
+    return count
+
+
+def session_after(
+    session: Session,
+    last_seq: int,
+    context_tokens: int,
+    now_us: int,
+    new: Sequence[Message],
+    calibration: Calibration,
+) -> Session:
+    """The session as an append of ``new`` leaves it: the next version, its
+    last_seq and context tokens, the failure count, and the calibration this
+    append learned (stored with it: a restart right after must not fall back
+    to the previous one)."""
+    return replace(
+        session,
+        version=session.version + 1,
+        last_seq=last_seq,
+        context_tokens=context_tokens,
+        update_time_us=now_us,
+        consecutive_failures=failures_after(session.consecutive_failures, new),
+        estimate_ratio=calibration.ratio,
+        estimate_samples=calibration.samples,
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from ctxwarden.core.append import AppendPlan, CallState, answer_call
+from ctxwarden.core.append import AppendPlan, CallState, answer_call, session_after
 from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.calibration import context_tokens as usage_context_tokens
 from ctxwarden.core.errors import InvalidArgument
@@ -214,16 +214,7 @@ class SessionContext:
             if incoming.role is Role.TOOL_RESULT:
                 answer_call(calls, incoming.tool_call_id, i)
             seq += 1
-            message = replace(
-                incoming,
-                seq=seq,
-                message_id=incoming.message_id or next(ids),
-                state=MessageState.ACTIVE,
-                create_time_us=now_us,
-            )
-            message = replace(
-                message, token_count=self.count(message), counted_with=self.profile.key
-            )
+            message = self._admit(incoming, seq, incoming.message_id or next(ids), now_us)
             if message.role is Role.ASSISTANT:
                 for block in message.tool_calls:
                     calls[block.tool_call_id] = CallState(seq, False)
@@ -235,19 +226,19 @@ class SessionContext:
             tokens += make_entry(message, self.policy, self.profile).token_count
             out.append(message)
             new.append(message)
-        after = replace(
-            self.session,
-            version=self.session.version + 1,
-            last_seq=seq,
-            context_tokens=fixed + tokens,
-            update_time_us=now_us,
-            consecutive_failures=self.failures_after(new),
-            # The calibration this append learned is stored with it (a restart
-            # right after must not fall back to the previous one).
-            estimate_ratio=calibration.ratio,
-            estimate_samples=calibration.samples,
-        )
+        after = session_after(self.session, seq, fixed + tokens, now_us, new, calibration)
         return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, after, calibration)
+
+    def _admit(self, incoming: Message, seq: int, message_id: str, now_us: int) -> Message:
+        """The message as it will be stored: its seq, ID, time and token count."""
+        message = replace(
+            incoming,
+            seq=seq,
+            message_id=message_id,
+            state=MessageState.ACTIVE,
+            create_time_us=now_us,
+        )
+        return replace(message, token_count=self.count(message), counted_with=self.profile.key)
 
     def apply_append(self, plan: AppendPlan) -> None:
         """Install a committed append."""
@@ -255,14 +246,6 @@ class SessionContext:
             self._add(message)
             self._message_tokens += self._entries[-1].token_count
         self.session = plan.session
-
-    def failures_after(self, new: Sequence[Message]) -> int:
-        """A successful assistant answer resets the consecutive-failure count."""
-        count = self.session.consecutive_failures
-        for m in new:
-            if m.role is Role.ASSISTANT and not m.failed:
-                count = 0
-        return count
 
     def _reset(self, kept: Iterable[Message]) -> None:
         """Rebuild the entries, call index and token total from ``kept``."""

@@ -55,6 +55,24 @@ class PlanHandle:
     expire_time_us: int
 
 
+def _check_current(ctx: SessionContext, terms: PlanTerms) -> None:
+    """A plan commits only on the state it was made on (ABORTED PLAN_STALE otherwise)."""
+    current = ctx.checkpoint.compaction_id if ctx.checkpoint else ""
+    if current != terms.base_compaction_id:
+        raise Aborted(
+            "the plan is stale: another compaction was committed since it was made; "
+            "prepare a new plan",
+            reason=ErrorReason.PLAN_STALE,
+            metadata={"compaction_id": current},
+        )
+    if covered_digest(ctx.active_messages, terms.at_seq) != terms.covered_digest:
+        raise Aborted(
+            "the plan is stale: messages it covers were rolled back since it was made; "
+            "prepare a new plan",
+            reason=ErrorReason.PLAN_STALE,
+        )
+
+
 class Compactor:
     def __init__(self, runtime: SessionRuntime, summarizer: Summarizer | None) -> None:
         self.m = runtime
@@ -116,20 +134,7 @@ class Compactor:
     ) -> Checkpoint:
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
-            current = ctx.checkpoint.compaction_id if ctx.checkpoint else ""
-            if current != terms.base_compaction_id:
-                raise Aborted(
-                    "the plan is stale: another compaction was committed since it was made; "
-                    "prepare a new plan",
-                    reason=ErrorReason.PLAN_STALE,
-                    metadata={"compaction_id": current},
-                )
-            if covered_digest(ctx.active_messages, terms.at_seq) != terms.covered_digest:
-                raise Aborted(
-                    "the plan is stale: messages it covers were rolled back since it was made; "
-                    "prepare a new plan",
-                    reason=ErrorReason.PLAN_STALE,
-                )
+            _check_current(ctx, terms)
             checkpoint = build_checkpoint(
                 ctx, terms, summary, turn_prefix_summary, summarizer, trigger
             )

@@ -55,15 +55,8 @@ class Rollbacks:
                 assert to_seq is not None
                 return await self._rollback_across(ctx, to_seq, error_message, scope, key)
             seqs = ctx.plan_rollback(to_seq)
-            error = error_message or last_failure_message(ctx.active_messages, seqs)
-            failures = ctx.session.consecutive_failures
-            if seqs and to_seq is None:
-                failures += 1
-            recovery = decide_recovery(error, failures, self.rt.settings.max_retries)
-            reason = "nothing to roll back" if not seqs and not error else recovery.reason
-            result = RollbackResult(
-                tuple(seqs), recovery.action, recovery.retry_after_seconds, reason
-            )
+            failures = ctx.session.consecutive_failures + (1 if seqs and to_seq is None else 0)
+            result = self._decide(ctx, seqs, failures, error_message)
             now = ids.now_us()
             gone = set(seqs)
             remaining = sum(e.token_count for e in ctx.entries if e.message.seq not in gone)
@@ -96,6 +89,15 @@ class Rollbacks:
                 ctx.session = replace(ctx.session, version=new_session.version)
                 ctx.checked_at = self.rt.clock()
             return result
+
+    def _decide(
+        self, ctx: SessionContext, seqs: list[int], failures: int, error_message: str
+    ) -> RollbackResult:
+        """What the agent should do next (retry, compact, fail) after this rollback."""
+        error = error_message or last_failure_message(ctx.active_messages, seqs)
+        recovery = decide_recovery(error, failures, self.rt.settings.max_retries)
+        reason = "nothing to roll back" if not seqs and not error else recovery.reason
+        return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)
 
     async def _rollback_across(
         self,

@@ -158,31 +158,7 @@ class Sessions:
                 update_time_us=now,
             )
             check_session_fields(new)
-            new_spec = effective_policy(new.policy, new.model).tokenizer
-            tokenizer = ctx.tokenizer if new_spec == ctx.tokenizer.spec else None
-            if tokenizer is None:
-                tokenizer = await tokenizer_for(new_spec)
-            probe_profile = counting_profile(new.model, tokenizer)
-            if probe_profile.key != ctx.profile.key:
-                active = ctx.active_messages
-                checkpoint = ctx.checkpoint
-                tok = tokenizer
-                # A new tokenizer or model: every kept message is recounted (once,
-                # here) and the new counts are stored with the settings.
-                rebuilt: SessionContext | None = await asyncio.to_thread(
-                    lambda: SessionContext(new, checkpoint, active, tok, recount=True)
-                )
-                assert rebuilt is not None
-                new = replace(new, context_tokens=rebuilt.context_tokens)
-                rebuilt.session = new
-                counts = [
-                    (m.seq, m.token_count, probe_profile.key) for m in rebuilt.active_messages
-                ]
-            else:
-                rebuilt = None
-                probe = SessionContext(new, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
-                new = replace(new, context_tokens=probe.context_tokens)
-                counts = []
+            new, rebuilt, counts = await self._recount(ctx, new)
             written = await self.rt.write(
                 sid,
                 lambda: self.rt.store.sessions.update(
@@ -198,6 +174,31 @@ class Sessions:
                 ctx.session = replace(ctx.session, context_tokens=ctx.context_tokens)
                 new = ctx.session
             return new
+
+    @staticmethod
+    async def _recount(
+        ctx: SessionContext, new: Session
+    ) -> tuple[Session, SessionContext | None, list[tuple[int, int, str]]]:
+        """The new settings' token counts: (session with its context_tokens, the
+        rebuilt context when the tokenizer or model changed, the recounted
+        (seq, count, tokenizer) to store with them)."""
+        new_spec = effective_policy(new.policy, new.model).tokenizer
+        tokenizer = ctx.tokenizer if new_spec == ctx.tokenizer.spec else None
+        if tokenizer is None:
+            tokenizer = await tokenizer_for(new_spec)
+        profile = counting_profile(new.model, tokenizer)
+        if profile.key == ctx.profile.key:
+            probe = SessionContext(new, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
+            return replace(new, context_tokens=probe.context_tokens), None, []
+        active, checkpoint, tok = ctx.active_messages, ctx.checkpoint, tokenizer
+        # A new tokenizer or model: every kept message is recounted (once, here)
+        # and the new counts are stored with the settings.
+        rebuilt = await asyncio.to_thread(
+            lambda: SessionContext(new, checkpoint, active, tok, recount=True)
+        )
+        new = replace(new, context_tokens=rebuilt.context_tokens)
+        rebuilt.session = new
+        return new, rebuilt, [(m.seq, m.token_count, profile.key) for m in rebuilt.active_messages]
 
     async def delete_session(self, session_id: str) -> None:
         check_session_id(session_id)

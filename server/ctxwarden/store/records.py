@@ -95,20 +95,28 @@ class RequestRepository:
         return StoredRequest(row.request_hash, json.loads(bytes(row.outcome)))
 
 
-async def advance(
-    conn: AsyncConnection, session: Session, expected_version: int, **values: Any
+async def compare_and_set(
+    conn: AsyncConnection, session_id: str, expected_version: int, values: dict[str, Any]
 ) -> None:
-    """Compare-and-set the session row on its version (else ConcurrentWrite): the
-    session's progress (codec.progress_values) and ``values`` are written only if
-    nothing changed it since ``expected_version``."""
+    """Write ``values`` into the live session row if its version is still
+    ``expected_version``; else nothing is written and ConcurrentWrite is raised."""
     result = await conn.execute(
         update(S)
         .where(
-            S.c.session_id == session.session_id,
+            S.c.session_id == session_id,
             S.c.version == expected_version,
             S.c.delete_time_us == 0,
         )
-        .values({**progress_values(session), **values})
+        .values(values)
     )
     if result.rowcount != 1:
-        raise ConcurrentWrite(session.session_id)
+        raise ConcurrentWrite(session_id)
+
+
+async def advance(
+    conn: AsyncConnection, session: Session, expected_version: int, **values: Any
+) -> None:
+    """Compare-and-set the session's progress (codec.progress_values) and ``values``."""
+    await compare_and_set(
+        conn, session.session_id, expected_version, {**progress_values(session), **values}
+    )

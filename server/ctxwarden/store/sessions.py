@@ -21,10 +21,10 @@ from ctxwarden.store.codec import (
     session_row_values,
     settings_data,
 )
-from ctxwarden.store.errors import MYSQL_CONFLICT, ConcurrentWrite, boundary
+from ctxwarden.store.errors import MYSQL_CONFLICT, boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
-from ctxwarden.store.records import RequestRecord, record_bytes, record_values
+from ctxwarden.store.records import RequestRecord, compare_and_set, record_bytes, record_values
 from ctxwarden.store.tables import M, R, S, V
 from ctxwarden.store.version_reader import VersionReader
 
@@ -144,17 +144,8 @@ class SessionRepository:
         values.pop("calibration_json")
         added = revision_bytes(session)
         async with self.gate.begin() as conn:
-            result = await conn.execute(
-                update(S)
-                .where(
-                    S.c.session_id == session.session_id,
-                    S.c.version == expected_version,
-                    S.c.delete_time_us == 0,
-                )
-                .values(**values, stored_bytes=S.c.stored_bytes + added)
-            )
-            if result.rowcount != 1:
-                raise ConcurrentWrite(session.session_id)
+            values["stored_bytes"] = S.c.stored_bytes + added
+            await compare_and_set(conn, session.session_id, expected_version, values)
             await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
             await self._revision(conn, session)
             for seq, count, spec in token_counts:
