@@ -275,21 +275,7 @@ async def _serve_grpc(
     for name in HEALTH_SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor.start()
-    bound = address.bound(port)
-    # Tests and supervisors read this line to learn the bound address.
-    print(f"ctxwarden listening on {bound}", flush=True)
-    if metrics_server is not None:
-        # ... and this one (always after the first) for the metrics port.
-        print(f"ctxwarden metrics on {metrics_server.address}", flush=True)
-    log.info(
-        "serving on %s (%s), database %s, authentication: %s, summariser: %s%s",
-        bound,
-        "TLS" if credentials is not None else "plaintext",
-        _redact(settings.database_url),
-        describe(auth),
-        _describe_summarizer(settings),
-        f", metrics on {metrics_server.address}" if metrics_server else "",
-    )
+    _announce(settings, address.bound(port), credentials, auth, metrics_server)
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -304,6 +290,29 @@ async def _serve_grpc(
     await server.stop(settings.shutdown_grace_seconds)
     await manager.close()
     log.info("stopped")
+
+
+def _announce(
+    settings: Settings,
+    bound: str,
+    credentials: grpc.ServerCredentials | None,
+    auth: Authenticator,
+    metrics_server: MetricsServer | None,
+) -> None:
+    # Tests and supervisors read this line to learn the bound address.
+    print(f"ctxwarden listening on {bound}", flush=True)
+    if metrics_server is not None:
+        # ... and this one (always after the first) for the metrics port.
+        print(f"ctxwarden metrics on {metrics_server.address}", flush=True)
+    log.info(
+        "serving on %s (%s), database %s, authentication: %s, summariser: %s%s",
+        bound,
+        "TLS" if credentials is not None else "plaintext",
+        _redact(settings.database_url),
+        describe(auth),
+        _describe_summarizer(settings),
+        f", metrics on {metrics_server.address}" if metrics_server else "",
+    )
 
 
 def _describe_summarizer(settings: Settings) -> str:
