@@ -22,7 +22,7 @@ from ctxwarden.v1 import session_pb2 as ses_pb
 SERVICE_NAME = "ctxwarden.v1.ContextService"
 
 Continuation = Callable[
-    [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+    [grpc.HandlerCallDetails], Awaitable["grpc.RpcMethodHandler[Any, Any] | None"]
 ]
 """What a server interceptor's ``intercept_service`` is handed."""
 

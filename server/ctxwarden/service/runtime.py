@@ -119,13 +119,21 @@ class SessionRuntime:
         return True
 
     async def context_locked(self, session_id: str, *, verify: bool = False) -> SessionContext:
-        """Like _context, for a caller that already holds the session's lock."""
+        """Like ``context``, for a caller that already holds the session's lock."""
         check_session_id(session_id)
         ctx = self.hot.get(session_id)
         if ctx is not None:
             if not verify or await self.current(ctx):
                 return ctx
             self.hot.evict(session_id)
+        return await self.restore(session_id)
+
+    async def restore(self, session_id: str) -> SessionContext:
+        """Rebuild a session in memory from the database and keep it hot.
+
+        Reads the session row, its newest valid checkpoint and the active
+        messages from that checkpoint's first_kept_seq on (Store.load_snapshot):
+        O(kept), whatever the length of the history. Caller holds the lock."""
         snapshot = await self.db(lambda: self.store.load_snapshot(session_id))
         if snapshot is None or snapshot.session.deleted:
             raise self.not_found(session_id)
@@ -135,10 +143,7 @@ class SessionRuntime:
         def build() -> SessionContext:
             return SessionContext(s, snapshot.checkpoint, snapshot.kept, tokenizer)
 
-        if len(snapshot.kept) > 2000:
-            ctx = await asyncio.to_thread(build)
-        else:
-            ctx = build()
+        ctx = await asyncio.to_thread(build) if len(snapshot.kept) > 2000 else build()
         self.restores += 1
         ctx.checked_at = self.clock()
         self.hot.put(session_id, ctx)
