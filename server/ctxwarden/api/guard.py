@@ -19,7 +19,7 @@ from google.rpc import code_pb2
 
 from ctxwarden.api.auth import Authenticator, AuthError
 from ctxwarden.api.errors import rich_status
-from ctxwarden.api.handlers import SERVICE_NAME, Continuation
+from ctxwarden.api.handlers import METHOD_PREFIX, Continuation
 from ctxwarden.api.reads import is_unary, mark_unary
 from ctxwarden.api.tenancy import current_tenant, enter_tenant
 from ctxwarden.core.reasons import ErrorReason
@@ -135,7 +135,6 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         self.auth = auth
         self.limiter = limiter
         self.failures = failures or FailureLimiter()
-        self.prefix = f"/{SERVICE_NAME}/"
 
     async def intercept_service(
         self,
@@ -144,9 +143,9 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)
         method: str = details.method
-        if handler is None or not method.startswith(self.prefix):
+        if handler is None or not method.startswith(METHOD_PREFIX):
             return handler
-        name = method[len(self.prefix) :]
+        name = method[len(METHOD_PREFIX) :]
         des, ser = handler.request_deserializer, handler.response_serializer
         if handler.stream_unary is not None and is_unary(handler.stream_unary):
             inner: Any = handler.stream_unary

@@ -26,6 +26,9 @@ Continuation = Callable[
 ]
 """What a server interceptor's ``intercept_service`` is handed."""
 
+METHOD_PREFIX = f"/{SERVICE_NAME}/"
+"""ContextService's full method names start with this (health and reflection do not)."""
+
 Types = tuple[type[Message], type[Message]]
 """A method's request and response message types."""
 

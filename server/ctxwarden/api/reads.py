@@ -26,7 +26,7 @@ import grpc
 from google.rpc import code_pb2
 
 from ctxwarden.api.errors import rich_status
-from ctxwarden.api.handlers import SERVICE_NAME, Continuation
+from ctxwarden.api.handlers import METHOD_PREFIX, Continuation
 from ctxwarden.core.reasons import ErrorReason
 
 STREAM_WINDOW_BYTES = 16 * 1024
@@ -129,7 +129,6 @@ class BoundedReads(grpc.aio.ServerInterceptor):
     def __init__(self, context_gate: ReadGate, open_gate: ReadGate) -> None:
         self.context_gate = context_gate
         self.open_gate = open_gate
-        self.prefix = f"/{SERVICE_NAME}/"
 
     async def intercept_service(
         self,
@@ -139,7 +138,7 @@ class BoundedReads(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None:
             return None
-        ours = details.method.startswith(self.prefix)
+        ours = details.method.startswith(METHOD_PREFIX)
         gate = self.context_gate if ours else self.open_gate
         des, ser = handler.request_deserializer, handler.response_serializer
         if handler.unary_unary is not None:
