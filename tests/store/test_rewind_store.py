@@ -51,12 +51,12 @@ async def test_rewind_before_a_checkpoint_over_many_messages(backend_url: str) -
         await store.checkpoints.commit(checkpoint, session, expected_version=1)
 
         rewound = Session(session_id=sid, last_seq=MESSAGES, version=3, update_time_us=2)
-        seqs, current = await store.checkpoints.rollback_across_checkpoints(
+        rewind = await store.checkpoints.rollback_across_checkpoints(
             rewound, expected_version=2, to_seq=100, record=lambda _: None
         )
 
-        assert seqs == list(range(101, MESSAGES + 1))
-        assert current == ""
+        assert rewind.rolled_back == tuple(range(101, MESSAGES + 1))
+        assert rewind.current == ""
         async with store.engine.connect() as conn:
             active = await conn.scalar(
                 select(func.count())

@@ -235,7 +235,7 @@ class Messages:
                     field="page_token",
                 )
             after = token_int(tok, "a")
-        rows, more = await self.rt.db(
+        page = await self.rt.db(
             lambda: self.rt.store.messages.page(
                 session_id,
                 after_seq=after,
@@ -244,5 +244,8 @@ class Messages:
                 max_bytes=LIST_PAGE_BYTES,
             )
         )
-        token = message_page_token(session_id, include_rolled_back, rows[-1].seq) if more else ""
+        rows = page.messages
+        token = (
+            message_page_token(session_id, include_rolled_back, rows[-1].seq) if page.more else ""
+        )
         return rows, token

@@ -123,7 +123,7 @@ class Rollbacks:
             return self.rt.record(scope, key, rollback_outcome(result))
 
         try:
-            seqs, current = await self.rt.db(
+            rewind = await self.rt.db(
                 lambda: self.rt.store.checkpoints.rollback_across_checkpoints(
                     session, expected_version=ctx.session.version, to_seq=to_seq, record=record
                 )
@@ -139,5 +139,7 @@ class Rollbacks:
             # The effective context now starts at an older checkpoint (or at the
             # beginning): reload it from the database on the next call.
             self.rt.hot.evict(sid)
-        log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, current)
-        return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)
+        log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, rewind.current)
+        return RollbackResult(
+            rewind.rolled_back, recovery.action, recovery.retry_after_seconds, reason
+        )

@@ -87,11 +87,11 @@ class CheckpointRepository:
         expected_version: int,
         to_seq: int,
         record: Callable[[list[int]], RequestRecord | None],
-    ) -> tuple[list[int], str]:
+    ) -> Rewind:
         """Rewind to ``to_seq`` when that is before the current checkpoint.
 
         core.rewind.plan_rewind decides what changes; this reads what it needs and
-        writes that. Returns the rolled-back seqs and the checkpoint now in effect.
+        writes that. Returns what it decided (rolled-back seqs, the checkpoint now in effect).
         """
         sid = session.session_id
         after = select(M.c.seq, M.c.state).where(M.c.session_id == sid, M.c.seq > to_seq)
@@ -117,7 +117,7 @@ class CheckpointRepository:
                 .values(compaction_id=rewind.current, stored_bytes=S.c.stored_bytes + added)
             )
             await self.quota.add_bytes(conn, tenant_of(sid), added)
-        return list(rewind.rolled_back), rewind.current
+        return rewind
 
 
 async def _write_rewind(conn: AsyncConnection, sid: str, rewind: Rewind) -> None:

@@ -5,6 +5,7 @@ history by id, by seq and in pages. History rows are never deleted or rewritten
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -25,6 +26,13 @@ from ctxwarden.store.records import (
     record_values,
 )
 from ctxwarden.store.tables import M, S
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    messages: list[Message]
+    more: bool
+    """Whether messages follow the page."""
 
 
 class MessageRepository:
@@ -174,7 +182,7 @@ class MessageRepository:
         limit: int,
         include_rolled_back: bool,
         max_bytes: int = 0,
-    ) -> tuple[list[Message], bool]:
+    ) -> MessagePage:
         """Up to ``limit`` messages after ``after_seq`` and whether more follow.
 
         With ``max_bytes`` the page also stops before its stored bodies pass that
@@ -189,7 +197,7 @@ class MessageRepository:
                 rows = (
                     await conn.execute(select(M).where(*where).order_by(M.c.seq).limit(limit + 1))
                 ).all()
-                return [message_from_row(r) for r in rows[:limit]], len(rows) > limit
+                return MessagePage([message_from_row(r) for r in rows[:limit]], len(rows) > limit)
             size = func.coalesce(func.length(M.c.data), 0) + func.coalesce(func.length(M.c.body), 0)
             sizes = (
                 await conn.execute(
@@ -200,7 +208,7 @@ class MessageRepository:
                 )
             ).all()
             if not sizes:
-                return [], False
+                return MessagePage([], False)
             total, last = 0, sizes[0].seq
             for i, r in enumerate(sizes[:limit]):
                 total += int(r.size)
@@ -210,4 +218,4 @@ class MessageRepository:
             rows = (
                 await conn.execute(select(M).where(*where, M.c.seq <= last).order_by(M.c.seq))
             ).all()
-        return [message_from_row(r) for r in rows], sizes[-1].seq > last
+        return MessagePage([message_from_row(r) for r in rows], sizes[-1].seq > last)
