@@ -333,11 +333,14 @@ class ContextServicer:
     async def GetToolOutput(
         self, request: pb.GetToolOutputRequest, context: Any
     ) -> pb.GetToolOutputResponse:
-        content, total, lines, next_offset = await self.manager.get_tool_output(
+        out = await self.manager.get_tool_output(
             inner_id(request.session_id), request.seq, request.offset, request.limit
         )
         return pb.GetToolOutputResponse(
-            content=content, total_bytes=total, total_lines=lines, next_offset=next_offset
+            content=out.content,
+            total_bytes=out.total_bytes,
+            total_lines=out.total_lines,
+            next_offset=out.next_offset,
         )
 
     @unary
@@ -346,7 +349,7 @@ class ContextServicer:
     ) -> pb.CountTokensResponse:
         messages = [message_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
         tools = [tool_from_pb(t, f"tools[{i}]") for i, t in enumerate(request.tools)]
-        total, per, spec, exact, tools_tokens, text_tokens = await self.manager.count_tokens(
+        counted = await self.manager.count_tokens(
             request.model,
             request.tokenizer,
             messages,
@@ -354,12 +357,12 @@ class ContextServicer:
             request.text,
         )
         return pb.CountTokensResponse(
-            total_tokens=total,
-            message_tokens=per,
-            tokenizer=spec,
-            exact=exact,
-            tools_tokens=tools_tokens,
-            text_tokens=text_tokens,
+            total_tokens=counted.total,
+            message_tokens=counted.per_message,
+            tokenizer=counted.tokenizer,
+            exact=counted.exact,
+            tools_tokens=counted.tools,
+            text_tokens=counted.text,
         )
 
     def handler(self) -> grpc.GenericRpcHandler:

@@ -25,6 +25,26 @@ class RollbackResult:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenCount:
+    total: int
+    per_message: list[int]
+    tokenizer: str
+    exact: bool
+    """An exact tokenizer and a known model (else an estimate)."""
+    tools: int
+    text: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutputRange:
+    content: str
+    total_bytes: int
+    total_lines: int
+    next_offset: int
+    """Where the next range starts (0: this one reached the end)."""
+
+
+@dataclass(frozen=True, slots=True)
 class IdempotencyKey:
     """AIP-155 request_id plus a hash of the request, to detect reuse."""
 

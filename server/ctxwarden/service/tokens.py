@@ -10,6 +10,7 @@ from ctxwarden.core.messages import Message
 from ctxwarden.core.models import lookup_model
 from ctxwarden.core.session import ToolDefinition
 from ctxwarden.core.tokens import count_text
+from ctxwarden.service.results import TokenCount
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import check_client_tokenizer, tokenizer_for
 
@@ -25,8 +26,8 @@ class TokenCounts:
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
         text: str,
-    ) -> tuple[int, list[int], str, bool, int, int]:
-        """(total, per message, tokenizer spec, exact, tools, text) for a model."""
+    ) -> TokenCount:
+        """What ``model`` (or ``tokenizer_spec``) counts for the messages, tools and text."""
         info = lookup_model(model)
         check_client_tokenizer(tokenizer_spec, self.runtime.settings.hf_tokenizer_dirs, "tokenizer")
         tokenizer = await tokenizer_for(tokenizer_spec or info.tokenizer)
@@ -38,4 +39,5 @@ class TokenCounts:
 
         per, tools_tokens, text_tokens = await asyncio.to_thread(count)
         total = sum(per) + tools_tokens + text_tokens + (profile.reply if messages else 0)
-        return total, per, tokenizer.spec, tokenizer.exact and info.known, tools_tokens, text_tokens
+        exact = tokenizer.exact and info.known
+        return TokenCount(total, per, tokenizer.spec, exact, tools_tokens, text_tokens)

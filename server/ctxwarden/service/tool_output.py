@@ -6,6 +6,7 @@ from ctxwarden.core.errors import InvalidArgument, NotFound
 from ctxwarden.core.messages import Role
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.tenancy import visible_id
+from ctxwarden.service.results import ToolOutputRange
 from ctxwarden.service.runtime import SessionRuntime
 
 
@@ -15,8 +16,8 @@ class ToolOutputs:
 
     async def get_tool_output(
         self, session_id: str, seq: int, offset: int, limit: int
-    ) -> tuple[str, int, int, int]:
-        """A byte range of a stored tool result: (content, total bytes, lines, next offset)."""
+    ) -> ToolOutputRange:
+        """A byte range of a stored tool result, cut at character boundaries."""
         if seq <= 0:
             raise InvalidArgument("seq must be > 0", reason=ErrorReason.INVALID_SEQ, field="seq")
         if offset < 0 or limit < 0:
@@ -51,4 +52,4 @@ class ToolOutputs:
             end -= 1  # never end inside one either
         chunk = data[start:end].decode("utf-8")
         lines = len(message.text.splitlines())
-        return chunk, total, lines, (end if end < total else 0)
+        return ToolOutputRange(chunk, total, lines, end if end < total else 0)
