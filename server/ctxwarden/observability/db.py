@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 if TYPE_CHECKING:
@@ -31,6 +31,12 @@ def instrument_engine(
 ) -> None:
     """Time every statement and count pool checkouts; trace statements when asked."""
     sync = engine.sync_engine
+    _listen_statements(sync, metrics, tracing)
+    if metrics is not None:
+        _listen_pool(sync, metrics)
+
+
+def _listen_statements(sync: Engine, metrics: Metrics | None, tracing: Tracing | None) -> None:
     system = sync.dialect.name  # "sqlite" or "mysql"
 
     def before(
@@ -42,28 +48,31 @@ def instrument_engine(
         span: Span | None = tracing.start_db(op, statement, system) if tracing else None
         setattr(context, _STATE, (time.perf_counter(), op, span))
 
-    def after(
-        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
-    ) -> None:
+    def timed(context: Any) -> tuple[str, Span | None] | None:
+        """Record the latency of the statement ``context`` ran: its operation and span
+        (None for a statement ``before`` did not see)."""
         state = getattr(context, _STATE, None) if context is not None else None
         if state is None:
-            return
+            return None
         setattr(context, _STATE, None)
         start, op, span = state
         if metrics is not None:
             metrics.db_duration.labels(op).observe(time.perf_counter() - start)
+        return op, span
+
+    def after(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        _, span = timed(context) or ("", None)
         if span is not None:
             span.finish_ok()
 
     def failed(exception_context: Any) -> None:
-        context = exception_context.execution_context
-        state = getattr(context, _STATE, None) if context is not None else None
-        if state is None:
+        done = timed(exception_context.execution_context)
+        if done is None:
             return
-        setattr(context, _STATE, None)
-        start, op, span = state
+        op, span = done
         if metrics is not None:
-            metrics.db_duration.labels(op).observe(time.perf_counter() - start)
             metrics.db_errors.labels(op).inc()
         if span is not None:
             span.finish_error(exception_context.original_exception)
@@ -72,8 +81,8 @@ def instrument_engine(
     event.listen(sync, "after_cursor_execute", after)
     event.listen(sync, "handle_error", failed)
 
-    if metrics is None:
-        return
+
+def _listen_pool(sync: Engine, metrics: Metrics) -> None:
     pool = sync.pool
 
     def checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:

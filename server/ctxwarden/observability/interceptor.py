@@ -20,7 +20,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import Token
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -142,10 +142,7 @@ class _Call:
         self.responses = 0
         self.request_text = ""
         self.debug = access_log.isEnabledFor(logging.DEBUG)
-        self.info = RpcInfo(
-            method=method,
-            request_id=metadata.get(REQUEST_ID_METADATA_KEY, ""),
-        )
+        self.info = RpcInfo(method=method, request_id=metadata.get(REQUEST_ID_METADATA_KEY, ""))
         self.rpc_token: Token[RpcInfo | None] | None = current_rpc.set(self.info)
         self.listener_token: Token[Callable[[str], None] | None] | None = tenant_listener.set(
             self.info.note_tenant
@@ -156,6 +153,13 @@ class _Call:
         if self.metrics is not None:
             self.metrics.rpcs_in_flight.labels(method).inc()
         self.start = time.perf_counter()
+
+    def take(self, request: Any, streaming: bool) -> Any:
+        """The request to pass on: a request stream is wrapped so each message is seen."""
+        if streaming:
+            return _observe_requests(request, self)
+        self.on_request(request)
+        return request
 
     def on_request(self, request: Any) -> None:
         self.requests += 1
@@ -201,18 +205,9 @@ class _Call:
                 self.span.set_attribute("ctxwarden.tenant", tenant)
             self.span.finish_rpc(code.name, code.value[0])
         self._log(code, elapsed, tenant, context, exc)
-        if self.listener_token is not None:
-            try:
-                tenant_listener.reset(self.listener_token)
-            except ValueError:  # finished in another context (should not happen)
-                tenant_listener.set(None)
-            self.listener_token = None
-        if self.rpc_token is not None:
-            try:
-                current_rpc.reset(self.rpc_token)
-            except ValueError:  # finished in another context (should not happen)
-                current_rpc.set(None)
-            self.rpc_token = None
+        _reset(tenant_listener, self.listener_token)
+        _reset(current_rpc, self.rpc_token)
+        self.listener_token = self.rpc_token = None
 
     def _log(
         self,
@@ -260,6 +255,15 @@ class _Call:
         )
 
 
+def _reset(var: ContextVar[Any], token: Token[Any] | None) -> None:
+    """Put ``var`` back as the call found it."""
+    if token is not None:
+        try:
+            var.reset(token)
+        except ValueError:  # finished in another context (should not happen)
+            var.set(None)
+
+
 def _peer(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     try:
         return str(context.peer())
@@ -296,7 +300,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):
         des, ser = handler.request_deserializer, handler.response_serializer
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary_response(handler.unary_unary, method, metadata, False), des, ser
+                self._unary_response(handler.unary_unary, method, metadata, False, False), des, ser
             )
         if handler.stream_unary is not None:
             # A unary method served as client-streaming (api/reads.py) is logged
@@ -323,20 +327,13 @@ class RpcObserver(grpc.aio.ServerInterceptor):
         method: str,
         metadata: dict[str, str],
         request_streaming: bool,
-        streaming: bool | None = None,
+        streaming: bool,
     ) -> Behaviour:
-        counted = request_streaming if streaming is None else streaming
-
         async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            call = _Call(self, method, metadata, counted)
-            if request_streaming:
-                request = _observe_requests(request, call)
-            else:
-                call.on_request(request)
+            call = _Call(self, method, metadata, streaming)
+            request = call.take(request, request_streaming)
             try:
-                response = inner(request, context)
-                if inspect.isawaitable(response):
-                    response = await response
+                response = await _resolved(inner(request, context))
             except BaseException as exc:
                 call.finish(context, exc)
                 raise
@@ -356,10 +353,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
                 call = _Call(self, method, metadata, True)
-                if request_streaming:
-                    request = _observe_requests(request, call)
-                else:
-                    call.on_request(request)
+                request = call.take(request, request_streaming)
                 try:
                     async for response in inner(request, context):
                         call.on_response(response)
@@ -375,14 +369,9 @@ class RpcObserver(grpc.aio.ServerInterceptor):
             # A behaviour that writes with context.write (health Watch), or a
             # plain function returning an iterator.
             call = _Call(self, method, metadata, True)
-            if request_streaming:
-                request = _observe_requests(request, call)
-            else:
-                call.on_request(request)
+            request = call.take(request, request_streaming)
             try:
-                result = inner(request, context)
-                if inspect.isawaitable(result):
-                    result = await result
+                result = await _resolved(inner(request, context))
                 if result is not None and hasattr(result, "__aiter__"):
                     async for response in result:
                         call.on_response(response)
@@ -397,6 +386,11 @@ class RpcObserver(grpc.aio.ServerInterceptor):
             call.finish(context, None)
 
         return writer
+
+
+async def _resolved(value: Any) -> Any:
+    """``value``, awaited when it is awaitable (a behaviour may be sync or async)."""
+    return await value if inspect.isawaitable(value) else value
 
 
 async def _observe_requests(requests: Any, call: _Call) -> AsyncIterator[Any]:

@@ -75,7 +75,12 @@ class Metrics:
         Gauge("ctxwarden_build_info", "ctxwarden version", ["version"], registry=r).labels(
             __version__
         ).set(1)
-        # -- RPCs (the interceptor) ---------------------------------------------
+        self._declare_rpc_metrics(r)
+        self._declare_service_metrics(r)
+        self._declare_db_metrics(r)
+
+    def _declare_rpc_metrics(self, r: CollectorRegistry) -> None:
+        """Recorded by the interceptor."""
         self.rpc_duration = Histogram(
             "ctxwarden_rpc_duration_seconds",
             "Time to handle an RPC, by full method name and gRPC status code",
@@ -98,7 +103,9 @@ class Metrics:
             ["method", "direction"],
             registry=r,
         )
-        # -- the service layer (hooks) --------------------------------------------
+
+    def _declare_service_metrics(self, r: CollectorRegistry) -> None:
+        """Recorded through the service layer's hooks (``ServiceMetrics``)."""
         self.messages_appended = Counter(
             "ctxwarden_messages_appended",
             "Messages stored by AppendMessages and StreamMessages (duplicates not counted)",
@@ -143,7 +150,9 @@ class Metrics:
             ["summarizer", "reason"],
             registry=r,
         )
-        # -- the database (engine events, health probe) ---------------------------
+
+    def _declare_db_metrics(self, r: CollectorRegistry) -> None:
+        """Recorded by the engine events (``instrument_engine``) and the health probe."""
         self.db_duration = Histogram(
             "ctxwarden_db_query_duration_seconds",
             "Time of each SQL statement, by operation",

@@ -22,7 +22,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -184,16 +184,13 @@ async def post_json(
     attempt is abandoned after ``attempt_timeout`` seconds. ``client`` is used as is
     and not closed; without one a client is opened for this call only.
     """
+    post = _Post(label, url, headers, body, attempt_timeout)
     if client is not None:
-        return await _post_with_retries(
-            label, url, headers, body, attempt_timeout, policy, client, sleep
-        )
+        return await post.with_retries(policy, client, sleep)
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(attempt_timeout), verify=_ssl_context()
     ) as owned:
-        return await _post_with_retries(
-            label, url, headers, body, attempt_timeout, policy, owned, sleep
-        )
+        return await post.with_retries(policy, owned, sleep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,83 +203,163 @@ class _Failure:
     retry_after: float | None = None
 
 
-async def _attempt(
-    label: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: Mapping[str, Any],
-    attempt_timeout: float,
-    client: httpx.AsyncClient,
-) -> dict[str, Any] | _Failure:
-    """One POST: the JSON answer, a retryable failure, or ProviderError (for good)."""
-    try:
-        async with asyncio.timeout(attempt_timeout):
-            response = await client.post(
-                url, json=dict(body), headers=dict(headers), timeout=attempt_timeout
+@dataclass(frozen=True, slots=True)
+class _Post:
+    """One request, as ``post_json`` was asked for it."""
+
+    label: str
+    url: str
+    headers: Mapping[str, str]
+    body: Mapping[str, Any]
+    attempt_timeout: float
+
+    async def attempt(self, client: httpx.AsyncClient) -> dict[str, Any] | _Failure:
+        """One POST: the JSON answer, a retryable failure, or ProviderError (for good)."""
+        label, timeout = self.label, self.attempt_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                response = await client.post(
+                    self.url, json=dict(self.body), headers=dict(self.headers), timeout=timeout
+                )
+        except (TimeoutError, httpx.TimeoutException):
+            return _Failure(f"no response within {timeout:g}s")
+        except httpx.TransportError as exc:
+            return _Failure(f"connection error: {type(exc).__name__}: {exc}".rstrip(": "))
+        status = response.status_code
+        parsed = _parse_json(response)
+        if 200 <= status < 300:
+            if isinstance(parsed, dict):
+                return parsed
+            raise ProviderError(
+                f"{label}: HTTP {status} with a body that is not a JSON object: "
+                f"{_clip(response.text, 200)!r}",
+                retryable=True,
+                status=status,
             )
-    except (TimeoutError, httpx.TimeoutException):
-        return _Failure(f"no response within {attempt_timeout:g}s")
-    except httpx.TransportError as exc:
-        return _Failure(f"connection error: {type(exc).__name__}: {exc}".rstrip(": "))
-    status = response.status_code
-    parsed = _parse_json(response)
-    if 200 <= status < 300:
-        if isinstance(parsed, dict):
-            return parsed
+        message = error_message_of(parsed, response.text)
+        if status not in RETRYABLE_STATUSES and status < 500:
+            raise ProviderError(
+                f"{label}: HTTP {status}: {message}",
+                retryable=False,
+                status=status,
+                provider_message=message,
+                body=parsed,
+            )
+        return _Failure(
+            f"HTTP {status}: {message}", status, message, retry_after_seconds(response.headers)
+        )
+
+    async def with_retries(
+        self, policy: RetryPolicy, client: httpx.AsyncClient, sleep: Sleep
+    ) -> dict[str, Any]:
+        attempts = max(policy.max_retries, 0) + 1
+        failure = _Failure("no attempt made")
+        for attempt in range(attempts):
+            result = await self.attempt(client)
+            if not isinstance(result, _Failure):
+                return result
+            failure = result
+            if attempt + 1 >= attempts:
+                break
+            hint = failure.retry_after
+            delay = policy.backoff(attempt) if hint is None else min(hint, policy.max_retry_after)
+            log.warning(
+                "%s: attempt %d of %d failed (%s); retrying in %.2fs",
+                self.label,
+                attempt + 1,
+                attempts,
+                failure.description,
+                delay,
+            )
+            await sleep(delay)
         raise ProviderError(
-            f"{label}: HTTP {status} with a body that is not a JSON object: "
-            f"{_clip(response.text, 200)!r}",
+            f"{self.label}: gave up after {attempts} attempt{'s' if attempts != 1 else ''}: "
+            f"{failure.description}",
             retryable=True,
-            status=status,
+            status=failure.status,
+            provider_message=failure.message,
         )
-    message = error_message_of(parsed, response.text)
-    if status not in RETRYABLE_STATUSES and status < 500:
-        raise ProviderError(
-            f"{label}: HTTP {status}: {message}",
-            retryable=False,
-            status=status,
-            provider_message=message,
-            body=parsed,
-        )
-    return _Failure(
-        f"HTTP {status}: {message}", status, message, retry_after_seconds(response.headers)
-    )
 
 
-async def _post_with_retries(
-    label: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: Mapping[str, Any],
-    attempt_timeout: float,
-    policy: RetryPolicy,
-    client: httpx.AsyncClient,
-    sleep: Sleep,
-) -> dict[str, Any]:
-    attempts = max(policy.max_retries, 0) + 1
-    failure = _Failure("no attempt made")
-    for attempt in range(attempts):
-        result = await _attempt(label, url, headers, body, attempt_timeout, client)
-        if not isinstance(result, _Failure):
-            return result
-        failure = result
-        if attempt + 1 >= attempts:
-            break
-        hint = failure.retry_after
-        delay = policy.backoff(attempt) if hint is None else min(hint, policy.max_retry_after)
-        log.warning(
-            "%s: attempt %d of %d failed (%s); retrying in %.2fs",
-            label,
-            attempt + 1,
-            attempts,
-            failure.description,
-            delay,
+class HttpSummarizer:
+    """What the HTTP summarisers share: their settings, the properties the server
+    reads, and one JSON POST with retries to the provider.
+
+    A subclass names its provider (``kind``, the start of ``name``), its default
+    base URL and endpoint path, and writes the request headers.
+    """
+
+    kind: ClassVar[str]
+    default_base_url: ClassVar[str]
+    path: ClassVar[str]
+    """Appended to the base URL, e.g. "/chat/completions"."""
+
+    def __init__(
+        self,
+        base_url: str = "",
+        model: str = "",
+        api_key: str = "",
+        *,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        max_output_tokens: int = 16384,
+        http_client: httpx.AsyncClient | None = None,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if not model:
+            raise ValueError(f"{type(self).__name__} needs a model name")
+        self._base_url = normalize_base_url(base_url or self.default_base_url)
+        self._model = model
+        self._api_key = api_key
+        self._timeout = timeout
+        self._max_output_tokens = max_output_tokens
+        self._client = http_client
+        self._policy = RetryPolicy(
+            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
-        await sleep(delay)
-    raise ProviderError(
-        f"{label}: gave up after {attempts} attempt{'s' if attempts != 1 else ''}: "
-        f"{failure.description}",
-        retryable=True,
-        status=failure.status,
-        provider_message=failure.message,
-    )
+        self._sleep = sleep
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self._model}"
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self._max_output_tokens
+
+    def _headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _output_limit(self, requested: int) -> int:
+        """The output token limit to send: ``requested``, capped by ``max_output_tokens``."""
+        limit = requested
+        if self._max_output_tokens > 0:
+            limit = min(limit, self._max_output_tokens)
+        return max(limit, 1)
+
+    async def _post(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await post_json(
+            label=self.name,
+            url=f"{self._base_url}{self.path}",
+            headers=self._headers(),
+            body=body,
+            attempt_timeout=self._timeout,
+            policy=self._policy,
+            client=self._client,
+            sleep=self._sleep,
+        )
+
+    def _provider_error(self, error: Any) -> SummarizerError:
+        """The error for a reply that carries the provider's ``error`` instead of an answer."""
+        detail = error.get("message") if isinstance(error, dict) else error
+        return SummarizerError(f"{self.name}: provider error: {detail}", retryable=True)

@@ -2,67 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import httpx
-
 from ctxwarden.core.compaction.types import SummarizerError, SummaryRequest
-from ctxwarden.summarizers._http import RetryPolicy, Sleep, normalize_base_url, post_json
+from ctxwarden.summarizers._http import HttpSummarizer
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 
 
-class AnthropicMessagesSummarizer:
+class AnthropicMessagesSummarizer(HttpSummarizer):
     """One Messages API call: ``system`` plus one user message, no streaming.
 
     Retries 429, 5xx (529 "overloaded" included), connection errors and
     timeouts; see :mod:`ctxwarden.summarizers._http`.
     """
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        model: str = "",
-        api_key: str = "",
-        *,
-        timeout: float = 60.0,
-        max_retries: int = 3,
-        max_output_tokens: int = 16384,
-        http_client: httpx.AsyncClient | None = None,
-        backoff_base: float = 0.5,
-        backoff_max: float = 20.0,
-        sleep: Sleep = asyncio.sleep,
-    ) -> None:
-        if not model:
-            raise ValueError("AnthropicMessagesSummarizer needs a model name")
-        self._base_url = normalize_base_url(base_url or DEFAULT_BASE_URL)
-        self._model = model
-        self._api_key = api_key
-        self._timeout = timeout
-        self._max_output_tokens = max_output_tokens
-        self._client = http_client
-        self._policy = RetryPolicy(
-            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
-        )
-        self._sleep = sleep
-
-    @property
-    def name(self) -> str:
-        return f"anthropic:{self._model}"
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self._max_output_tokens
+    kind = "anthropic"
+    default_base_url = DEFAULT_BASE_URL
+    path = "/v1/messages"
 
     def _headers(self) -> dict[str, str]:
         headers = {
@@ -76,33 +34,21 @@ class AnthropicMessagesSummarizer:
 
     def _body(self, request: SummaryRequest) -> dict[str, Any]:
         prompt = request.prompt
-        limit = prompt.max_tokens
-        if self._max_output_tokens > 0:
-            limit = min(limit, self._max_output_tokens)
-        body: dict[str, Any] = {"model": self._model, "max_tokens": max(limit, 1)}
+        body: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": self._output_limit(prompt.max_tokens),
+        }
         if prompt.system:
             body["system"] = prompt.system
         body["messages"] = [{"role": "user", "content": prompt.user}]
         return body
 
     async def summarize(self, request: SummaryRequest) -> str:
-        reply = await post_json(
-            label=self.name,
-            url=f"{self._base_url}/v1/messages",
-            headers=self._headers(),
-            body=self._body(request),
-            attempt_timeout=self._timeout,
-            policy=self._policy,
-            client=self._client,
-            sleep=self._sleep,
-        )
-        return self._text_of(reply)
+        return self._text_of(await self._post(self._body(request)))
 
     def _text_of(self, reply: dict[str, Any]) -> str:
         if reply.get("type") == "error":
-            error = reply.get("error")
-            detail = error.get("message") if isinstance(error, dict) else error
-            raise SummarizerError(f"{self.name}: provider error: {detail}", retryable=True)
+            raise self._provider_error(reply.get("error"))
         content = reply.get("content")
         if not isinstance(content, list):
             raise SummarizerError(f"{self.name}: response has no content list", retryable=True)

@@ -29,13 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ctxwarden.core.compaction.types import SummarizerError, SummaryRequest
-from ctxwarden.summarizers._http import (
-    ProviderError,
-    RetryPolicy,
-    Sleep,
-    normalize_base_url,
-    post_json,
-)
+from ctxwarden.summarizers._http import HttpSummarizer, ProviderError, Sleep
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -78,8 +72,12 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-class OpenAIChatSummarizer:
+class OpenAIChatSummarizer(HttpSummarizer):
     """``POST {base_url}/chat/completions`` with a system and a user message."""
+
+    kind = "openai"
+    default_base_url = DEFAULT_BASE_URL
+    path = "/chat/completions"
 
     def __init__(
         self,
@@ -96,20 +94,20 @@ class OpenAIChatSummarizer:
         backoff_max: float = 20.0,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        if not model:
-            raise ValueError("OpenAIChatSummarizer needs a model name")
+        super().__init__(
+            base_url,
+            model,
+            api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            max_output_tokens=max_output_tokens,
+            http_client=http_client,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            sleep=sleep,
+        )
         if token_parameter not in ("auto", *_TOKEN_PARAMETERS):
             raise ValueError(f"unknown token_parameter {token_parameter!r}")
-        self._base_url = normalize_base_url(base_url or DEFAULT_BASE_URL)
-        self._model = model
-        self._api_key = api_key
-        self._timeout = timeout
-        self._max_output_tokens = max_output_tokens
-        self._client = http_client
-        self._policy = RetryPolicy(
-            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
-        )
-        self._sleep = sleep
         if token_parameter == "auto":
             self._token_parameter = (
                 "max_completion_tokens" if _uses_completion_tokens(self._base_url) else "max_tokens"
@@ -118,22 +116,6 @@ class OpenAIChatSummarizer:
         else:
             self._token_parameter = token_parameter
             self._may_switch = False
-
-    @property
-    def name(self) -> str:
-        return f"openai:{self._model}"
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self._max_output_tokens
 
     @property
     def token_parameter(self) -> str:
@@ -152,22 +134,8 @@ class OpenAIChatSummarizer:
         if prompt.system:
             messages.append({"role": "system", "content": prompt.system})
         messages.append({"role": "user", "content": prompt.user})
-        limit = prompt.max_tokens
-        if self._max_output_tokens > 0:
-            limit = min(limit, self._max_output_tokens)
-        return {"model": self._model, "messages": messages, token_parameter: max(limit, 1)}
-
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await post_json(
-            label=self.name,
-            url=f"{self._base_url}/chat/completions",
-            headers=self._headers(),
-            body=body,
-            attempt_timeout=self._timeout,
-            policy=self._policy,
-            client=self._client,
-            sleep=self._sleep,
-        )
+        limit = self._output_limit(prompt.max_tokens)
+        return {"model": self._model, "messages": messages, token_parameter: limit}
 
     async def summarize(self, request: SummaryRequest) -> str:
         parameter = self._token_parameter
@@ -186,8 +154,7 @@ class OpenAIChatSummarizer:
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             error = reply.get("error")
             if error:
-                detail = error.get("message") if isinstance(error, dict) else error
-                raise SummarizerError(f"{self.name}: provider error: {detail}", retryable=True)
+                raise self._provider_error(error)
             raise SummarizerError(f"{self.name}: response has no choices", retryable=True)
         choice = choices[0]
         message = choice.get("message")

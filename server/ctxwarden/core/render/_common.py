@@ -75,6 +75,10 @@ class Notes:
     def add(self, code: str, seq: int, detail: str) -> None:
         self.items.append(Notice(code, seq, detail))
 
+    def omitted(self, message: Message) -> None:
+        """``message`` rendered to nothing and was left out."""
+        self.add(EMPTY_MESSAGE_OMITTED, message.seq, "nothing left to send")
+
 
 # -- tools and arguments ---------------------------------------------------------
 
@@ -110,6 +114,15 @@ def call_arguments(block: ContentBlock, seq: int, notes: Notes) -> JsonObject:
 def arguments_text(block: ContentBlock) -> str:
     """Tool-call arguments as the JSON string OpenAI takes, byte for byte as stored."""
     return block.arguments_json if block.arguments_json.strip() else "{}"
+
+
+def tool_entry(tool: ToolDefinition, schema_key: str, notes: Notes) -> JsonObject:
+    """``{"name", "description" (when there is one), schema_key: the schema}``."""
+    out: JsonObject = {"name": tool.name}
+    if tool.description:
+        out["description"] = tool.description
+    out[schema_key] = tool_schema(tool, notes)
+    return out
 
 
 # -- images --------------------------------------------------------------------
@@ -165,6 +178,11 @@ def is_base64(text: str) -> bool:
             continue
         return True
     return False
+
+
+def other_model(message: Message, model: str) -> str:
+    """Why thinking made by another model (or an unknown one) is dropped."""
+    return f"made by model {message.model or '(unknown)'!r}, not {model or '(unknown)'!r}"
 
 
 def drop_thinking(message: Message, count: int, reason: str, notes: Notes) -> None:

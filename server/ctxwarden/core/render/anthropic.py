@@ -27,27 +27,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+from ctxwarden.core.render._build import Job, Media, Turns
 from ctxwarden.core.render._common import (
     ANTHROPIC_IMAGE_TYPES,
     CONTINUED_TEXT,
-    EMPTY_MESSAGE_OMITTED,
-    FIRST_MESSAGE_INSERTED,
     JsonObject,
-    Notes,
-    ToolIds,
     b64,
     call_arguments,
     drop_thinking,
-    image_placeholder,
     is_summary,
     mime_type,
+    other_model,
     same_model,
-    tool_schema,
+    tool_entry,
 )
-from ctxwarden.core.session import ToolDefinition
 
 PROVIDER = "Anthropic"
 
@@ -60,22 +54,15 @@ def _text(text: str) -> JsonObject:
     return {"type": "text", "text": text}
 
 
-def _media(block: ContentBlock, seq: int, notes: Notes) -> JsonObject:
-    """A text or image block of user content or tool-result content."""
-    if block.kind is ContentKind.TEXT:
-        return _text(block.text)
-    placeholder = image_placeholder(block, ANTHROPIC_IMAGE_TYPES, PROVIDER, seq, notes)
-    if placeholder is not None:
-        return _text(placeholder)
+def _image(block: ContentBlock) -> JsonObject:
     return {
         "type": "image",
         "source": {"type": "base64", "media_type": mime_type(block), "data": b64(block.data)},
     }
 
 
-def _is_media(block: ContentBlock) -> bool:
-    """Text (non-empty: Anthropic rejects empty text blocks) or an image."""
-    return block.kind is ContentKind.IMAGE or (block.kind is ContentKind.TEXT and bool(block.text))
+_MEDIA = Media(PROVIDER, ANTHROPIC_IMAGE_TYPES, _text, _image)
+"""Text (non-empty: Anthropic rejects empty text blocks) and image blocks."""
 
 
 def _thinking(block: ContentBlock) -> JsonObject | None:
@@ -87,10 +74,17 @@ def _thinking(block: ContentBlock) -> JsonObject | None:
     return {"type": "thinking", "thinking": block.text, "signature": block.signature}
 
 
-def _assistant(message: Message, model: str, ids: ToolIds, notes: Notes) -> list[JsonObject]:
+def _user(message: Message, job: Job) -> list[JsonObject]:
+    blocks = _MEDIA.parts(message, job.notes)
+    if blocks and is_summary(message):
+        blocks[-1]["cache_control"] = _cache()
+    return blocks
+
+
+def _assistant(message: Message, job: Job) -> list[JsonObject]:
     blocks: list[JsonObject] = []
     dropped = 0
-    keep = same_model(message, model)
+    keep = same_model(message, job.model)
     for block in message.content:
         if block.kind is ContentKind.TEXT and block.text:
             blocks.append(_text(block.text))
@@ -98,9 +92,9 @@ def _assistant(message: Message, model: str, ids: ToolIds, notes: Notes) -> list
             blocks.append(
                 {
                     "type": "tool_use",
-                    "id": ids.call(block.tool_call_id),
+                    "id": job.ids.call(block.tool_call_id),
                     "name": block.tool_name,
-                    "input": call_arguments(block, message.seq, notes),
+                    "input": call_arguments(block, message.seq, job.notes),
                 }
             )
         elif block.kind is ContentKind.THINKING:
@@ -110,18 +104,14 @@ def _assistant(message: Message, model: str, ids: ToolIds, notes: Notes) -> list
             else:
                 blocks.append(rendered)
     if dropped:
-        reason = (
-            "no signature to send back"
-            if keep
-            else f"made by model {message.model or '(unknown)'!r}, not {model or '(unknown)'!r}"
-        )
-        drop_thinking(message, dropped, reason, notes)
+        reason = "no signature to send back" if keep else other_model(message, job.model)
+        drop_thinking(message, dropped, reason, job.notes)
     return blocks
 
 
-def _tool_result(message: Message, ids: ToolIds, notes: Notes) -> JsonObject:
-    out: JsonObject = {"type": "tool_result", "tool_use_id": ids.result(message.tool_call_id)}
-    content = [_media(b, message.seq, notes) for b in message.content if _is_media(b)]
+def _tool_result(message: Message, job: Job) -> JsonObject:
+    out: JsonObject = {"type": "tool_result", "tool_use_id": job.ids.result(message.tool_call_id)}
+    content = _MEDIA.parts(message, job.notes)
     if content:
         out["content"] = content
     elif message.is_error:
@@ -131,68 +121,27 @@ def _tool_result(message: Message, ids: ToolIds, notes: Notes) -> JsonObject:
     return out
 
 
-def render_anthropic(
-    system_prompt: str,
-    tools: Sequence[ToolDefinition],
-    messages: Sequence[Message],
-    *,
-    model: str,
-    notes: Notes,
-    ids: ToolIds,
-) -> JsonObject:
-    out: list[JsonObject] = []
-    first_seq: int | None = None
-
-    def push(role: str, blocks: list[JsonObject], seq: int) -> None:
-        nonlocal first_seq
-        if first_seq is None:
-            first_seq = seq
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-
-    for message in messages:
+def render_anthropic(job: Job) -> JsonObject:
+    turns = Turns("content", job.notes)
+    for message in job.messages:
         if message.role is Role.TOOL_RESULT:
-            push("user", [_tool_result(message, ids, notes)], message.seq)
-            continue
-        if message.role is Role.USER:
-            blocks = [_media(b, message.seq, notes) for b in message.content if _is_media(b)]
-            if blocks and is_summary(message):
-                blocks[-1]["cache_control"] = _cache()
+            turns.add("user", [_tool_result(message, job)], message)
+        elif message.role is Role.USER:
+            turns.add("user", _user(message, job), message)
         else:
-            blocks = _assistant(message, model, ids, notes)
-        if not blocks:
-            notes.add(EMPTY_MESSAGE_OMITTED, message.seq, "nothing left to send")
-            continue
-        push("user" if message.role is Role.USER else "assistant", blocks, message.seq)
-
-    if out and out[0]["role"] == "assistant":
-        out.insert(0, {"role": "user", "content": [_text(CONTINUED_TEXT)]})
-        notes.add(
-            FIRST_MESSAGE_INSERTED,
-            first_seq or 0,
-            f"Anthropic needs a user message first; inserted {CONTINUED_TEXT!r}",
-        )
-    for rendered in reversed(out):
+            turns.add("assistant", _assistant(message, job), message)
+    turns.user_first(_text(CONTINUED_TEXT), "Anthropic needs a user message first")
+    for rendered in reversed(turns.items):
         if rendered["role"] == "user":
             rendered["content"][-1]["cache_control"] = _cache()
             break
 
     body: JsonObject = {}
-    if system_prompt:
-        body["system"] = [{"type": "text", "text": system_prompt, "cache_control": _cache()}]
-    body["messages"] = out
-    if tools:
-        rendered_tools = [_tool(t, notes) for t in tools]
-        rendered_tools[-1]["cache_control"] = _cache()
-        body["tools"] = rendered_tools
+    if job.system_prompt:
+        body["system"] = [{"type": "text", "text": job.system_prompt, "cache_control": _cache()}]
+    body["messages"] = turns.items
+    if job.tools:
+        tools = [tool_entry(t, "input_schema", job.notes) for t in job.tools]
+        tools[-1]["cache_control"] = _cache()
+        body["tools"] = tools
     return body
-
-
-def _tool(tool: ToolDefinition, notes: Notes) -> JsonObject:
-    out: JsonObject = {"name": tool.name}
-    if tool.description:
-        out["description"] = tool.description
-    out["input_schema"] = tool_schema(tool, notes)
-    return out

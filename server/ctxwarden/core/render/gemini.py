@@ -31,53 +31,42 @@ Field names are the REST API's (camelCase), as the google-genai SDK sends them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+from ctxwarden.core.render._build import Job, Media, Turns
 from ctxwarden.core.render._common import (
     CONTINUED_TEXT,
-    EMPTY_MESSAGE_OMITTED,
-    FIRST_MESSAGE_INSERTED,
     GEMINI_IMAGE_TYPES,
     JsonObject,
-    Notes,
-    ToolIds,
     b64,
     call_arguments,
     drop_thinking,
     image_placeholder,
     is_base64,
     mime_type,
+    other_model,
     same_model,
-    tool_schema,
+    tool_entry,
 )
-from ctxwarden.core.session import ToolDefinition
 
 PROVIDER = "Gemini"
+
+
+def _text(text: str) -> JsonObject:
+    return {"text": text}
 
 
 def _inline(block: ContentBlock) -> JsonObject:
     return {"inlineData": {"mimeType": mime_type(block), "data": b64(block.data)}}
 
 
-def _user_parts(message: Message, notes: Notes) -> list[JsonObject]:
-    parts: list[JsonObject] = []
-    for block in message.content:
-        if block.kind is ContentKind.TEXT and block.text:
-            parts.append({"text": block.text})
-        elif block.kind is ContentKind.IMAGE:
-            placeholder = image_placeholder(block, GEMINI_IMAGE_TYPES, PROVIDER, message.seq, notes)
-            parts.append(_inline(block) if placeholder is None else {"text": placeholder})
-    return parts
+_MEDIA = Media(PROVIDER, GEMINI_IMAGE_TYPES, _text, _inline)
 
 
-def _model_parts(
-    message: Message, model: str, ids: ToolIds, names: dict[str, str], notes: Notes
-) -> list[JsonObject]:
+def _model_parts(message: Message, job: Job, names: dict[str, str]) -> list[JsonObject]:
     parts: list[JsonObject] = []
     pending = ""  # a signature waiting for the part that carried it
     dropped = 0
-    keep = same_model(message, model)
+    keep = same_model(message, job.model)
 
     def emit(part: JsonObject) -> None:
         nonlocal pending
@@ -90,11 +79,11 @@ def _model_parts(
         if block.kind is ContentKind.TEXT and block.text:
             emit({"text": block.text})
         elif block.kind is ContentKind.TOOL_CALL:
-            call_id = ids.call(block.tool_call_id)
+            call_id = job.ids.call(block.tool_call_id)
             names[call_id] = block.tool_name
             call: JsonObject = {"id": call_id} if call_id else {}
             call["name"] = block.tool_name
-            call["args"] = call_arguments(block, message.seq, notes)
+            call["args"] = call_arguments(block, message.seq, job.notes)
             emit({"functionCall": call})
         elif block.kind is ContentKind.THINKING:
             if not (keep and not block.redacted and is_base64(block.signature)):
@@ -113,22 +102,22 @@ def _model_parts(
         emit({"text": ""})
     if dropped:
         if not keep:
-            reason = f"made by model {message.model or '(unknown)'!r}, not {model or '(unknown)'!r}"
+            reason = other_model(message, job.model)
         else:
             reason = "redacted, or no valid (base64) thought signature"
-        drop_thinking(message, dropped, reason, notes)
+        drop_thinking(message, dropped, reason, job.notes)
     return parts
 
 
-def _function_response(
-    message: Message, ids: ToolIds, names: dict[str, str], notes: Notes
-) -> JsonObject:
-    call_id = ids.result(message.tool_call_id)
+def _function_response(message: Message, job: Job, names: dict[str, str]) -> JsonObject:
+    call_id = job.ids.result(message.tool_call_id)
     text = message.text
     media: list[JsonObject] = []
     for block in message.content:
         if block.kind is ContentKind.IMAGE:
-            placeholder = image_placeholder(block, GEMINI_IMAGE_TYPES, PROVIDER, message.seq, notes)
+            placeholder = image_placeholder(
+                block, GEMINI_IMAGE_TYPES, PROVIDER, message.seq, job.notes
+            )
             if placeholder is None:
                 media.append(_inline(block))
             else:
@@ -141,62 +130,23 @@ def _function_response(
     return {"functionResponse": response}
 
 
-def render_gemini(
-    system_prompt: str,
-    tools: Sequence[ToolDefinition],
-    messages: Sequence[Message],
-    *,
-    model: str,
-    notes: Notes,
-    ids: ToolIds,
-) -> JsonObject:
-    contents: list[JsonObject] = []
+def render_gemini(job: Job) -> JsonObject:
+    turns = Turns("parts", job.notes)
     names: dict[str, str] = {}
-    first_seq: int | None = None
-
-    def push(role: str, parts: list[JsonObject], seq: int) -> None:
-        nonlocal first_seq
-        if first_seq is None:
-            first_seq = seq
-        if contents and contents[-1]["role"] == role:
-            contents[-1]["parts"].extend(parts)
-        else:
-            contents.append({"role": role, "parts": parts})
-
-    for message in messages:
+    for message in job.messages:
         if message.role is Role.TOOL_RESULT:
-            push("user", [_function_response(message, ids, names, notes)], message.seq)
-            continue
-        if message.role is Role.USER:
-            parts = _user_parts(message, notes)
+            turns.add("user", [_function_response(message, job, names)], message)
+        elif message.role is Role.USER:
+            turns.add("user", _MEDIA.parts(message, job.notes), message)
         else:
-            parts = _model_parts(message, model, ids, names, notes)
-        if not parts:
-            notes.add(EMPTY_MESSAGE_OMITTED, message.seq, "nothing left to send")
-            continue
-        push("user" if message.role is Role.USER else "model", parts, message.seq)
-
-    if contents and contents[0]["role"] == "model":
-        contents.insert(0, {"role": "user", "parts": [{"text": CONTINUED_TEXT}]})
-        notes.add(
-            FIRST_MESSAGE_INSERTED,
-            first_seq or 0,
-            f"Gemini needs a user turn first; inserted {CONTINUED_TEXT!r}",
-        )
+            turns.add("model", _model_parts(message, job, names), message)
+    turns.user_first(_text(CONTINUED_TEXT), "Gemini needs a user turn first")
 
     body: JsonObject = {}
-    if system_prompt:
-        body["systemInstruction"] = {"parts": [{"text": system_prompt}]}
-    body["contents"] = contents
-    if tools:
-        declarations = [_declaration(t, notes) for t in tools]
+    if job.system_prompt:
+        body["systemInstruction"] = {"parts": [_text(job.system_prompt)]}
+    body["contents"] = turns.items
+    if job.tools:
+        declarations = [tool_entry(t, "parametersJsonSchema", job.notes) for t in job.tools]
         body["tools"] = [{"functionDeclarations": declarations}]
     return body
-
-
-def _declaration(tool: ToolDefinition, notes: Notes) -> JsonObject:
-    out: JsonObject = {"name": tool.name}
-    if tool.description:
-        out["description"] = tool.description
-    out["parametersJsonSchema"] = tool_schema(tool, notes)
-    return out

@@ -19,52 +19,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from ctxwarden.core.messages import ContentKind, Message, Role
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+from ctxwarden.core.render._build import Job, Media
 from ctxwarden.core.render._common import (
-    EMPTY_MESSAGE_OMITTED,
     OPENAI_IMAGE_TYPES,
     TOOL_RESULT_IMAGES_MOVED,
     JsonObject,
-    Notes,
-    ToolIds,
     arguments_text,
     data_url,
     drop_thinking,
-    image_placeholder,
     texts,
-    tool_schema,
+    tool_entry,
 )
-from ctxwarden.core.session import ToolDefinition
 
 PROVIDER = "OpenAI Chat Completions"
-
-
-def _image_part(url: str) -> JsonObject:
-    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _text_part(text: str) -> JsonObject:
     return {"type": "text", "text": text}
 
 
-def _user_parts(message: Message, notes: Notes) -> list[JsonObject]:
-    parts: list[JsonObject] = []
-    for block in message.content:
-        if block.kind is ContentKind.TEXT and block.text:
-            parts.append(_text_part(block.text))
-        elif block.kind is ContentKind.IMAGE:
-            placeholder = image_placeholder(block, OPENAI_IMAGE_TYPES, PROVIDER, message.seq, notes)
-            parts.append(
-                _image_part(data_url(block)) if placeholder is None else _text_part(placeholder)
-            )
-    return parts
+def _image_part(block: ContentBlock) -> JsonObject:
+    return {"type": "image_url", "image_url": {"url": data_url(block)}}
 
 
-def _user(message: Message, notes: Notes) -> JsonObject | None:
-    parts = _user_parts(message, notes)
+_MEDIA = Media(PROVIDER, OPENAI_IMAGE_TYPES, _text_part, _image_part)
+
+
+def _user(message: Message, job: Job) -> JsonObject | None:
+    parts = _MEDIA.parts(message, job.notes)
     if not parts:
         return None
     if len(parts) == 1 and parts[0]["type"] == "text":
@@ -72,9 +57,9 @@ def _user(message: Message, notes: Notes) -> JsonObject | None:
     return {"role": "user", "content": parts}
 
 
-def _assistant(message: Message, ids: ToolIds, notes: Notes) -> JsonObject | None:
+def _assistant(message: Message, job: Job) -> JsonObject | None:
     thinking = sum(1 for b in message.content if b.kind is ContentKind.THINKING)
-    drop_thinking(message, thinking, f"{PROVIDER} cannot take reasoning back", notes)
+    drop_thinking(message, thinking, f"{PROVIDER} cannot take reasoning back", job.notes)
     text = texts(message.content)
     content: Any = None
     if len(text) == 1:
@@ -84,7 +69,7 @@ def _assistant(message: Message, ids: ToolIds, notes: Notes) -> JsonObject | Non
     out: JsonObject = {"role": "assistant", "content": content}
     calls = [
         {
-            "id": ids.call(b.tool_call_id),
+            "id": job.ids.call(b.tool_call_id),
             "type": "function",
             "function": {"name": b.tool_name, "arguments": arguments_text(b)},
         }
@@ -97,19 +82,28 @@ def _assistant(message: Message, ids: ToolIds, notes: Notes) -> JsonObject | Non
     return out
 
 
-def render_openai_chat(
-    system_prompt: str,
-    tools: Sequence[ToolDefinition],
-    messages: Sequence[Message],
-    *,
-    model: str,
-    notes: Notes,
-    ids: ToolIds,
-) -> JsonObject:
-    del model  # nothing here depends on who made a message
+def _tool_message(message: Message, job: Job, moved: list[JsonObject]) -> JsonObject:
+    """The ``tool`` message of a result; its images (labelled) go on ``moved``."""
+    notes = job.notes
+    call_id = job.ids.result(message.tool_call_id)
+    images = [b for b in message.content if b.kind is ContentKind.IMAGE]
+    if images:
+        label = f"[image output of tool call {call_id} ({message.tool_name})]"
+        moved.append(_text_part(label))
+        moved.extend(_MEDIA.image_or_placeholder(b, message.seq, notes) for b in images)
+        notes.add(
+            TOOL_RESULT_IMAGES_MOVED,
+            message.seq,
+            f"{len(images)} image(s) of tool call {message.tool_call_id!r} sent in a "
+            "user message after the tool messages (tool messages carry text only)",
+        )
+    return {"role": "tool", "tool_call_id": call_id, "content": message.text}
+
+
+def render_openai_chat(job: Job) -> JsonObject:
     out: list[JsonObject] = []
-    if system_prompt:
-        out.append({"role": "system", "content": system_prompt})
+    if job.system_prompt:
+        out.append({"role": "system", "content": job.system_prompt})
     moved: list[JsonObject] = []
 
     def flush_moved() -> None:
@@ -117,48 +111,21 @@ def render_openai_chat(
             out.append({"role": "user", "content": list(moved)})
             moved.clear()
 
-    for message in messages:
+    for message in job.messages:
         if message.role is Role.TOOL_RESULT:
-            call_id = ids.result(message.tool_call_id)
-            out.append({"role": "tool", "tool_call_id": call_id, "content": message.text})
-            images = [b for b in message.content if b.kind is ContentKind.IMAGE]
-            if images:
-                label = f"[image output of tool call {call_id} ({message.tool_name})]"
-                moved.append(_text_part(label))
-                for block in images:
-                    placeholder = image_placeholder(
-                        block, OPENAI_IMAGE_TYPES, PROVIDER, message.seq, notes
-                    )
-                    moved.append(
-                        _image_part(data_url(block))
-                        if placeholder is None
-                        else _text_part(placeholder)
-                    )
-                notes.add(
-                    TOOL_RESULT_IMAGES_MOVED,
-                    message.seq,
-                    f"{len(images)} image(s) of tool call {message.tool_call_id!r} sent in a "
-                    "user message after the tool messages (tool messages carry text only)",
-                )
+            out.append(_tool_message(message, job, moved))
             continue
         flush_moved()
-        rendered = (
-            _user(message, notes) if message.role is Role.USER else _assistant(message, ids, notes)
-        )
+        rendered = _user(message, job) if message.role is Role.USER else _assistant(message, job)
         if rendered is None:
-            notes.add(EMPTY_MESSAGE_OMITTED, message.seq, "nothing left to send")
-            continue
-        out.append(rendered)
+            job.notes.omitted(message)
+        else:
+            out.append(rendered)
     flush_moved()
     body: JsonObject = {"messages": out}
-    if tools:
-        body["tools"] = [_tool(t, notes) for t in tools]
+    if job.tools:
+        body["tools"] = [
+            {"type": "function", "function": tool_entry(t, "parameters", job.notes)}
+            for t in job.tools
+        ]
     return body
-
-
-def _tool(tool: ToolDefinition, notes: Notes) -> JsonObject:
-    function: JsonObject = {"name": tool.name}
-    if tool.description:
-        function["description"] = tool.description
-    function["parameters"] = tool_schema(tool, notes)
-    return {"type": "function", "function": function}

@@ -17,20 +17,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from ctxwarden.core.messages import ContentKind, Message, Role
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+from ctxwarden.core.render._build import Job, Media
 from ctxwarden.core.render._common import (
-    EMPTY_MESSAGE_OMITTED,
     OPENAI_IMAGE_TYPES,
     JsonObject,
     Notes,
-    ToolIds,
     arguments_text,
     data_url,
     drop_thinking,
-    image_placeholder,
-    tool_schema,
+    tool_entry,
 )
 from ctxwarden.core.session import ToolDefinition
 
@@ -41,23 +37,14 @@ def _text(text: str) -> JsonObject:
     return {"type": "input_text", "text": text}
 
 
-def _parts(message: Message, notes: Notes) -> list[JsonObject]:
-    parts: list[JsonObject] = []
-    for block in message.content:
-        if block.kind is ContentKind.TEXT and block.text:
-            parts.append(_text(block.text))
-        elif block.kind is ContentKind.IMAGE:
-            placeholder = image_placeholder(block, OPENAI_IMAGE_TYPES, PROVIDER, message.seq, notes)
-            if placeholder is None:
-                parts.append(
-                    {"type": "input_image", "image_url": data_url(block), "detail": "auto"}
-                )
-            else:
-                parts.append(_text(placeholder))
-    return parts
+def _image(block: ContentBlock) -> JsonObject:
+    return {"type": "input_image", "image_url": data_url(block), "detail": "auto"}
 
 
-def _assistant(message: Message, ids: ToolIds, notes: Notes) -> list[JsonObject]:
+_MEDIA = Media(PROVIDER, OPENAI_IMAGE_TYPES, _text, _image)
+
+
+def _assistant(message: Message, job: Job) -> list[JsonObject]:
     items: list[JsonObject] = []
     thinking = 0
     for block in message.content:
@@ -67,7 +54,7 @@ def _assistant(message: Message, ids: ToolIds, notes: Notes) -> list[JsonObject]
             items.append(
                 {
                     "type": "function_call",
-                    "call_id": ids.call(block.tool_call_id),
+                    "call_id": job.ids.call(block.tool_call_id),
                     "name": block.tool_name,
                     "arguments": arguments_text(block),
                 }
@@ -78,56 +65,46 @@ def _assistant(message: Message, ids: ToolIds, notes: Notes) -> list[JsonObject]
         message,
         thinking,
         f"{PROVIDER} reasoning items need the provider's item id, which is not stored",
-        notes,
+        job.notes,
     )
     return items
 
 
-def render_openai_responses(
-    system_prompt: str,
-    tools: Sequence[ToolDefinition],
-    messages: Sequence[Message],
-    *,
-    model: str,
-    notes: Notes,
-    ids: ToolIds,
-) -> JsonObject:
-    del model  # nothing here depends on who made a message
+def _function_call_output(message: Message, job: Job) -> JsonObject:
+    parts = _MEDIA.parts(message, job.notes)
+    has_image = any(b.kind is ContentKind.IMAGE for b in message.content)
+    output: object = parts if has_image else message.text
+    return {
+        "type": "function_call_output",
+        "call_id": job.ids.result(message.tool_call_id),
+        "output": output,
+    }
+
+
+def render_openai_responses(job: Job) -> JsonObject:
     items: list[JsonObject] = []
-    for message in messages:
+    for message in job.messages:
         if message.role is Role.TOOL_RESULT:
-            parts = _parts(message, notes)
-            has_image = any(b.kind is ContentKind.IMAGE for b in message.content)
-            output: object = parts if has_image else message.text
-            items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": ids.result(message.tool_call_id),
-                    "output": output,
-                }
-            )
+            items.append(_function_call_output(message, job))
             continue
         if message.role is Role.USER:
-            parts = _parts(message, notes)
+            parts = _MEDIA.parts(message, job.notes)
             rendered = [{"role": "user", "content": parts}] if parts else []
         else:
-            rendered = _assistant(message, ids, notes)
+            rendered = _assistant(message, job)
         if not rendered:
-            notes.add(EMPTY_MESSAGE_OMITTED, message.seq, "nothing left to send")
+            job.notes.omitted(message)
         items.extend(rendered)
     body: JsonObject = {}
-    if system_prompt:
-        body["instructions"] = system_prompt
+    if job.system_prompt:
+        body["instructions"] = job.system_prompt
     body["input"] = items
-    if tools:
-        body["tools"] = [_tool(t, notes) for t in tools]
+    if job.tools:
+        body["tools"] = [_tool(t, job.notes) for t in job.tools]
     return body
 
 
 def _tool(tool: ToolDefinition, notes: Notes) -> JsonObject:
-    out: JsonObject = {"type": "function", "name": tool.name}
-    if tool.description:
-        out["description"] = tool.description
-    out["parameters"] = tool_schema(tool, notes)
+    out: JsonObject = {"type": "function", **tool_entry(tool, "parameters", notes)}
     out["strict"] = False
     return out
