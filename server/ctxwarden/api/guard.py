@@ -19,7 +19,7 @@ from google.rpc import code_pb2
 
 from ctxwarden.api.auth import Authenticator, AuthError
 from ctxwarden.api.errors import rich_status
-from ctxwarden.api.handlers import METHOD_PREFIX, Continuation
+from ctxwarden.api.handlers import METHOD_PREFIX, HandlerInterceptor
 from ctxwarden.api.reads import is_unary, mark_unary
 from ctxwarden.api.tenancy import current_tenant, enter_tenant
 from ctxwarden.core.reasons import ErrorReason
@@ -126,7 +126,7 @@ def _retry_seconds(wait: float) -> float:
     return max(math.ceil(wait * 1000) / 1000, 0.001)
 
 
-class GuardInterceptor(grpc.aio.ServerInterceptor):
+class GuardInterceptor(HandlerInterceptor):
     """Authenticates ContextService calls, sets the tenant, applies rate limits."""
 
     def __init__(
@@ -136,14 +136,10 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         self.limiter = limiter
         self.failures = failures or FailureLimiter()
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(details)
-        method: str = details.method
-        if handler is None or not method.startswith(METHOD_PREFIX):
+    def wrap(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        if not method.startswith(METHOD_PREFIX):
             return handler
         name = method[len(METHOD_PREFIX) :]
         des, ser = handler.request_deserializer, handler.response_serializer

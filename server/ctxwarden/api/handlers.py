@@ -29,6 +29,25 @@ Continuation = Callable[
 METHOD_PREFIX = f"/{SERVICE_NAME}/"
 """ContextService's full method names start with this (health and reflection do not)."""
 
+
+class HandlerInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that replaces a method's handler (by ``wrap``) once found."""
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        method: str = details.method
+        return self.wrap(handler, method)
+
+    def wrap(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        raise NotImplementedError
+
+
 Types = tuple[type[Message], type[Message]]
 """A method's request and response message types."""
 

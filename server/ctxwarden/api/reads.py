@@ -26,7 +26,7 @@ import grpc
 from google.rpc import code_pb2
 
 from ctxwarden.api.errors import rich_status
-from ctxwarden.api.handlers import METHOD_PREFIX, Continuation
+from ctxwarden.api.handlers import METHOD_PREFIX, HandlerInterceptor
 from ctxwarden.core.reasons import ErrorReason
 
 STREAM_WINDOW_BYTES = 16 * 1024
@@ -122,7 +122,7 @@ class ReadGate:
             yield request
 
 
-class BoundedReads(grpc.aio.ServerInterceptor):
+class BoundedReads(HandlerInterceptor):
     """The innermost interceptor: serves unary methods as client-streaming ones that
     read their request through a ReadGate (see the module doc)."""
 
@@ -130,15 +130,10 @@ class BoundedReads(grpc.aio.ServerInterceptor):
         self.context_gate = context_gate
         self.open_gate = open_gate
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(details)
-        if handler is None:
-            return None
-        ours = details.method.startswith(METHOD_PREFIX)
+    def wrap(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        ours = method.startswith(METHOD_PREFIX)
         gate = self.context_gate if ours else self.open_gate
         des, ser = handler.request_deserializer, handler.response_serializer
         if handler.unary_unary is not None:
