@@ -14,17 +14,16 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, Unpack, cast
 import grpc
 import grpc.aio
 
-from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
-
 from . import _calls, _defaults, _pagination
 from ._async_stream import AsyncMessageStream
 from ._calls import Call, MessagesArg, SessionFields
 from ._client_base import ClientBase
 from ._pagination import Pages
 from ._retry import retry_delay
+from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
-    from ctxwarden.v1.context_service_pb2_grpc import ContextServiceAsyncStub
+    from .v1.context_service_pb2_grpc import ContextServiceAsyncStub
 
 __all__ = ["AsyncClient"]
 

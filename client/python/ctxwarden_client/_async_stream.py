@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 import grpc.aio
 
-from ctxwarden.v1 import context_service_pb2
-
 from ._calls import MessagesArg
 from ._defaults import or_default
 from ._errors import CtxwardenError
@@ -28,9 +26,10 @@ from ._streaming import (
     stream_request,
     unexpected_response_error,
 )
+from .v1 import context_service_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
-    from ctxwarden.v1.context_service_pb2_grpc import ContextServiceAsyncStub
+    from .v1.context_service_pb2_grpc import ContextServiceAsyncStub
 
 __all__ = ["AsyncMessageStream"]
 

@@ -15,11 +15,10 @@ from typing import Generic, TypedDict, TypeVar
 import grpc
 from google.protobuf import empty_pb2, field_mask_pb2
 
-from ctxwarden.v1 import context_service_pb2 as pb
-from ctxwarden.v1 import message_pb2, session_pb2
-from ctxwarden.v1.context_service_pb2_grpc import ContextServiceStub
-
 from ._input_cache import InputCache
+from .v1 import context_service_pb2 as pb
+from .v1 import message_pb2, session_pb2
+from .v1.context_service_pb2_grpc import ContextServiceStub
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ctxwarden.v1 import context_service_pb2
+from .v1 import context_service_pb2
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0

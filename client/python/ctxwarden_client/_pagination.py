@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from ctxwarden.v1 import context_service_pb2 as pb
-from ctxwarden.v1 import message_pb2, session_pb2
-
 from ._calls import Call
+from .v1 import context_service_pb2 as pb
+from .v1 import message_pb2, session_pb2
 
 
 class Page(Protocol):

@@ -14,10 +14,9 @@ from typing import Generic, Protocol, TypeVar
 
 import grpc
 
-from ctxwarden.v1 import context_service_pb2 as pb
-
 from ._calls import MessagesArg, append_request, as_messages
 from ._errors import CtxwardenError, error_from_rpc_error, make_error
+from .v1 import context_service_pb2 as pb
 
 T_contra = TypeVar("T_contra", contravariant=True)
 

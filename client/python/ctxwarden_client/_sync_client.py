@@ -9,14 +9,13 @@ from typing import Any, Self, TypeVar, Unpack
 
 import grpc
 
-from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
-
 from . import _calls, _defaults, _pagination
 from ._calls import Call, MessagesArg, SessionFields
 from ._client_base import ClientBase
 from ._pagination import Pages
 from ._retry import retry_delay
 from ._sync_stream import MessageStream
+from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 
 __all__ = ["Client"]
 

@@ -11,8 +11,6 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Self
 
-from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc
-
 from ._calls import MessagesArg
 from ._defaults import or_default
 from ._errors import CtxwardenError
@@ -23,6 +21,7 @@ from ._streaming import (
     stream_request,
     unexpected_response_error,
 )
+from .v1 import context_service_pb2, context_service_pb2_grpc
 
 __all__ = ["MessageStream"]
 
