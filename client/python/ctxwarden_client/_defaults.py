@@ -20,6 +20,7 @@ CHANNEL_OPTIONS = (
 )
 NO_FORMAT = context_service_pb2.MODEL_INPUT_FORMAT_UNSPECIFIED
 DEFAULT_VIEW = context_service_pb2.MODEL_INPUT_VIEW_UNSPECIFIED
+DEFAULT_MESSAGE_VIEW = context_service_pb2.MESSAGE_VIEW_UNSPECIFIED
 
 
 def or_default(timeout: float | None, default: float | None) -> float | None:

@@ -45,12 +45,13 @@ def stream_request(
     messages: MessagesArg,
     expected_last_seq: int | None,
     request_id: str,
+    view: pb.MessageView.ValueType,
 ) -> pb.AppendMessagesRequest:
     if isinstance(session_id_or_request, pb.AppendMessagesRequest):
-        if as_messages(messages) or expected_last_seq is not None or request_id:
+        if as_messages(messages) or expected_last_seq is not None or request_id or view:
             raise TypeError("pass either an AppendMessagesRequest or its fields, not both")
         return session_id_or_request
-    return append_request(session_id_or_request, messages, expected_last_seq, request_id)
+    return append_request(session_id_or_request, messages, expected_last_seq, request_id, view)
 
 
 class Pending(Generic[FutureT]):
