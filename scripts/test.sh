@@ -17,7 +17,10 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install --quiet -e '.[test,gen]' 2>&1 | grep -v "^WARNING: Location" || true
+# The client is a distribution of its own that the server depends on: both editable, in one
+# command, so pip takes ctxwarden-client from client/python.
+.venv/bin/python -m pip install --quiet -e ./client/python -e '.[test,gen]' 2>&1 \
+  | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import ctxwarden, ctxwarden_client" >/dev/null
 scripts/check_contract.sh
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check

@@ -23,7 +23,6 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 import ctxwarden_client as cw
-from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 from ctxwarden_client import (
     AbortedError,
     AlreadyExistsError,
@@ -42,6 +41,12 @@ from ctxwarden_client import (
     user,
 )
 from ctxwarden_client._retry import RetryPolicy
+from ctxwarden_client.v1 import (
+    context_service_pb2,
+    context_service_pb2_grpc,
+    message_pb2,
+    session_pb2,
+)
 
 DETAILS_KEY = "grpc-status-details-bin"
 

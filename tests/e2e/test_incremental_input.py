@@ -121,13 +121,15 @@ def test_python_client_incremental_equals_full(server_target: str, new_session: 
         offsets: list[int] = []
         merge = client._inputs.merge
 
-        def recording(session_id: str, received: pb.ModelInput) -> pb.ModelInput:
+        def recording(
+            session_id: str, received: cw.context_service_pb2.ModelInput
+        ) -> cw.context_service_pb2.ModelInput:
             offsets.append(received.messages_offset)  # what the server sent
             return merge(session_id, received)
 
         client._inputs.merge = recording  # type: ignore[method-assign]
         for i in range(6):
-            client.append_messages(sid, [user(f"q{i}"), assistant(f"a{i}")])
+            client.append_messages(sid, [cw.user(f"q{i}"), cw.assistant(f"a{i}")])
             inc = client.build_model_input(sid, incremental=True)
             full = client.build_model_input(sid)
             assert inc.messages_offset == 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden_client import AsyncClient, Client, assistant, user
+from ctxwarden_client.v1 import context_service_pb2 as pb
 
 OPENAI_CHAT = pb.MODEL_INPUT_FORMAT_OPENAI_CHAT
 

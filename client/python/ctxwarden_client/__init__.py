@@ -11,8 +11,6 @@ Every method returns the generated protobuf messages of ``ctxwarden.v1``;
 failed calls raise :class:`CtxwardenError` subclasses.
 """
 
-from ctxwarden.v1 import context_service_pb2, message_pb2, session_pb2
-
 from ._async_client import AsyncClient
 from ._async_stream import AsyncMessageStream
 from ._calls import SessionFields
@@ -40,6 +38,7 @@ from .builders import (
     usage,
     user,
 )
+from .v1 import context_service_pb2, message_pb2, session_pb2
 
 __all__ = [
     "AbortedError",

@@ -14,17 +14,16 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, Unpack, cast
 import grpc
 import grpc.aio
 
-from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
-
 from . import _calls, _defaults, _pagination
 from ._async_stream import AsyncMessageStream
 from ._calls import Call, MessagesArg, SessionFields
 from ._client_base import ClientBase
 from ._pagination import Pages
 from ._retry import retry_delay
+from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
-    from ctxwarden.v1.context_service_pb2_grpc import ContextServiceAsyncStub
+    from .v1.context_service_pb2_grpc import ContextServiceAsyncStub
 
 __all__ = ["AsyncClient"]
 
@@ -152,11 +151,15 @@ class AsyncClient(ClientBase):
         project_id: str = "",
         page_size: int = 0,
         *,
+        page_token: str = "",
         timeout: float | None = None,
     ) -> AsyncIterator[session_pb2.Session]:
-        """Iterates over sessions, newest first, fetching pages lazily."""
+        """Iterates over sessions, newest first, fetching pages lazily.
+
+        ``page_token`` starts the listing at that page (a ``next_page_token`` of an
+        earlier ListSessions with the same filters) instead of the first one."""
         async for item in self._pages(
-            _pagination.list_sessions(user_id, project_id, page_size), timeout
+            _pagination.list_sessions(user_id, project_id, page_size, page_token), timeout
         ):
             yield item
 
@@ -183,10 +186,14 @@ class AsyncClient(ClientBase):
         *,
         expected_last_seq: int | None = None,
         request_id: str = "",
+        view: context_service_pb2.MessageView.ValueType = _defaults.DEFAULT_MESSAGE_VIEW,
         timeout: float | None = None,
     ) -> context_service_pb2.AppendMessagesResponse:
-        """Appends one message or a sequence of messages, durably."""
-        call = _calls.append_messages(session_id, messages, expected_last_seq, request_id)
+        """Appends one message or a sequence of messages, durably.
+
+        ``view=MESSAGE_VIEW_BASIC`` leaves the content out of the stored messages
+        the response carries (seq, message_id and token_count are still there)."""
+        call = _calls.append_messages(session_id, messages, expected_last_seq, request_id, view)
         return await self._call(call, timeout)
 
     def stream_messages(
@@ -217,10 +224,14 @@ class AsyncClient(ClientBase):
         include_rolled_back: bool = False,
         page_size: int = 0,
         *,
+        page_token: str = "",
         timeout: float | None = None,
     ) -> AsyncIterator[message_pb2.Message]:
-        """Iterates over the session's history in seq order, fetching pages lazily."""
-        pages = _pagination.list_messages(session_id, include_rolled_back, page_size)
+        """Iterates over the session's history in seq order, fetching pages lazily.
+
+        ``page_token`` starts at that page (a ``next_page_token`` of an earlier
+        ListMessages with the same other fields) instead of the first one."""
+        pages = _pagination.list_messages(session_id, include_rolled_back, page_size, page_token)
         async for item in self._pages(pages, timeout):
             yield item
 
@@ -233,6 +244,8 @@ class AsyncClient(ClientBase):
         incremental: bool = False,
         format: context_service_pb2.ModelInputFormat.ValueType = _defaults.NO_FORMAT,
         view: context_service_pb2.ModelInputView.ValueType = _defaults.DEFAULT_VIEW,
+        as_of_seq: int | None = None,
+        resume_token: str = "",
         timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
         """Returns exactly what to send to the model next (compacting first with
@@ -246,10 +259,23 @@ class AsyncClient(ClientBase):
         server sends only the messages it does not hold yet (a few KB instead
         of the whole history). The result is the same complete input; it is
         the cached object, updated in place by the next incremental call for
-        this session, so copy it if you keep it longer."""
+        this session, so copy it if you keep it longer.
+
+        ``as_of_seq`` replays the input exactly as it was just before message
+        ``as_of_seq`` was appended. ``resume_token`` (the ``resume_token`` of an
+        input you hold) asks for only what changed: the answer's messages then
+        start at index ``messages_offset`` of that input, and merging is up to
+        you (``incremental`` does it for you; it takes neither of the two)."""
         cache = self._cache_for(incremental)
         call = _calls.build_model_input(
-            session_id, max_output_tokens, auto_compact, format, view, cache
+            session_id,
+            max_output_tokens,
+            auto_compact,
+            format,
+            view,
+            as_of_seq,
+            resume_token,
+            cache,
         )
         return await self._call(call, timeout)
 
@@ -310,10 +336,16 @@ class AsyncClient(ClientBase):
         return await self._call(call, timeout)
 
     async def list_compactions(
-        self, session_id: str, page_size: int = 0, *, timeout: float | None = None
+        self,
+        session_id: str,
+        page_size: int = 0,
+        *,
+        page_token: str = "",
+        timeout: float | None = None,
     ) -> AsyncIterator[context_service_pb2.Compaction]:
-        """Iterates over the session's checkpoints, newest first."""
-        async for item in self._pages(_pagination.list_compactions(session_id, page_size), timeout):
+        """Iterates over the session's checkpoints, newest first (from ``page_token``'s page)."""
+        pages = _pagination.list_compactions(session_id, page_size, page_token)
+        async for item in self._pages(pages, timeout):
             yield item
 
     async def get_tool_output(

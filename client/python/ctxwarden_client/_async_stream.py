@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 import grpc.aio
 
-from ctxwarden.v1 import context_service_pb2
-
 from ._calls import MessagesArg
-from ._defaults import or_default
+from ._defaults import DEFAULT_MESSAGE_VIEW, or_default
 from ._errors import CtxwardenError
 from ._streaming import (
     Pending,
@@ -28,9 +26,10 @@ from ._streaming import (
     stream_request,
     unexpected_response_error,
 )
+from .v1 import context_service_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
-    from ctxwarden.v1.context_service_pb2_grpc import ContextServiceAsyncStub
+    from .v1.context_service_pb2_grpc import ContextServiceAsyncStub
 
 __all__ = ["AsyncMessageStream"]
 
@@ -155,15 +154,19 @@ class AsyncMessageStream:
         *,
         expected_last_seq: int | None = None,
         request_id: str = "",
+        view: context_service_pb2.MessageView.ValueType = DEFAULT_MESSAGE_VIEW,
         timeout: float | None = None,
     ) -> AppendMessagesResponse:
         """Sends one append and waits for its response.
 
         Pass either a prepared ``AppendMessagesRequest`` or ``session_id`` and
-        ``messages`` (plus the optional request fields). Waits first for a free
-        slot when ``max_in_flight`` requests are unanswered.
+        ``messages`` (plus the optional request fields: ``expected_last_seq``,
+        ``request_id``, ``view``). Waits first for a free slot when
+        ``max_in_flight`` requests are unanswered.
         """
-        request = stream_request(session_id_or_request, messages, expected_last_seq, request_id)
+        request = stream_request(
+            session_id_or_request, messages, expected_last_seq, request_id, view
+        )
         return await self._within(or_default(timeout, self._send_timeout), self._send(request))
 
     async def send_many(

@@ -15,11 +15,10 @@ from typing import Generic, TypedDict, TypeVar
 import grpc
 from google.protobuf import empty_pb2, field_mask_pb2
 
-from ctxwarden.v1 import context_service_pb2 as pb
-from ctxwarden.v1 import message_pb2, session_pb2
-from ctxwarden.v1.context_service_pb2_grpc import ContextServiceStub
-
 from ._input_cache import InputCache
+from .v1 import context_service_pb2 as pb
+from .v1 import message_pb2, session_pb2
+from .v1.context_service_pb2_grpc import ContextServiceStub
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -104,10 +103,14 @@ def delete_session(session_id: str) -> Call[pb.DeleteSessionRequest, empty_pb2.E
 
 
 def append_request(
-    session_id: str, messages: MessagesArg, expected_last_seq: int | None, request_id: str
+    session_id: str,
+    messages: MessagesArg,
+    expected_last_seq: int | None,
+    request_id: str,
+    view: pb.MessageView.ValueType,
 ) -> pb.AppendMessagesRequest:
     request = pb.AppendMessagesRequest(
-        session_id=session_id, messages=as_messages(messages), request_id=request_id
+        session_id=session_id, messages=as_messages(messages), request_id=request_id, view=view
     )
     if expected_last_seq is not None:
         request.expected_last_seq = expected_last_seq
@@ -115,9 +118,13 @@ def append_request(
 
 
 def append_messages(
-    session_id: str, messages: MessagesArg, expected_last_seq: int | None, request_id: str
+    session_id: str,
+    messages: MessagesArg,
+    expected_last_seq: int | None,
+    request_id: str,
+    view: pb.MessageView.ValueType,
 ) -> Call[pb.AppendMessagesRequest, pb.AppendMessagesResponse]:
-    request = append_request(session_id, messages, expected_last_seq, request_id)
+    request = append_request(session_id, messages, expected_last_seq, request_id, view)
     return Call(lambda stub: stub.AppendMessages, request, safe=bool(request_id))
 
 
@@ -127,16 +134,30 @@ def build_model_input(
     auto_compact: bool,
     format: pb.ModelInputFormat.ValueType,
     view: pb.ModelInputView.ValueType,
+    as_of_seq: int | None,
+    resume_token: str,
     cache: InputCache | None,
 ) -> Call[pb.BuildModelInputRequest, pb.ModelInput]:
-    """``cache`` (for incremental calls) supplies the resume token and merges the answer."""
+    """``cache`` (for incremental calls) supplies the resume token and merges the answer.
+
+    ``resume_token`` is sent as given; the caller then merges the answer itself
+    (ModelInput.messages_offset). Replays (``as_of_seq``) are never resumed.
+    """
+    if cache is not None and (resume_token or as_of_seq is not None):
+        raise TypeError(
+            "incremental=True keeps the resume token itself: "
+            "it cannot be combined with resume_token or as_of_seq"
+        )
     request = pb.BuildModelInputRequest(
         session_id=session_id,
         max_output_tokens=max_output_tokens,
         auto_compact=auto_compact,
         format=format,
         view=view,
+        resume_token=resume_token,
     )
+    if as_of_seq is not None:
+        request.as_of_seq = as_of_seq
     if cache is None:
         return Call(lambda stub: stub.BuildModelInput, request, safe=True)
     request.resume_token = cache.token(session_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ctxwarden.v1 import context_service_pb2
+from .v1 import context_service_pb2
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0
@@ -20,6 +20,7 @@ CHANNEL_OPTIONS = (
 )
 NO_FORMAT = context_service_pb2.MODEL_INPUT_FORMAT_UNSPECIFIED
 DEFAULT_VIEW = context_service_pb2.MODEL_INPUT_VIEW_UNSPECIFIED
+DEFAULT_MESSAGE_VIEW = context_service_pb2.MESSAGE_VIEW_UNSPECIFIED
 
 
 def or_default(timeout: float | None, default: float | None) -> float | None:

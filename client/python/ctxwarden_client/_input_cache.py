@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxwarden.v1 import context_service_pb2
+from .v1 import context_service_pb2
 
 INPUT_CACHE_SESSIONS = 64
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from ctxwarden.v1 import context_service_pb2 as pb
-from ctxwarden.v1 import message_pb2, session_pb2
-
 from ._calls import Call
+from .v1 import context_service_pb2 as pb
+from .v1 import message_pb2, session_pb2
 
 
 class Page(Protocol):
@@ -26,7 +25,7 @@ Item = TypeVar("Item")
 
 
 class Pages(Generic[Req, PageT, Item]):
-    """The pages of one listing, fetched lazily::
+    """The pages of one listing, fetched lazily from ``first_token`` (empty: the first page)::
 
     while (call := pages.next_call()) is not None:
         items = pages.items(<make call>)
@@ -36,10 +35,11 @@ class Pages(Generic[Req, PageT, Item]):
         self,
         call_for: Callable[[str], Call[Req, PageT]],
         items: Callable[[PageT], Iterable[Item]],
+        first_token: str = "",
     ) -> None:
         self._call_for = call_for
         self._items = items
-        self._token: str | None = ""
+        self._token: str | None = first_token
 
     def next_call(self) -> Call[Req, PageT] | None:
         """The call that fetches the next page; None after the last page."""
@@ -52,39 +52,39 @@ class Pages(Generic[Req, PageT, Item]):
 
 
 def list_sessions(
-    user_id: str, project_id: str, page_size: int
+    user_id: str, project_id: str, page_size: int, page_token: str
 ) -> Pages[pb.ListSessionsRequest, pb.ListSessionsResponse, session_pb2.Session]:
-    def call_for(page_token: str) -> Call[pb.ListSessionsRequest, pb.ListSessionsResponse]:
+    def call_for(token: str) -> Call[pb.ListSessionsRequest, pb.ListSessionsResponse]:
         request = pb.ListSessionsRequest(
-            user_id=user_id, project_id=project_id, page_size=page_size, page_token=page_token
+            user_id=user_id, project_id=project_id, page_size=page_size, page_token=token
         )
         return Call(lambda stub: stub.ListSessions, request, safe=True)
 
-    return Pages(call_for, lambda page: page.sessions)
+    return Pages(call_for, lambda page: page.sessions, page_token)
 
 
 def list_messages(
-    session_id: str, include_rolled_back: bool, page_size: int
+    session_id: str, include_rolled_back: bool, page_size: int, page_token: str
 ) -> Pages[pb.ListMessagesRequest, pb.ListMessagesResponse, message_pb2.Message]:
-    def call_for(page_token: str) -> Call[pb.ListMessagesRequest, pb.ListMessagesResponse]:
+    def call_for(token: str) -> Call[pb.ListMessagesRequest, pb.ListMessagesResponse]:
         request = pb.ListMessagesRequest(
             session_id=session_id,
             page_size=page_size,
-            page_token=page_token,
+            page_token=token,
             include_rolled_back=include_rolled_back,
         )
         return Call(lambda stub: stub.ListMessages, request, safe=True)
 
-    return Pages(call_for, lambda page: page.messages)
+    return Pages(call_for, lambda page: page.messages, page_token)
 
 
 def list_compactions(
-    session_id: str, page_size: int
+    session_id: str, page_size: int, page_token: str
 ) -> Pages[pb.ListCompactionsRequest, pb.ListCompactionsResponse, pb.Compaction]:
-    def call_for(page_token: str) -> Call[pb.ListCompactionsRequest, pb.ListCompactionsResponse]:
+    def call_for(token: str) -> Call[pb.ListCompactionsRequest, pb.ListCompactionsResponse]:
         request = pb.ListCompactionsRequest(
-            session_id=session_id, page_size=page_size, page_token=page_token
+            session_id=session_id, page_size=page_size, page_token=token
         )
         return Call(lambda stub: stub.ListCompactions, request, safe=True)
 
-    return Pages(call_for, lambda page: page.compactions)
+    return Pages(call_for, lambda page: page.compactions, page_token)

@@ -14,10 +14,9 @@ from typing import Generic, Protocol, TypeVar
 
 import grpc
 
-from ctxwarden.v1 import context_service_pb2 as pb
-
 from ._calls import MessagesArg, append_request, as_messages
 from ._errors import CtxwardenError, error_from_rpc_error, make_error
+from .v1 import context_service_pb2 as pb
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -46,12 +45,13 @@ def stream_request(
     messages: MessagesArg,
     expected_last_seq: int | None,
     request_id: str,
+    view: pb.MessageView.ValueType,
 ) -> pb.AppendMessagesRequest:
     if isinstance(session_id_or_request, pb.AppendMessagesRequest):
-        if as_messages(messages) or expected_last_seq is not None or request_id:
+        if as_messages(messages) or expected_last_seq is not None or request_id or view:
             raise TypeError("pass either an AppendMessagesRequest or its fields, not both")
         return session_id_or_request
-    return append_request(session_id_or_request, messages, expected_last_seq, request_id)
+    return append_request(session_id_or_request, messages, expected_last_seq, request_id, view)
 
 
 class Pending(Generic[FutureT]):

@@ -9,14 +9,13 @@ from typing import Any, Self, TypeVar, Unpack
 
 import grpc
 
-from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
-
 from . import _calls, _defaults, _pagination
 from ._calls import Call, MessagesArg, SessionFields
 from ._client_base import ClientBase
 from ._pagination import Pages
 from ._retry import retry_delay
 from ._sync_stream import MessageStream
+from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 
 __all__ = ["Client"]
 
@@ -124,10 +123,16 @@ class Client(ClientBase):
         project_id: str = "",
         page_size: int = 0,
         *,
+        page_token: str = "",
         timeout: float | None = None,
     ) -> Iterator[session_pb2.Session]:
-        """Iterates over sessions, newest first, fetching pages lazily."""
-        yield from self._pages(_pagination.list_sessions(user_id, project_id, page_size), timeout)
+        """Iterates over sessions, newest first, fetching pages lazily.
+
+        ``page_token`` starts the listing at that page (a ``next_page_token`` of an
+        earlier ListSessions with the same filters) instead of the first one."""
+        yield from self._pages(
+            _pagination.list_sessions(user_id, project_id, page_size, page_token), timeout
+        )
 
     def update_session(
         self,
@@ -152,10 +157,14 @@ class Client(ClientBase):
         *,
         expected_last_seq: int | None = None,
         request_id: str = "",
+        view: context_service_pb2.MessageView.ValueType = _defaults.DEFAULT_MESSAGE_VIEW,
         timeout: float | None = None,
     ) -> context_service_pb2.AppendMessagesResponse:
-        """Appends one message or a sequence of messages, durably."""
-        call = _calls.append_messages(session_id, messages, expected_last_seq, request_id)
+        """Appends one message or a sequence of messages, durably.
+
+        ``view=MESSAGE_VIEW_BASIC`` leaves the content out of the stored messages
+        the response carries (seq, message_id and token_count are still there)."""
+        call = _calls.append_messages(session_id, messages, expected_last_seq, request_id, view)
         return self._call(call, timeout)
 
     def stream_messages(
@@ -185,10 +194,14 @@ class Client(ClientBase):
         include_rolled_back: bool = False,
         page_size: int = 0,
         *,
+        page_token: str = "",
         timeout: float | None = None,
     ) -> Iterator[message_pb2.Message]:
-        """Iterates over the session's history in seq order, fetching pages lazily."""
-        pages = _pagination.list_messages(session_id, include_rolled_back, page_size)
+        """Iterates over the session's history in seq order, fetching pages lazily.
+
+        ``page_token`` starts at that page (a ``next_page_token`` of an earlier
+        ListMessages with the same other fields) instead of the first one."""
+        pages = _pagination.list_messages(session_id, include_rolled_back, page_size, page_token)
         yield from self._pages(pages, timeout)
 
     def build_model_input(
@@ -200,6 +213,8 @@ class Client(ClientBase):
         incremental: bool = False,
         format: context_service_pb2.ModelInputFormat.ValueType = _defaults.NO_FORMAT,
         view: context_service_pb2.ModelInputView.ValueType = _defaults.DEFAULT_VIEW,
+        as_of_seq: int | None = None,
+        resume_token: str = "",
         timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
         """Returns exactly what to send to the model next (compacting first with
@@ -213,10 +228,23 @@ class Client(ClientBase):
         server sends only the messages it does not hold yet (a few KB instead
         of the whole history). The result is the same complete input; it is
         the cached object, updated in place by the next incremental call for
-        this session, so copy it if you keep it longer."""
+        this session, so copy it if you keep it longer.
+
+        ``as_of_seq`` replays the input exactly as it was just before message
+        ``as_of_seq`` was appended. ``resume_token`` (the ``resume_token`` of an
+        input you hold) asks for only what changed: the answer's messages then
+        start at index ``messages_offset`` of that input, and merging is up to
+        you (``incremental`` does it for you; it takes neither of the two)."""
         cache = self._cache_for(incremental)
         call = _calls.build_model_input(
-            session_id, max_output_tokens, auto_compact, format, view, cache
+            session_id,
+            max_output_tokens,
+            auto_compact,
+            format,
+            view,
+            as_of_seq,
+            resume_token,
+            cache,
         )
         return self._call(call, timeout)
 
@@ -277,10 +305,17 @@ class Client(ClientBase):
         return self._call(call, timeout)
 
     def list_compactions(
-        self, session_id: str, page_size: int = 0, *, timeout: float | None = None
+        self,
+        session_id: str,
+        page_size: int = 0,
+        *,
+        page_token: str = "",
+        timeout: float | None = None,
     ) -> Iterator[context_service_pb2.Compaction]:
-        """Iterates over the session's checkpoints, newest first."""
-        yield from self._pages(_pagination.list_compactions(session_id, page_size), timeout)
+        """Iterates over the session's checkpoints, newest first (from ``page_token``'s page)."""
+        yield from self._pages(
+            _pagination.list_compactions(session_id, page_size, page_token), timeout
+        )
 
     def get_tool_output(
         self,

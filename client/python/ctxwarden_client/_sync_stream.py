@@ -11,10 +11,8 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Self
 
-from ctxwarden.v1 import context_service_pb2, context_service_pb2_grpc
-
 from ._calls import MessagesArg
-from ._defaults import or_default
+from ._defaults import DEFAULT_MESSAGE_VIEW, or_default
 from ._errors import CtxwardenError
 from ._streaming import (
     Pending,
@@ -23,6 +21,7 @@ from ._streaming import (
     stream_request,
     unexpected_response_error,
 )
+from .v1 import context_service_pb2, context_service_pb2_grpc
 
 __all__ = ["MessageStream"]
 
@@ -122,14 +121,18 @@ class MessageStream:
         *,
         expected_last_seq: int | None = None,
         request_id: str = "",
+        view: context_service_pb2.MessageView.ValueType = DEFAULT_MESSAGE_VIEW,
         timeout: float | None = None,
     ) -> AppendMessagesResponse:
         """Sends one append and blocks until its response arrives.
 
         Pass either a prepared ``AppendMessagesRequest`` or ``session_id`` and
-        ``messages`` (plus the optional request fields).
+        ``messages`` (plus the optional request fields: ``expected_last_seq``,
+        ``request_id``, ``view``).
         """
-        request = stream_request(session_id_or_request, messages, expected_last_seq, request_id)
+        request = stream_request(
+            session_id_or_request, messages, expected_last_seq, request_id, view
+        )
         deadline, effective = self._deadline_for(timeout)
         future = self._submit(request, deadline, effective)
         return self._wait(future, deadline, effective)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from ctxwarden.v1 import message_pb2, session_pb2
+from .v1 import message_pb2, session_pb2
 
 __all__ = [
     "assistant",
