@@ -58,3 +58,9 @@ def merge_text(blocks: list[ContentBlock], text: str) -> None:
         blocks[-1] = text_block(blocks[-1].text + text)
     else:
         blocks.append(text_block(text))
+
+
+def without_empty_text(blocks: list[ContentBlock]) -> list[ContentBlock]:
+    """Assistant content without empty text blocks (streams start with them;
+    they carry nothing, and no provider takes them back)."""
+    return [b for b in blocks if b.kind is not ContentKind.TEXT or b.text]

@@ -37,6 +37,7 @@ from ctxwarden.core.ingest._common import (
     text_block,
     thinking_block,
     tool_result,
+    without_empty_text,
 )
 from ctxwarden.core.ingest._json import (
     Obj,
@@ -113,7 +114,7 @@ def _turn(
 ) -> IngestedTurn:
     out = Message(
         Role.ASSISTANT,
-        tuple(blocks),
+        tuple(without_empty_text(blocks)),
         stop_reason=stop[0],
         error_message=stop[1],
         usage=usage,
@@ -264,7 +265,14 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
             else:
                 blocks = [_assistant_block(b) for b in item.arr("content").objs()]
             names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
-            messages.append(Message(Role.ASSISTANT, tuple(blocks), model=model, provider=PROVIDER))
+            messages.append(
+                Message(
+                    Role.ASSISTANT,
+                    tuple(without_empty_text(blocks)),
+                    model=model,
+                    provider=PROVIDER,
+                )
+            )
         elif role == "user":
             if isinstance(value, str):
                 messages.append(Message(Role.USER, (text_block(value),)))

@@ -189,7 +189,8 @@ def _turn(
         blocks: list[ContentBlock] = []
         stop = (StopReason.ERROR, blocked)
     else:
-        blocks = _model_parts(_joined(candidate.parts), response_id)
+        parts = _joined(candidate.parts) if streamed else candidate.parts
+        blocks = _model_parts(parts, response_id)
         if streamed and not candidate.finish_reason:
             stop = (StopReason.ABORTED, "the stream ended before a finishReason")
         else:

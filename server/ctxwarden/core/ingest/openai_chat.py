@@ -6,8 +6,8 @@
 - finish_reason: ``stop`` is STOP, ``length`` LENGTH, ``tool_calls`` and
   ``function_call`` TOOL_USE, ``content_filter`` ERROR; none is UNSPECIFIED
   (ABORTED when a stream ended without one).
-- Usage: input is ``prompt_tokens`` less ``prompt_tokens_details.cached_tokens``
-  (the cached part is the cache read).
+- Usage: input is ``prompt_tokens`` less the ``prompt_tokens_details``
+  ``cached_tokens`` (the cache read) and ``cache_write_tokens`` (the cache write).
 - Streamed chunks are joined as the SDK's ChatCompletionStreamState joins
   them: strings (content, refusal, a tool call's id, name and arguments, by
   the call's ``index``) are concatenated; the usage of the last chunk that has
@@ -32,6 +32,7 @@ from ctxwarden.core.ingest._common import (
     image_block,
     text_block,
     tool_result,
+    without_empty_text,
 )
 from ctxwarden.core.ingest._json import (
     Arr,
@@ -67,10 +68,12 @@ def _usage(o: Obj | None) -> Usage | None:
     prompt = o.count("prompt_tokens")
     details = o.opt_obj("prompt_tokens_details")
     cached = details.count("cached_tokens") if details is not None else 0
+    written = details.count("cache_write_tokens") if details is not None else 0
     return Usage(
-        input_tokens=max(prompt - cached, 0),
+        input_tokens=max(prompt - cached - written, 0),
         output_tokens=o.count("completion_tokens"),
         cache_read_tokens=cached,
+        cache_write_tokens=written,
         total_tokens=o.count("total_tokens"),
     )
 
@@ -124,7 +127,7 @@ def _assistant_blocks(message: Obj) -> list[ContentBlock]:
     if message.opt_str("refusal"):
         blocks.append(text_block(message.string("refusal")))
     blocks.extend(_tool_call(c) for c in message.opt_arr("tool_calls").objs())
-    return blocks
+    return without_empty_text(blocks)
 
 
 def _turn(
@@ -138,7 +141,7 @@ def _turn(
 ) -> IngestedTurn:
     message = Message(
         Role.ASSISTANT,
-        tuple(blocks),
+        tuple(without_empty_text(blocks)),
         stop_reason=stop[0],
         error_message=stop[1],
         usage=usage,

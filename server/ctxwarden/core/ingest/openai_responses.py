@@ -12,7 +12,8 @@
   STOP; ``incomplete`` is LENGTH for ``max_output_tokens`` and ERROR for
   ``content_filter``; ``failed`` is ERROR with the error's message;
   ``cancelled`` is ABORTED.
-- Usage: input is ``input_tokens`` less ``input_tokens_details.cached_tokens``.
+- Usage: input is ``input_tokens`` less the ``input_tokens_details``
+  ``cached_tokens`` (the cache read) and ``cache_write_tokens`` (the cache write).
 - Streamed events are assembled as the SDK's ResponseStreamState does: the
   terminal event's response (``response.completed``, ``.incomplete`` or
   ``.failed``) is the result; when it carries no ``output``, the items are
@@ -43,6 +44,7 @@ from ctxwarden.core.ingest._common import (
     text_block,
     thinking_block,
     tool_result,
+    without_empty_text,
 )
 from ctxwarden.core.ingest._json import (
     Obj,
@@ -158,10 +160,12 @@ def _usage(o: Obj | None) -> Usage | None:
         return None
     details = o.opt_obj("input_tokens_details")
     cached = details.count("cached_tokens") if details is not None else 0
+    written = details.count("cache_write_tokens") if details is not None else 0
     return Usage(
-        input_tokens=max(o.count("input_tokens") - cached, 0),
+        input_tokens=max(o.count("input_tokens") - cached - written, 0),
         output_tokens=o.count("output_tokens"),
         cache_read_tokens=cached,
+        cache_write_tokens=written,
         total_tokens=o.count("total_tokens"),
     )
 
@@ -193,7 +197,7 @@ def _turn(
     stop = stop or _stop(response, blocks)
     message = Message(
         Role.ASSISTANT,
-        tuple(blocks),
+        tuple(without_empty_text(blocks)),
         stop_reason=stop[0],
         error_message=stop[1],
         usage=_usage(response.opt_obj("usage")),
@@ -369,7 +373,12 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
         nonlocal assistant
         if assistant is not None:
             messages.append(
-                Message(Role.ASSISTANT, tuple(assistant), model=model, provider=PROVIDER)
+                Message(
+                    Role.ASSISTANT,
+                    tuple(without_empty_text(assistant)),
+                    model=model,
+                    provider=PROVIDER,
+                )
             )
             assistant = None
 
