@@ -116,7 +116,7 @@ def _assistant_text(item: Obj) -> list[ContentBlock]:
     blocks: list[ContentBlock] = []
     for part in item.arr("content").objs():
         kind = part.kind()
-        if kind == "output_text":
+        if kind in ("output_text", "input_text"):
             if part.opt_arr("annotations").value:
                 raise unsupported(part.at("annotations"), "annotations")
             blocks.append(text_block(part.string("text")))
@@ -320,7 +320,8 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
         if kind in ("response.created", "response.queued", "response.in_progress"):
             snapshot = snapshot or event.obj("response")
         elif kind == "response.output_item.added":
-            items.add(event)
+            if event.has("item"):  # some providers send an empty announcement
+                items.add(event)
         elif kind == "response.output_item.done":
             items.finish(event)
         elif kind in _DELTAS:
