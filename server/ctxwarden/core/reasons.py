@@ -86,6 +86,8 @@ class ErrorReason(enum.StrEnum):
     """A compaction's keep_recent_tokens is negative."""
     INVALID_TRIGGER = "INVALID_TRIGGER"
     """Compact's trigger is unknown."""
+    INVALID_MODEL_OUTPUT = "INVALID_MODEL_OUTPUT"
+    """A provider response or input items to read are malformed or hold unsupported content."""
     REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
     """A request_id was already used for a different request."""
     WRITE_REJECTED = "WRITE_REJECTED"

@@ -1,0 +1,66 @@
+"""What every provider reader shares: the result type and block builders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+
+
+@dataclass(frozen=True, slots=True)
+class IngestedTurn:
+    """What one provider call returned, as ctxwarden messages."""
+
+    messages: tuple[Message, ...]
+    """Normally one assistant message (with no content when the call failed)."""
+    response_id: str = ""
+    """The provider's id of the response ("" when it sent none): chatcmpl-...,
+    resp_..., msg_..., or Gemini's responseId."""
+    streamed: bool = False
+    """Whether it was assembled from streamed events."""
+
+
+def text_block(text: str) -> ContentBlock:
+    return ContentBlock.of_text(text)
+
+
+def image_block(mime_type: str, data: bytes) -> ContentBlock:
+    return ContentBlock(ContentKind.IMAGE, mime_type=mime_type, data=data)
+
+
+def thinking_block(text: str, signature: str, *, redacted: bool = False) -> ContentBlock:
+    return ContentBlock(ContentKind.THINKING, text=text, signature=signature, redacted=redacted)
+
+
+def tool_result(
+    call_id: str,
+    content: list[ContentBlock],
+    *,
+    name: str = "",
+    is_error: bool = False,
+) -> Message:
+    """A tool result; always at least one (possibly empty) text block, so that
+    a result without output is still a valid message."""
+    if not any(b.kind is ContentKind.TEXT for b in content):
+        content = [text_block(""), *content]
+    return Message(
+        Role.TOOL_RESULT,
+        tuple(content),
+        tool_call_id=call_id,
+        tool_name=name,
+        is_error=is_error,
+    )
+
+
+def merge_text(blocks: list[ContentBlock], text: str) -> None:
+    """Append streamed text: to the last block when it is text, else as a new block."""
+    if blocks and blocks[-1].kind is ContentKind.TEXT:
+        blocks[-1] = text_block(blocks[-1].text + text)
+    else:
+        blocks.append(text_block(text))
+
+
+def without_empty_text(blocks: list[ContentBlock]) -> list[ContentBlock]:
+    """Assistant content without empty text blocks (streams start with them;
+    they carry nothing, and no provider takes them back)."""
+    return [b for b in blocks if b.kind is not ContentKind.TEXT or b.text]

@@ -1,0 +1,296 @@
+"""Anthropic Messages: a ``message``, its stream events, or input messages.
+
+- Content: ``text`` is text, ``tool_use`` a tool call (its ``input`` as
+  compact JSON text), ``thinking`` a thinking block with its signature and
+  ``redacted_thinking`` a redacted thinking block whose signature is the
+  block's ``data`` (what the renderer sends back).
+- stop_reason: ``end_turn``, ``stop_sequence`` and ``pause_turn`` are STOP,
+  ``max_tokens`` and ``model_context_window_exceeded`` LENGTH, ``tool_use``
+  TOOL_USE, ``refusal`` ERROR; none is UNSPECIFIED (ABORTED when a stream
+  ended without one).
+- Usage: ``input_tokens`` (uncached already), ``output_tokens``,
+  ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; Anthropic
+  reports no total.
+- Streamed events are accumulated as the SDK's MessageStream does:
+  ``message_start`` gives the message, ``content_block_start`` appends a
+  block, text/thinking deltas are appended, ``signature_delta`` sets the
+  signature, a tool call's ``input_json_delta`` texts are joined and parsed
+  (its start ``input`` stands when there are none), and ``message_delta``
+  sets the stop reason and overwrites the usage counts it carries.
+- Input messages: ``user`` content (a string, or ``text``, base64 ``image``
+  and ``tool_result`` blocks; each tool result is a message of its own, in
+  block order) and ``assistant`` content. ``cache_control`` is ignored. A
+  result's tool name comes from its call, when the call is among the items.
+- Rejected: server tools and their results, documents, search results,
+  citations, images by URL or file, and any other block type.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from ctxwarden.core.ingest._common import (
+    IngestedTurn,
+    image_block,
+    text_block,
+    thinking_block,
+    tool_result,
+    without_empty_text,
+)
+from ctxwarden.core.ingest._json import (
+    Obj,
+    arguments_json,
+    arguments_object,
+    as_arr,
+    as_obj,
+    bad,
+    decode_base64,
+    dumps,
+    unsupported,
+)
+from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason, Usage
+
+PROVIDER = "anthropic"
+
+_STOP_REASONS = {
+    "end_turn": StopReason.STOP,
+    "stop_sequence": StopReason.STOP,
+    "pause_turn": StopReason.STOP,
+    "max_tokens": StopReason.LENGTH,
+    "model_context_window_exceeded": StopReason.LENGTH,
+    "tool_use": StopReason.TOOL_USE,
+    "refusal": StopReason.ERROR,
+}
+
+
+def _stop(reason: str) -> tuple[StopReason, str]:
+    stop = _STOP_REASONS.get(reason, StopReason.UNSPECIFIED)
+    return stop, (f"stop_reason {reason}" if stop is StopReason.ERROR else "")
+
+
+def _usage(o: Obj | None) -> Usage | None:
+    if o is None:
+        return None
+    return Usage(
+        input_tokens=o.count("input_tokens"),
+        output_tokens=o.count("output_tokens"),
+        cache_read_tokens=o.count("cache_read_input_tokens"),
+        cache_write_tokens=o.count("cache_creation_input_tokens"),
+    )
+
+
+def _text(block: Obj) -> ContentBlock:
+    if block.opt_arr("citations").value:
+        raise unsupported(block.at("citations"), "citations")
+    return text_block(block.string("text"))
+
+
+def _assistant_block(block: Obj, arguments: str | None = None) -> ContentBlock:
+    kind = block.kind()
+    if kind == "text":
+        return _text(block)
+    if kind == "tool_use":
+        if arguments is None:
+            arguments = arguments_object(block.get("input"), block.at("input"))
+        return ContentBlock.of_tool_call(
+            block.nonempty_str("id"), block.nonempty_str("name"), arguments
+        )
+    if kind == "thinking":
+        return thinking_block(block.string("thinking"), block.opt_str("signature"))
+    if kind == "redacted_thinking":
+        return thinking_block("", block.nonempty_str("data"), redacted=True)
+    raise unsupported(block.at("type"), f"a content block of type {kind!r}")
+
+
+def _turn(
+    message: Obj,
+    blocks: list[ContentBlock],
+    stop: tuple[StopReason, str],
+    usage: Usage | None,
+    *,
+    streamed: bool,
+) -> IngestedTurn:
+    out = Message(
+        Role.ASSISTANT,
+        tuple(without_empty_text(blocks)),
+        stop_reason=stop[0],
+        error_message=stop[1],
+        usage=usage,
+        model=message.opt_str("model"),
+        provider=PROVIDER,
+    )
+    return IngestedTurn((out,), response_id=message.opt_str("id"), streamed=streamed)
+
+
+def ingest_response(body: object, path: str) -> IngestedTurn:
+    if isinstance(body, list):
+        return _stream(body, path)
+    message = as_obj(body, path)
+    kind = message.opt_str("type")
+    if kind and kind != "message":
+        raise bad(message.at("type"), f"expected 'message', got {kind!r}")
+    blocks = [_assistant_block(b) for b in message.arr("content").objs()]
+    return _turn(
+        message,
+        blocks,
+        _stop(message.opt_str("stop_reason")),
+        _usage(message.opt_obj("usage")),
+        streamed=False,
+    )
+
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def _stream(body: list[Any], path: str) -> IngestedTurn:
+    events = as_arr(body, path)
+    message: Obj | None = None
+    blocks: list[tuple[dict[str, Any], str]] = []
+    json_parts: dict[int, list[str]] = {}
+    stop_reason: str | None = None
+    usage: dict[str, Any] = {}
+    error = ""
+    for event in events.objs():
+        kind = event.kind()
+        if kind == "ping":
+            continue
+        if kind == "error":
+            detail = event.opt_obj("error")
+            error = (detail.opt_str("message") if detail else "") or "the stream reported an error"
+            break
+        if message is None:
+            if kind != "message_start":
+                raise bad(event.at("type"), f"expected message_start first, got {kind!r}")
+            message = event.obj("message")
+            start_usage = message.opt_obj("usage")
+            usage = dict(start_usage.value) if start_usage is not None else {}
+            blocks = [(copy.deepcopy(b.value), b.path) for b in message.opt_arr("content").objs()]
+            continue
+        if kind == "content_block_start":
+            block = event.obj("content_block")
+            blocks.append((copy.deepcopy(block.value), block.path))
+        elif kind == "content_block_delta":
+            index = event.count("index")
+            if index >= len(blocks):
+                raise bad(event.at("index"), f"content block {index} was not started")
+            _delta(blocks[index][0], event.obj("delta"), json_parts.setdefault(index, []))
+        elif kind == "message_delta":
+            delta = event.obj("delta")
+            stop_reason = delta.opt_str("stop_reason") or stop_reason
+            counts = event.opt_obj("usage")
+            if counts is not None:
+                for key in _USAGE_KEYS:
+                    if counts.get(key) is not None:
+                        usage[key] = counts.get(key)
+    if message is None:
+        raise bad(path, "the stream has no message_start event")
+    content: list[ContentBlock] = []
+    for index, (value, block_path) in enumerate(blocks):
+        block = as_obj(value, block_path)
+        arguments = None
+        if block.get("type") == "tool_use" and json_parts.get(index):
+            text = "".join(json_parts[index])
+            arguments = dumps(json.loads(arguments_json(text, f"{block_path}.input")))
+        content.append(_assistant_block(block, arguments))
+    if error:
+        stop = (StopReason.ERROR, error)
+    elif stop_reason:
+        stop = _stop(stop_reason)
+    else:
+        stop = (StopReason.ABORTED, "the stream ended before a stop_reason")
+    return _turn(message, content, stop, _usage(Obj(usage, path)), streamed=True)
+
+
+def _delta(block: dict[str, Any], delta: Obj, json_parts: list[str]) -> None:
+    kind = delta.kind()
+    if kind == "text_delta" and block.get("type") == "text":
+        block["text"] = str(block.get("text", "")) + delta.string("text")
+    elif kind == "thinking_delta" and block.get("type") == "thinking":
+        block["thinking"] = str(block.get("thinking", "")) + delta.string("thinking")
+    elif kind == "signature_delta" and block.get("type") == "thinking":
+        block["signature"] = delta.string("signature")
+    elif kind == "input_json_delta":
+        json_parts.append(delta.string("partial_json"))
+    elif kind == "citations_delta":
+        raise unsupported(delta.at("type"), "citations")
+
+
+# -- input messages -------------------------------------------------------------
+
+
+def _media(block: Obj) -> ContentBlock:
+    kind = block.kind()
+    if kind == "text":
+        return _text(block)
+    if kind == "image":
+        source = block.obj("source")
+        if source.opt_str("type") != "base64":
+            raise unsupported(source.at("type"), "an image that is not base64 data")
+        return image_block(
+            source.string("media_type"), decode_base64(source.string("data"), source.at("data"))
+        )
+    raise unsupported(block.at("type"), f"a content block of type {kind!r}")
+
+
+def _tool_result(block: Obj, names: dict[str, str]) -> Message:
+    call_id = block.nonempty_str("tool_use_id")
+    value = block.get("content")
+    if value is None:
+        content: list[ContentBlock] = []
+    elif isinstance(value, str):
+        content = [text_block(value)]
+    else:
+        content = [_media(b) for b in block.arr("content").objs()]
+    return tool_result(
+        call_id, content, name=names.get(call_id, ""), is_error=block.flag("is_error")
+    )
+
+
+def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    for item in as_arr(items, path).objs():
+        role = item.string("role")
+        value = item.get("content")
+        if role == "assistant":
+            if isinstance(value, str):
+                blocks = [text_block(value)]
+            else:
+                blocks = [_assistant_block(b) for b in item.arr("content").objs()]
+            names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
+            messages.append(
+                Message(
+                    Role.ASSISTANT,
+                    tuple(without_empty_text(blocks)),
+                    model=model,
+                    provider=PROVIDER,
+                )
+            )
+        elif role == "user":
+            if isinstance(value, str):
+                messages.append(Message(Role.USER, (text_block(value),)))
+                continue
+            run: list[ContentBlock] = []
+            for block in item.arr("content").objs():
+                if block.kind() == "tool_result":
+                    if run:
+                        messages.append(Message(Role.USER, tuple(run)))
+                        run = []
+                    messages.append(_tool_result(block, names))
+                else:
+                    run.append(_media(block))
+            if run:
+                messages.append(Message(Role.USER, tuple(run)))
+        else:
+            raise unsupported(item.at("role"), f"a message of role {role!r}")
+    return tuple(messages)
+
+
+__all__ = ["ingest_items", "ingest_response"]

@@ -1,0 +1,417 @@
+"""OpenAI Responses: a ``response`` object, its stream events, or input items.
+
+- Output items: a ``message`` gives text blocks (``output_text``, and
+  ``refusal`` as text), a ``function_call`` a tool call (``call_id``, name,
+  arguments as the JSON text sent), a ``reasoning`` item one thinking block:
+  its summary texts joined by a blank line (the ``reasoning_text`` content
+  when there is no summary), with the item's ``id`` and ``encrypted_content``
+  kept in the block's signature as compact JSON
+  ``{"id": ..., "encrypted_content": ...}`` (see ``reasoning_signature``),
+  which is what sending the item back needs.
+- Status: ``completed`` is TOOL_USE when there are function calls, else
+  STOP; ``incomplete`` is LENGTH for ``max_output_tokens`` and ERROR for
+  ``content_filter``; ``failed`` is ERROR with the error's message;
+  ``cancelled`` is ABORTED.
+- Usage: input is ``input_tokens`` less the ``input_tokens_details``
+  ``cached_tokens`` (the cache read) and ``cache_write_tokens`` (the cache write).
+- Streamed events are assembled as the SDK's ResponseStreamState does: the
+  terminal event's response (``response.completed``, ``.incomplete`` or
+  ``.failed``) is the result; when it carries no ``output``, the items are
+  those of ``response.output_item.done``, or, for items that never got one,
+  the ``response.output_item.added`` item with its deltas applied. A stream
+  without a terminal event is ABORTED.
+- Input items: ``message`` items of role user (``input_text``,
+  ``input_image`` with a data URL) and assistant (a string, or
+  ``output_text`` parts), ``function_call``, ``function_call_output`` (a
+  string, or ``input_text``/``input_image`` items) and ``reasoning``.
+  Consecutive assistant-side items (messages, calls, reasoning) form one
+  assistant message. A result's tool name comes from its call, when the call
+  is among the items.
+- Rejected: other item and content types (built-in tool calls, files,
+  images by URL or file id, ...), annotations, ``system`` and ``developer``
+  messages (the system prompt is the session's).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from ctxwarden.core.ingest._common import (
+    IngestedTurn,
+    image_block,
+    text_block,
+    thinking_block,
+    tool_result,
+    without_empty_text,
+)
+from ctxwarden.core.ingest._json import (
+    Obj,
+    arguments_json,
+    as_arr,
+    as_obj,
+    bad,
+    dumps,
+    image_data_url,
+    unsupported,
+)
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
+
+PROVIDER = "openai"
+
+
+def reasoning_signature(item_id: str, encrypted_content: str = "") -> str:
+    """The THINKING block signature that keeps a reasoning item's id and
+    encrypted content: ``{"id":...,"encrypted_content":...}`` (the latter
+    only when there is one)."""
+    value = {"id": item_id}
+    if encrypted_content:
+        value["encrypted_content"] = encrypted_content
+    return dumps(value)
+
+
+def parse_reasoning_signature(signature: str) -> tuple[str, str] | None:
+    """(item id, encrypted content) of a ``reasoning_signature``; None when
+    ``signature`` is not one (e.g. another provider's signature)."""
+    try:
+        value = json.loads(signature)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+        return None
+    encrypted = value.get("encrypted_content", "")
+    if not isinstance(encrypted, str) or set(value) - {"id", "encrypted_content"}:
+        return None
+    return value["id"], encrypted
+
+
+def _reasoning(item: Obj) -> ContentBlock:
+    texts = []
+    for part in item.opt_arr("summary").objs():
+        if part.kind() != "summary_text":
+            raise unsupported(part.at("type"), f"a reasoning summary of type {part.kind()!r}")
+        texts.append(part.string("text"))
+    if not texts:
+        for part in item.opt_arr("content").objs():
+            if part.kind() != "reasoning_text":
+                raise unsupported(part.at("type"), f"reasoning content of type {part.kind()!r}")
+            texts.append(part.string("text"))
+    signature = reasoning_signature(item.nonempty_str("id"), item.opt_str("encrypted_content"))
+    return thinking_block("\n\n".join(texts), signature)
+
+
+def _function_call(item: Obj) -> ContentBlock:
+    return ContentBlock.of_tool_call(
+        item.nonempty_str("call_id"),
+        item.nonempty_str("name"),
+        arguments_json(item.opt_str("arguments"), item.at("arguments")),
+    )
+
+
+def _assistant_text(item: Obj) -> list[ContentBlock]:
+    """An assistant message item: a string, or output_text/refusal parts."""
+    if isinstance(item.get("content"), str):
+        return [text_block(item.string("content"))]
+    blocks: list[ContentBlock] = []
+    for part in item.arr("content").objs():
+        kind = part.kind()
+        if kind in ("output_text", "input_text"):
+            if part.opt_arr("annotations").value:
+                raise unsupported(part.at("annotations"), "annotations")
+            blocks.append(text_block(part.string("text")))
+        elif kind == "refusal":
+            blocks.append(text_block(part.string("refusal")))
+        else:
+            raise unsupported(part.at("type"), f"assistant content of type {kind!r}")
+    return blocks
+
+
+def _assistant_item(item: Obj) -> list[ContentBlock] | None:
+    """The blocks of an assistant-side item; None when it is not one."""
+    kind = item.opt_str("type") or "message"
+    if kind == "message" and item.get("role") == "assistant":
+        return _assistant_text(item)
+    if kind == "function_call":
+        return [_function_call(item)]
+    if kind == "reasoning":
+        return [_reasoning(item)]
+    return None
+
+
+def _output(items: list[Obj]) -> list[ContentBlock]:
+    blocks: list[ContentBlock] = []
+    for item in items:
+        found = _assistant_item(item)
+        if found is None:
+            kind = item.opt_str("type") or "message"
+            if kind == "message":
+                raise bad(
+                    item.at("role"),
+                    f"an output message must be the assistant's, got {item.get('role')!r}",
+                )
+            raise unsupported(item.at("type"), f"an output item of type {kind!r}")
+        blocks.extend(found)
+    return blocks
+
+
+def _usage(o: Obj | None) -> Usage | None:
+    if o is None:
+        return None
+    details = o.opt_obj("input_tokens_details")
+    cached = details.count("cached_tokens") if details is not None else 0
+    written = details.count("cache_write_tokens") if details is not None else 0
+    return Usage(
+        input_tokens=max(o.count("input_tokens") - cached - written, 0),
+        output_tokens=o.count("output_tokens"),
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        total_tokens=o.count("total_tokens"),
+    )
+
+
+def _stop(response: Obj, blocks: list[ContentBlock]) -> tuple[StopReason, str]:
+    status = response.opt_str("status")
+    if status == "completed":
+        calls = any(b.kind is ContentKind.TOOL_CALL for b in blocks)
+        return (StopReason.TOOL_USE if calls else StopReason.STOP), ""
+    if status == "incomplete":
+        details = response.opt_obj("incomplete_details")
+        reason = details.opt_str("reason") if details is not None else ""
+        if reason == "max_output_tokens":
+            return StopReason.LENGTH, ""
+        return StopReason.ERROR, f"incomplete: {reason or 'no reason given'}"
+    if status == "failed":
+        error = response.opt_obj("error")
+        message = error.opt_str("message") if error is not None else ""
+        return StopReason.ERROR, message or "the response failed"
+    if status == "cancelled":
+        return StopReason.ABORTED, "the response was cancelled"
+    return StopReason.UNSPECIFIED, ""
+
+
+def _turn(
+    response: Obj, items: list[Obj], *, streamed: bool, stop: tuple[StopReason, str] | None = None
+) -> IngestedTurn:
+    blocks = _output(items)
+    stop = stop or _stop(response, blocks)
+    message = Message(
+        Role.ASSISTANT,
+        tuple(without_empty_text(blocks)),
+        stop_reason=stop[0],
+        error_message=stop[1],
+        usage=_usage(response.opt_obj("usage")),
+        model=response.opt_str("model"),
+        provider=PROVIDER,
+    )
+    return IngestedTurn((message,), response_id=response.opt_str("id"), streamed=streamed)
+
+
+def ingest_response(body: object, path: str) -> IngestedTurn:
+    if isinstance(body, list):
+        return _stream(body, path)
+    response = as_obj(body, path)
+    kind = response.opt_str("object")
+    if kind and kind != "response":
+        raise bad(response.at("object"), f"expected 'response', got {kind!r}")
+    return _turn(response, list(response.arr("output").objs()), streamed=False)
+
+
+_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+class _Items:
+    """Output items by output_index, as the stream built them."""
+
+    def __init__(self) -> None:
+        self.items: dict[int, tuple[dict[str, Any], str]] = {}
+        self.done: set[int] = set()
+
+    def add(self, event: Obj) -> None:
+        index = event.count("output_index")
+        if index in self.items:
+            raise bad(event.at("output_index"), f"output item {index} was added twice")
+        item = event.obj("item")
+        self.items[index] = (copy.deepcopy(item.value), item.path)
+
+    def finish(self, event: Obj) -> None:
+        index = event.count("output_index")
+        item = event.obj("item")
+        self.items[index] = (item.value, item.path)
+        self.done.add(index)
+
+    def get(self, event: Obj) -> dict[str, Any] | None:
+        """The item an event updates (None once its final form arrived)."""
+        index = event.count("output_index")
+        if index not in self.items:
+            raise bad(event.at("output_index"), f"no output item {index} was added before")
+        return None if index in self.done else self.items[index][0]
+
+    def objs(self) -> list[Obj]:
+        return [as_obj(*self.items[i]) for i in sorted(self.items)]
+
+
+def _append(parts: object, index: int, part: object, path: str) -> None:
+    if not isinstance(parts, list) or index > len(parts):
+        raise bad(path, f"part {index} does not follow the parts before it")
+    if index == len(parts):
+        parts.append(copy.deepcopy(part))
+
+
+def _extend(parts: object, index: int, key: str, delta: str, path: str) -> None:
+    if not isinstance(parts, list) or not 0 <= index < len(parts):
+        raise bad(path, f"part {index} was not added before")
+    part = parts[index]
+    if not isinstance(part, dict) or not isinstance(part.get(key, ""), str):
+        raise bad(path, f"part {index} has no text to extend")
+    part[key] = part.get(key, "") + delta
+
+
+def _apply(items: _Items, event: Obj, kind: str) -> None:
+    """Apply a delta event to the item it belongs to."""
+    item = items.get(event)
+    if item is None:
+        return
+    if kind == "response.function_call_arguments.delta":
+        if isinstance(item.get("arguments", ""), str):
+            item["arguments"] = item.get("arguments", "") + event.string("delta")
+    elif kind == "response.content_part.added":
+        index = event.count("content_index")
+        _append(item.setdefault("content", []), index, event.obj("part").value, event.path)
+    elif kind in ("response.output_text.delta", "response.refusal.delta"):
+        key = "text" if kind == "response.output_text.delta" else "refusal"
+        index = event.count("content_index")
+        _extend(item.get("content"), index, key, event.string("delta"), event.at("content_index"))
+    elif kind == "response.reasoning_summary_part.added":
+        index = event.count("summary_index")
+        _append(item.setdefault("summary", []), index, event.obj("part").value, event.path)
+    elif kind == "response.reasoning_summary_text.delta":
+        index = event.count("summary_index")
+        _extend(
+            item.get("summary"), index, "text", event.string("delta"), event.at("summary_index")
+        )
+    elif kind == "response.reasoning_text.delta":
+        index = event.count("content_index")
+        content = item.setdefault("content", [])
+        if isinstance(content, list) and index == len(content):
+            content.append({"type": "reasoning_text", "text": ""})
+        _extend(content, index, "text", event.string("delta"), event.at("content_index"))
+
+
+_DELTAS = frozenset(
+    {
+        "response.function_call_arguments.delta",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta",
+    }
+)
+
+
+def _stream(body: list[Any], path: str) -> IngestedTurn:
+    events = as_arr(body, path)
+    items = _Items()
+    snapshot: Obj | None = None
+    for event in events.objs():
+        kind = event.kind()
+        if kind in ("response.created", "response.queued", "response.in_progress"):
+            snapshot = snapshot or event.obj("response")
+        elif kind == "response.output_item.added":
+            if event.has("item"):  # some providers send an empty announcement
+                items.add(event)
+        elif kind == "response.output_item.done":
+            items.finish(event)
+        elif kind in _DELTAS:
+            _apply(items, event, kind)
+        elif kind in _TERMINAL:
+            response = event.obj("response")
+            if response.get("output") is None:
+                return _turn(response, items.objs(), streamed=True)
+            return _turn(response, list(response.arr("output").objs()), streamed=True)
+        elif kind == "error":
+            message = event.opt_str("message") or "the stream reported an error"
+            return _turn(
+                snapshot or Obj({}, event.path),
+                items.objs(),
+                streamed=True,
+                stop=(StopReason.ERROR, message),
+            )
+    aborted = (StopReason.ABORTED, "the stream ended before response.completed")
+    return _turn(snapshot or Obj({}, path), items.objs(), streamed=True, stop=aborted)
+
+
+# -- input items ------------------------------------------------------------------
+
+
+def _input_parts(item: Obj, key: str, *, text_type: str) -> list[ContentBlock]:
+    if isinstance(item.get(key), str):
+        return [text_block(item.string(key))]
+    blocks: list[ContentBlock] = []
+    for part in item.arr(key).objs():
+        kind = part.kind()
+        if kind == text_type:
+            blocks.append(text_block(part.string("text")))
+        elif kind == "input_image":
+            if not part.opt_str("image_url"):
+                raise unsupported(part.path, "an input_image without a data URL (e.g. a file_id)")
+            blocks.append(
+                image_block(*image_data_url(part.string("image_url"), part.at("image_url")))
+            )
+        else:
+            raise unsupported(part.at("type"), f"input content of type {kind!r}")
+    return blocks
+
+
+def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    assistant: list[ContentBlock] | None = None
+
+    def flush() -> None:
+        nonlocal assistant
+        if assistant is not None:
+            messages.append(
+                Message(
+                    Role.ASSISTANT,
+                    tuple(without_empty_text(assistant)),
+                    model=model,
+                    provider=PROVIDER,
+                )
+            )
+            assistant = None
+
+    for item in as_arr(items, path).objs():
+        blocks = _assistant_item(item)
+        if blocks is not None:
+            assistant = [*(assistant or []), *blocks]
+            names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
+            continue
+        flush()
+        kind = item.opt_str("type") or "message"
+        if kind == "function_call_output":
+            call_id = item.nonempty_str("call_id")
+            content = _input_parts(item, "output", text_type="input_text")
+            messages.append(tool_result(call_id, content, name=names.get(call_id, "")))
+        elif kind == "message":
+            role = item.string("role")
+            if role == "user":
+                messages.append(
+                    Message(Role.USER, tuple(_input_parts(item, "content", text_type="input_text")))
+                )
+            elif role in ("system", "developer"):
+                raise bad(
+                    item.at("role"),
+                    f"a {role} message cannot be stored: the system prompt is the session's",
+                )
+            else:
+                raise unsupported(item.at("role"), f"a message of role {role!r}")
+        else:
+            raise unsupported(item.at("type"), f"an input item of type {kind!r}")
+    flush()
+    return tuple(messages)
+
+
+__all__ = ["ingest_items", "ingest_response", "parse_reasoning_signature", "reasoning_signature"]
