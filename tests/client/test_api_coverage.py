@@ -13,6 +13,7 @@ express it.
 from __future__ import annotations
 
 import inspect
+import itertools
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -92,13 +93,34 @@ def sample(field: FieldDescriptor) -> tuple[object, object]:
     pytest.fail(f"no sample for {field.full_name} (type {field.type}): add one here")
 
 
-def arguments_and_expected(rpc: MethodDescriptor) -> tuple[dict[str, object], Message]:
-    arguments: dict[str, object] = {}
-    values: dict[str, object] = {}
-    for field in request_fields(rpc):
-        arguments[parameter_name(rpc, field)], values[field.name] = sample(field)
-    request_class = message_factory.GetMessageClass(rpc.input_type)
-    return arguments, request_class(**values)
+def _real_oneof(field: FieldDescriptor) -> str:
+    """The oneof ``field`` is a member of ("" for none, or a proto3 ``optional``)."""
+    oneof = field.containing_oneof
+    if oneof is None or (len(oneof.fields) == 1 and oneof.name == f"_{field.name}"):
+        return ""
+    return str(oneof.name)
+
+
+def variants(rpc: MethodDescriptor) -> list[tuple[dict[str, object], Message]]:
+    """(method arguments, the request they must make): every field set, once per
+    member of each oneof (the members of a oneof exclude one another)."""
+    fields = request_fields(rpc)
+    oneofs: dict[str, list[FieldDescriptor]] = {}
+    for field in fields:
+        if _real_oneof(field):
+            oneofs.setdefault(_real_oneof(field), []).append(field)
+    choices = [dict(zip(oneofs, pick, strict=True)) for pick in itertools.product(*oneofs.values())]
+    out = []
+    for chosen in choices:
+        arguments: dict[str, object] = {}
+        values: dict[str, object] = {}
+        for field in fields:
+            if _real_oneof(field) and chosen[_real_oneof(field)] is not field:
+                continue
+            arguments[parameter_name(rpc, field)], values[field.name] = sample(field)
+        request_class = message_factory.GetMessageClass(rpc.input_type)
+        out.append((arguments, request_class(**values)))
+    return out
 
 
 # -- a gRPC server that records every request ---------------------------------------
@@ -203,11 +225,14 @@ def test_every_rpc_and_request_field_has_a_method_and_parameter(client_class: ty
     assert not missing, "\n".join(missing)
 
 
+def _calls() -> list[tuple[MethodDescriptor, tuple[dict[str, object], Message]]]:
+    return [(rpc, variant) for rpc in METHODS for variant in variants(rpc)]
+
+
 def test_sync_client_sends_every_request_field(recording_server: tuple[str, Recorder]) -> None:
     target, recorder = recording_server
     with cw.Client(target, timeout=10, retries=0) as client:
-        for rpc in METHODS:
-            arguments, expected = arguments_and_expected(rpc)
+        for rpc, (arguments, expected) in _calls():
             if rpc.client_streaming:
                 session_id = arguments.pop(parameter_name(rpc, rpc.input_type.fields[0]))
                 with client.stream_messages() as stream:
@@ -224,8 +249,7 @@ async def test_async_client_sends_every_request_field(
 ) -> None:
     target, recorder = recording_server
     async with cw.AsyncClient(target, timeout=10, retries=0) as client:
-        for rpc in METHODS:
-            arguments, expected = arguments_and_expected(rpc)
+        for rpc, (arguments, expected) in _calls():
             if rpc.client_streaming:
                 session_id = arguments.pop(parameter_name(rpc, rpc.input_type.fields[0]))
                 async with client.stream_messages() as stream:

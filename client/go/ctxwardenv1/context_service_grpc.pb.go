@@ -39,6 +39,14 @@ type ContextServiceClient interface {
 	// order. An error ends the stream; requests acknowledged before it are durable,
 	// the failing one wrote nothing.
 	StreamMessages(ctx context.Context, opts ...grpc.CallOption) (ContextService_StreamMessagesClient, error)
+	// Appends what the model returned, in the provider's own format: its
+	// response body (or the events of a streamed call), or input items the agent
+	// would put into the next request (tool results, user messages). ctxwarden
+	// reads text, tool calls, reasoning with its signatures, stop reason, usage
+	// and model, then appends as AppendMessages does. Errors: INVALID_ARGUMENT
+	// (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
+	// element) with nothing stored; otherwise those of AppendMessages.
+	AppendModelOutput(ctx context.Context, in *AppendModelOutputRequest, opts ...grpc.CallOption) (*AppendMessagesResponse, error)
 	// Lists the complete history in seq order, in pages bounded by count and
 	// by size (see ListMessagesRequest.page_size).
 	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
@@ -170,6 +178,15 @@ func (x *contextServiceStreamMessagesClient) Recv() (*AppendMessagesResponse, er
 	return m, nil
 }
 
+func (c *contextServiceClient) AppendModelOutput(ctx context.Context, in *AppendModelOutputRequest, opts ...grpc.CallOption) (*AppendMessagesResponse, error) {
+	out := new(AppendMessagesResponse)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/AppendModelOutput", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *contextServiceClient) ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error) {
 	out := new(ListMessagesResponse)
 	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/ListMessages", in, out, opts...)
@@ -276,6 +293,14 @@ type ContextServiceServer interface {
 	// order. An error ends the stream; requests acknowledged before it are durable,
 	// the failing one wrote nothing.
 	StreamMessages(ContextService_StreamMessagesServer) error
+	// Appends what the model returned, in the provider's own format: its
+	// response body (or the events of a streamed call), or input items the agent
+	// would put into the next request (tool results, user messages). ctxwarden
+	// reads text, tool calls, reasoning with its signatures, stop reason, usage
+	// and model, then appends as AppendMessages does. Errors: INVALID_ARGUMENT
+	// (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
+	// element) with nothing stored; otherwise those of AppendMessages.
+	AppendModelOutput(context.Context, *AppendModelOutputRequest) (*AppendMessagesResponse, error)
 	// Lists the complete history in seq order, in pages bounded by count and
 	// by size (see ListMessagesRequest.page_size).
 	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
@@ -339,6 +364,9 @@ func (UnimplementedContextServiceServer) AppendMessages(context.Context, *Append
 }
 func (UnimplementedContextServiceServer) StreamMessages(ContextService_StreamMessagesServer) error {
 	return status.Errorf(codes.Unimplemented, "method StreamMessages not implemented")
+}
+func (UnimplementedContextServiceServer) AppendModelOutput(context.Context, *AppendModelOutputRequest) (*AppendMessagesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AppendModelOutput not implemented")
 }
 func (UnimplementedContextServiceServer) ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListMessages not implemented")
@@ -512,6 +540,24 @@ func (x *contextServiceStreamMessagesServer) Recv() (*AppendMessagesRequest, err
 		return nil, err
 	}
 	return m, nil
+}
+
+func _ContextService_AppendModelOutput_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendModelOutputRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).AppendModelOutput(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/AppendModelOutput",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).AppendModelOutput(ctx, req.(*AppendModelOutputRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _ContextService_ListMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -703,6 +749,10 @@ var _ContextService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AppendMessages",
 			Handler:    _ContextService_AppendMessages_Handler,
+		},
+		{
+			MethodName: "AppendModelOutput",
+			Handler:    _ContextService_AppendModelOutput_Handler,
 		},
 		{
 			MethodName: "ListMessages",

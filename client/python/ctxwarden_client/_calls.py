@@ -8,6 +8,7 @@ response becomes the method's result. :class:`~ctxwarden_client.Client` and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypedDict, TypeVar
@@ -126,6 +127,38 @@ def append_messages(
 ) -> Call[pb.AppendMessagesRequest, pb.AppendMessagesResponse]:
     request = append_request(session_id, messages, expected_last_seq, request_id, view)
     return Call(lambda stub: stub.AppendMessages, request, safe=bool(request_id))
+
+
+def append_model_output(
+    session_id: str,
+    format: pb.ModelInputFormat.ValueType,
+    response: object,
+    items: object,
+    expected_last_seq: int | None,
+    request_id: str,
+    view: pb.MessageView.ValueType,
+) -> Call[pb.AppendModelOutputRequest, pb.AppendMessagesResponse]:
+    """``response`` or ``items``: JSON text, or a value json.dumps can write."""
+    if (response is None) == (items is None):
+        raise TypeError("pass exactly one of response_json= or items_json=")
+    request = pb.AppendModelOutputRequest(
+        session_id=session_id, format=format, request_id=request_id, view=view
+    )
+    if response is not None:
+        request.response_json = _json_text(response)
+    else:
+        request.items_json = _json_text(items)
+    if expected_last_seq is not None:
+        request.expected_last_seq = expected_last_seq
+    return Call(lambda stub: stub.AppendModelOutput, request, safe=bool(request_id))
+
+
+def _json_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def build_model_input(

@@ -167,6 +167,30 @@ class Client(ClientBase):
         call = _calls.append_messages(session_id, messages, expected_last_seq, request_id, view)
         return self._call(call, timeout)
 
+    def append_model_output(
+        self,
+        session_id: str,
+        format: context_service_pb2.ModelInputFormat.ValueType,
+        *,
+        response_json: object = None,
+        items_json: object = None,
+        expected_last_seq: int | None = None,
+        request_id: str = "",
+        view: context_service_pb2.MessageView.ValueType = _defaults.DEFAULT_MESSAGE_VIEW,
+        timeout: float | None = None,
+    ) -> context_service_pb2.AppendMessagesResponse:
+        """Appends what the model returned, as the provider returned it.
+
+        ``response_json``: the provider's response body (or the list of the event
+        payloads of one streamed call); ``items_json``: input items in that format
+        (tool results, user messages). Either as JSON text or as a value
+        ``json.dumps`` can write (e.g. an SDK object's ``model_dump()``).
+        ``format`` is the provider's ``MODEL_INPUT_FORMAT_*``."""
+        call = _calls.append_model_output(
+            session_id, format, response_json, items_json, expected_last_seq, request_id, view
+        )
+        return self._call(call, timeout)
+
     def stream_messages(
         self,
         *,

@@ -203,6 +203,7 @@ export function isIdempotent(methodName: string, message: unknown): boolean {
           m.messages.every((msg) => Boolean(msg.messageId)))
       );
     case "CreateSession":
+    case "AppendModelOutput":
     case "RollbackTurn":
     case "Compact":
       return Boolean(m.requestId);

@@ -58,6 +58,7 @@ UNARY_METHODS: dict[str, Types] = {
     "UpdateSession": (pb.UpdateSessionRequest, ses_pb.Session),
     "DeleteSession": (pb.DeleteSessionRequest, empty_pb2.Empty),
     "AppendMessages": (pb.AppendMessagesRequest, pb.AppendMessagesResponse),
+    "AppendModelOutput": (pb.AppendModelOutputRequest, pb.AppendMessagesResponse),
     "ListMessages": (pb.ListMessagesRequest, pb.ListMessagesResponse),
     "BuildModelInput": (pb.BuildModelInputRequest, pb.ModelInput),
     "RollbackTurn": (pb.RollbackTurnRequest, pb.RollbackTurnResponse),

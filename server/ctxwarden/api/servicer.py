@@ -40,6 +40,7 @@ from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.service.manager import IdempotencyKey, SessionManager, message_page_token
+from ctxwarden.service.results import AppendResult
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
 
@@ -91,6 +92,16 @@ def _key(request: Any) -> IdempotencyKey | None:
         return None
     digest = hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()
     return IdempotencyKey(request_id, digest)
+
+
+def _append_response(result: AppendResult, view: int) -> pb.AppendMessagesResponse:
+    if view == pb.MESSAGE_VIEW_BASIC:
+        stored = [message_to_pb(replace(m, content=())) for m in result.messages]
+    else:
+        stored = [message_to_pb(m) for m in result.messages]
+    return pb.AppendMessagesResponse(
+        messages=stored, last_seq=result.last_seq, context_tokens=result.context_tokens
+    )
 
 
 class ContextServicer:
@@ -187,13 +198,24 @@ class ContextServicer:
         result = await self.manager.append(
             inner_id(request.session_id), self._messages(request), expected, _key(request)
         )
-        if request.view == pb.MESSAGE_VIEW_BASIC:
-            stored = [message_to_pb(replace(m, content=())) for m in result.messages]
-        else:
-            stored = [message_to_pb(m) for m in result.messages]
-        return pb.AppendMessagesResponse(
-            messages=stored, last_seq=result.last_seq, context_tokens=result.context_tokens
+        return _append_response(result, request.view)
+
+    @unary
+    async def AppendModelOutput(
+        self, request: pb.AppendModelOutputRequest, context: Any
+    ) -> pb.AppendMessagesResponse:
+        _check_decoded(request)
+        which = request.WhichOneof("output")
+        expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
+        result = await self.manager.append_model_output(
+            inner_id(request.session_id),
+            int(request.format),
+            response_json=request.response_json if which == "response_json" else None,
+            items_json=request.items_json if which == "items_json" else None,
+            expected_last_seq=expected,
+            key=_key(request),
         )
+        return _append_response(result, request.view)
 
     @unary
     async def AppendMessages(

@@ -52,23 +52,30 @@ def check_key(value: str, field: str) -> None:
 def check_json_object(text: str, field: str) -> None:
     if not text:
         return
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise _too_deep(field, 0) from None
-    except ValueError as exc:
-        raise InvalidArgument(
-            f"{field} is not valid JSON: {exc}", reason=ErrorReason.INVALID_JSON, field=field
-        ) from None
+    value = load_json(text, field)
     if not isinstance(value, dict):
         raise InvalidArgument(
             f"{field} must be a JSON object, got {type(value).__name__}",
             reason=ErrorReason.INVALID_JSON,
             field=field,
         )
+
+
+def load_json(text: str, field: str, max_depth: int = 0) -> object:
+    """Decode a JSON document a client sent: valid, at most ``max_depth`` levels
+    deep (default MAX_JSON_DEPTH), no escaped lone surrogate."""
+    limit = max_depth or MAX_JSON_DEPTH
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(field, 0, limit) from None
+    except ValueError as exc:
+        raise InvalidArgument(
+            f"{field} is not valid JSON: {exc}", reason=ErrorReason.INVALID_JSON, field=field
+        ) from None
     depth = json_depth(value)
-    if depth > MAX_JSON_DEPTH:
-        raise _too_deep(field, depth)
+    if depth > limit:
+        raise _too_deep(field, depth, limit)
     if _ESCAPED_SURROGATE.search(text) and _has_lone_surrogate(value):
         raise InvalidArgument(
             f"{field} escapes a lone surrogate (\\ud800-\\udfff), which is not a character "
@@ -76,6 +83,7 @@ def check_json_object(text: str, field: str) -> None:
             reason=ErrorReason.INVALID_JSON,
             field=field,
         )
+    return value
 
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -86,14 +94,13 @@ later step (rendering, compaction prompts, file lists) re-parses the JSON; far
 deeper documents would exhaust the interpreter's recursion limit there."""
 
 
-def _too_deep(field: str, depth: int) -> InvalidArgument:
+def _too_deep(field: str, depth: int, limit: int = MAX_JSON_DEPTH) -> InvalidArgument:
     deeper = f"{depth} levels" if depth else "too many levels"
     return InvalidArgument(
-        f"{field} nests {deeper} deep; the limit is {MAX_JSON_DEPTH} (objects and arrays "
-        "inside each other)",
+        f"{field} nests {deeper} deep; the limit is {limit} (objects and arrays inside each other)",
         reason=ErrorReason.JSON_TOO_DEEP,
         field=field,
-        metadata={"max_depth": str(MAX_JSON_DEPTH)},
+        metadata={"max_depth": str(limit)},
     )
 
 

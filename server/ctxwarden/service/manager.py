@@ -17,6 +17,7 @@ from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
+from ctxwarden.service.model_output import ModelOutputs
 from ctxwarden.service.pages import message_page_token
 from ctxwarden.service.results import AppendResult, IdempotencyKey, RollbackResult
 from ctxwarden.service.rollback import Rollbacks
@@ -50,6 +51,7 @@ class SessionManager:
         self.delete_session = sessions.delete_session
         self.append = messages.append
         self.list_messages = messages.list_messages
+        self.append_model_output = ModelOutputs(runtime, messages).append_model_output
         self.build_model_input = ModelInputs(runtime, self.compactor).build_model_input
         self.rollback = Rollbacks(runtime).rollback
         self.count_tokens = TokenCounts(runtime).count_tokens

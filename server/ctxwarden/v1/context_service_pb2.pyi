@@ -427,6 +427,67 @@ class AppendMessagesRequest(_message.Message):
 Global___AppendMessagesRequest: _TypeAlias = AppendMessagesRequest  # noqa: Y015
 
 @_typing.final
+class AppendModelOutputRequest(_message.Message):
+    """What the model returned, to append (see AppendModelOutput)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    RESPONSE_JSON_FIELD_NUMBER: _builtins.int
+    ITEMS_JSON_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    EXPECTED_LAST_SEQ_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session's ID. Required."""
+    format: Global___ModelInputFormat.ValueType
+    """The provider format of the output: OPENAI_CHAT, OPENAI_RESPONSES,
+    ANTHROPIC_MESSAGES or GEMINI. Required.
+    """
+    response_json: _builtins.str
+    """The provider's response body as it returned it (a Chat Completions
+    `chat.completion`, a Responses `response`, an Anthropic `message`, a
+    Gemini `GenerateContentResponse`), or a JSON array of the event payloads
+    of one streamed call, assembled as the provider's SDK assembles them.
+    """
+    items_json: _builtins.str
+    """A JSON array of input items in that format: what the agent would itself
+    put into the next request (tool results, user messages with images).
+    """
+    request_id: _builtins.str
+    """Optional idempotency key (shared with AppendMessages of the session)."""
+    expected_last_seq: _builtins.int
+    """When set, the append applies only if the session's last_seq equals it."""
+    view: Global___MessageView.ValueType
+    """How much of each stored message the response carries (see MessageView)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        format: Global___ModelInputFormat.ValueType = ...,
+        response_json: _builtins.str = ...,
+        items_json: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        expected_last_seq: _builtins.int | None = ...,
+        view: Global___MessageView.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq", "items_json", b"items_json", "output", b"output", "response_json", b"response_json"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq", "format", b"format", "items_json", b"items_json", "output", b"output", "request_id", b"request_id", "response_json", b"response_json", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expected_last_seq: _TypeAlias = _typing.Literal["expected_last_seq"]  # noqa: Y015
+    _WhichOneofArgType__expected_last_seq: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq"]  # noqa: Y015
+    _WhichOneofReturnType_output: _TypeAlias = _typing.Literal["response_json", "items_json"]  # noqa: Y015
+    _WhichOneofArgType_output: _TypeAlias = _typing.Literal["output", b"output"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_last_seq) -> _WhichOneofReturnType__expected_last_seq | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_output) -> _WhichOneofReturnType_output | None: ...
+
+Global___AppendModelOutputRequest: _TypeAlias = AppendModelOutputRequest  # noqa: Y015
+
+@_typing.final
 class AppendMessagesResponse(_message.Message):
     """What an append stored."""
 

@@ -76,6 +76,11 @@ class ContextServiceStub:
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesRequest.SerializeToString,
                 response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesResponse.FromString,
                 _registered_method=True)
+        self.AppendModelOutput = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/AppendModelOutput',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendModelOutputRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesResponse.FromString,
+                _registered_method=True)
         self.ListMessages = channel.unary_unary(
                 '/ctxwarden.v1.ContextService/ListMessages',
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.ListMessagesRequest.SerializeToString,
@@ -182,6 +187,19 @@ class ContextServiceServicer:
         """AppendMessages as a long-lived stream: one response per request, in
         order. An error ends the stream; requests acknowledged before it are durable,
         the failing one wrote nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendModelOutput(self, request, context):
+        """Appends what the model returned, in the provider's own format: its
+        response body (or the events of a streamed call), or input items the agent
+        would put into the next request (tool results, user messages). ctxwarden
+        reads text, tool calls, reasoning with its signatures, stop reason, usage
+        and model, then appends as AppendMessages does. Errors: INVALID_ARGUMENT
+        (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
+        element) with nothing stored; otherwise those of AppendMessages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -304,6 +322,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
             'StreamMessages': grpc.stream_stream_rpc_method_handler(
                     servicer.StreamMessages,
                     request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesResponse.SerializeToString,
+            ),
+            'AppendModelOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendModelOutput,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendModelOutputRequest.FromString,
                     response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesResponse.SerializeToString,
             ),
             'ListMessages': grpc.unary_unary_rpc_method_handler(
@@ -545,6 +568,33 @@ class ContextService:
             target,
             '/ctxwarden.v1.ContextService/StreamMessages',
             ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendModelOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/AppendModelOutput',
+            ctxwarden_dot_v1_dot_context__service__pb2.AppendModelOutputRequest.SerializeToString,
             ctxwarden_dot_v1_dot_context__service__pb2.AppendMessagesResponse.FromString,
             options,
             channel_credentials,

@@ -65,6 +65,15 @@ class ContextServiceStub:
     order. An error ends the stream; requests acknowledged before it are durable,
     the failing one wrote nothing.
     """
+    AppendModelOutput: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.AppendModelOutputRequest, _context_service_pb2.AppendMessagesResponse]
+    """Appends what the model returned, in the provider's own format: its
+    response body (or the events of a streamed call), or input items the agent
+    would put into the next request (tool results, user messages). ctxwarden
+    reads text, tool calls, reasoning with its signatures, stop reason, usage
+    and model, then appends as AppendMessages does. Errors: INVALID_ARGUMENT
+    (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
+    element) with nothing stored; otherwise those of AppendMessages.
+    """
     ListMessages: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListMessagesRequest, _context_service_pb2.ListMessagesResponse]
     """Lists the complete history in seq order, in pages bounded by count and
     by size (see ListMessagesRequest.page_size).
@@ -145,6 +154,15 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """AppendMessages as a long-lived stream: one response per request, in
     order. An error ends the stream; requests acknowledged before it are durable,
     the failing one wrote nothing.
+    """
+    AppendModelOutput: _aio.UnaryUnaryMultiCallable[_context_service_pb2.AppendModelOutputRequest, _context_service_pb2.AppendMessagesResponse]  # type: ignore[assignment]
+    """Appends what the model returned, in the provider's own format: its
+    response body (or the events of a streamed call), or input items the agent
+    would put into the next request (tool results, user messages). ctxwarden
+    reads text, tool calls, reasoning with its signatures, stop reason, usage
+    and model, then appends as AppendMessages does. Errors: INVALID_ARGUMENT
+    (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
+    element) with nothing stored; otherwise those of AppendMessages.
     """
     ListMessages: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListMessagesRequest, _context_service_pb2.ListMessagesResponse]  # type: ignore[assignment]
     """Lists the complete history in seq order, in pages bounded by count and
@@ -265,6 +283,21 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         """AppendMessages as a long-lived stream: one response per request, in
         order. An error ends the stream; requests acknowledged before it are durable,
         the failing one wrote nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def AppendModelOutput(
+        self,
+        request: _context_service_pb2.AppendModelOutputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.AppendMessagesResponse, _abc.Awaitable[_context_service_pb2.AppendMessagesResponse]]:
+        """Appends what the model returned, in the provider's own format: its
+        response body (or the events of a streamed call), or input items the agent
+        would put into the next request (tool results, user messages). ctxwarden
+        reads text, tool calls, reasoning with its signatures, stop reason, usage
+        and model, then appends as AppendMessages does. Errors: INVALID_ARGUMENT
+        (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
+        element) with nothing stored; otherwise those of AppendMessages.
         """
 
     @_abc_1.abstractmethod

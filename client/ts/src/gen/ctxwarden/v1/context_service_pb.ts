@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/context_service.proto.
  */
 export const file_ctxwarden_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJjdHh3YXJkZW4vdjEvY29udGV4dF9zZXJ2aWNlLnByb3RvEgxjdHh3YXJkZW4udjEiZgoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoHc2Vzc2lvbhgBIAEoCzIVLmN0eHdhcmRlbi52MS5TZXNzaW9uEhIKCnNlc3Npb25faWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJImEKE0xpc3RTZXNzaW9uc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn0KFFVwZGF0ZVNlc3Npb25SZXF1ZXN0EiYKB3Nlc3Npb24YASABKAsyFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSDAoEZXRhZxgDIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIscBChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCghtZXNzYWdlcxgCIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCRInCgR2aWV3GAUgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3QhQKEl9leHBlY3RlZF9sYXN0X3NlcSJrChZBcHBlbmRNZXNzYWdlc1Jlc3BvbnNlEicKCG1lc3NhZ2VzGAEgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USEAoIbGFzdF9zZXEYAiABKAMSFgoOY29udGV4dF90b2tlbnMYAyABKAMibQoTTGlzdE1lc3NhZ2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEhsKE2luY2x1ZGVfcm9sbGVkX2JhY2sYBCABKAgiWAoUTGlzdE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYASADKAsyFS5jdHh3YXJkZW4udjEuTWVzc2FnZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAki9QEKFkJ1aWxkTW9kZWxJbnB1dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIZChFtYXhfb3V0cHV0X3Rva2VucxgCIAEoAxIUCgxhdXRvX2NvbXBhY3QYAyABKAgSLgoGZm9ybWF0GAQgASgOMh4uY3R4d2FyZGVuLnYxLk1vZGVsSW5wdXRGb3JtYXQSFgoJYXNfb2Zfc2VxGAUgASgDSACIAQESFAoMcmVzdW1lX3Rva2VuGAYgASgJEioKBHZpZXcYByABKA4yHC5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dFZpZXdCDAoKX2FzX29mX3NlcSK5AgoOVG9rZW5CcmVha2Rvd24SFQoNc3lzdGVtX3Rva2VucxgBIAEoAxIUCgx0b29sc190b2tlbnMYAiABKAMSFgoOc3VtbWFyeV90b2tlbnMYAyABKAMSFgoObWVzc2FnZV90b2tlbnMYBCABKAMSFAoMdG90YWxfdG9rZW5zGAUgASgDEhYKDmNvbnRleHRfd2luZG93GAYgASgDEhwKFGNvbXBhY3Rpb25fdGhyZXNob2xkGAcgASgDEhEKCWVzdGltYXRlZBgIIAEoCBIdChVhbmNob3JlZF90b3RhbF90b2tlbnMYCSABKAMSHAoUZXN0aW1hdGVfZXJyb3JfcmF0aW8YCiABKAESLgoGbWV0aG9kGAsgASgOMh4uY3R4d2FyZGVuLnYxLlRva2VuQ291bnRNZXRob2QiMwoGTm90aWNlEgwKBGNvZGUYASABKAkSCwoDc2VxGAIgASgDEg4KBmRldGFpbBgDIAEoCSKvAwoKTW9kZWxJbnB1dBISCgpzZXNzaW9uX2lkGAEgASgJEhUKDXN5c3RlbV9wcm9tcHQYAiABKAkSKwoFdG9vbHMYAyADKAsyHC5jdHh3YXJkZW4udjEuVG9vbERlZmluaXRpb24SJwoIbWVzc2FnZXMYBCADKAsyFS5jdHh3YXJkZW4udjEuTWVzc2FnZRIsCgZ0b2tlbnMYBSABKAsyHC5jdHh3YXJkZW4udjEuVG9rZW5CcmVha2Rvd24SHgoWY29tcGFjdGlvbl9yZWNvbW1lbmRlZBgGIAEoCBIWCg5maXJzdF9rZXB0X3NlcRgHIAEoAxIQCghsYXN0X3NlcRgIIAEoAxIVCg1jb21wYWN0aW9uX2lkGAkgASgJEhMKC3ByZWZpeF9oYXNoGAogASgJEiUKB25vdGljZXMYCyADKAsyFC5jdHh3YXJkZW4udjEuTm90aWNlEg8KB3N1bW1hcnkYDCABKAkSFQoNcmVuZGVyZWRfanNvbhgNIAEoCRIUCgxyZXN1bWVfdG9rZW4YDiABKAkSFwoPbWVzc2FnZXNfb2Zmc2V0GA8gASgDInQKE1JvbGxiYWNrVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgZ0b19zZXEYAiABKANIAIgBARIVCg1lcnJvcl9tZXNzYWdlGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAlCCQoHX3RvX3NlcSKeAQoUUm9sbGJhY2tUdXJuUmVzcG9uc2USGAoQcm9sbGVkX2JhY2tfc2VxcxgBIAMoAxIsCgZhY3Rpb24YAiABKA4yHC5jdHh3YXJkZW4udjEuUmVjb3ZlcnlBY3Rpb24SLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcmVhc29uGAQgASgJIoUDCgpDb21wYWN0aW9uEhUKDWNvbXBhY3Rpb25faWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgdzdW1tYXJ5GAMgASgJEhsKE3R1cm5fcHJlZml4X3N1bW1hcnkYBCABKAkSFgoOZmlyc3Rfa2VwdF9zZXEYBSABKAMSFQoNdG9rZW5zX2JlZm9yZRgGIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYByABKAMSEgoKc3BsaXRfdHVybhgIIAEoCBISCgpyZWFkX2ZpbGVzGAkgAygJEhYKDm1vZGlmaWVkX2ZpbGVzGAogAygJEhIKCnN1bW1hcml6ZXIYCyABKAkSMAoHdHJpZ2dlchgMIAEoDjIfLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uVHJpZ2dlchIvCgtjcmVhdGVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc3VwZXJzZWRlZBgOIAEoCBIOCgZhdF9zZXEYDyABKAMinAEKDkNvbXBhY3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxISCgpyZXF1ZXN0X2lkGAQgASgJEjAKB3RyaWdnZXIYBSABKA4yHy5jdHh3YXJkZW4udjEuQ29tcGFjdGlvblRyaWdnZXIiQQoNU3VtbWFyeVByb21wdBIOCgZzeXN0ZW0YASABKAkSDAoEdXNlchgCIAEoCRISCgptYXhfdG9rZW5zGAMgASgDImAKGFByZXBhcmVDb21wYWN0aW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGluc3RydWN0aW9ucxgCIAEoCRIaChJrZWVwX3JlY2VudF90b2tlbnMYAyABKAMi6QIKDkNvbXBhY3Rpb25QbGFuEg8KB3BsYW5faWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIWCg5maXJzdF9rZXB0X3NlcRgDIAEoAxIVCg10b2tlbnNfYmVmb3JlGAQgASgDEhIKCnNwbGl0X3R1cm4YBSABKAgSGAoQcHJldmlvdXNfc3VtbWFyeRgGIAEoCRIzCg5oaXN0b3J5X3Byb21wdBgHIAEoCzIbLmN0eHdhcmRlbi52MS5TdW1tYXJ5UHJvbXB0EjcKEnR1cm5fcHJlZml4X3Byb21wdBgIIAEoCzIbLmN0eHdhcmRlbi52MS5TdW1tYXJ5UHJvbXB0Ei8KC2V4cGlyZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNzdW1tYXJpemVkX2Zyb21fc2VxGAogASgDEhkKEXN1bW1hcml6ZWRfdG9fc2VxGAsgASgDImwKF0NvbW1pdENvbXBhY3Rpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHcGxhbl9pZBgCIAEoCRIPCgdzdW1tYXJ5GAMgASgJEhsKE3R1cm5fcHJlZml4X3N1bW1hcnkYBCABKAkiUwoWTGlzdENvbXBhY3Rpb25zUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImEKF0xpc3RDb21wYWN0aW9uc1Jlc3BvbnNlEi0KC2NvbXBhY3Rpb25zGAEgAygLMhguY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIlYKFEdldFRvb2xPdXRwdXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgDEg4KBm9mZnNldBgDIAEoAxINCgVsaW1pdBgEIAEoAyJnChVHZXRUb29sT3V0cHV0UmVzcG9uc2USDwoHY29udGVudBgBIAEoCRITCgt0b3RhbF9ieXRlcxgCIAEoAxITCgt0b3RhbF9saW5lcxgDIAEoAxITCgtuZXh0X29mZnNldBgEIAEoAyKaAQoSQ291bnRUb2tlbnNSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuaXplchgCIAEoCRInCghtZXNzYWdlcxgDIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEisKBXRvb2xzGAQgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEgwKBHRleHQYBSABKAkikAEKE0NvdW50VG9rZW5zUmVzcG9uc2USFAoMdG90YWxfdG9rZW5zGAEgASgDEhYKDm1lc3NhZ2VfdG9rZW5zGAIgAygDEhEKCXRva2VuaXplchgDIAEoCRINCgVleGFjdBgEIAEoCBIUCgx0b29sc190b2tlbnMYBSABKAMSEwoLdGV4dF90b2tlbnMYBiABKAMqWgoLTWVzc2FnZVZpZXcSHAoYTUVTU0FHRV9WSUVXX1VOU1BFQ0lGSUVEEAASFQoRTUVTU0FHRV9WSUVXX0ZVTEwQARIWChJNRVNTQUdFX1ZJRVdfQkFTSUMQAippCg5Nb2RlbElucHV0VmlldxIgChxNT0RFTF9JTlBVVF9WSUVXX1VOU1BFQ0lGSUVEEAASGQoVTU9ERUxfSU5QVVRfVklFV19GVUxMEAESGgoWTU9ERUxfSU5QVVRfVklFV19CQVNJQxACKuwBChBNb2RlbElucHV0Rm9ybWF0EiIKHk1PREVMX0lOUFVUX0ZPUk1BVF9VTlNQRUNJRklFRBAAEh0KGU1PREVMX0lOUFVUX0ZPUk1BVF9OQVRJVkUQARIiCh5NT0RFTF9JTlBVVF9GT1JNQVRfT1BFTkFJX0NIQVQQAhInCiNNT0RFTF9JTlBVVF9GT1JNQVRfT1BFTkFJX1JFU1BPTlNFUxADEikKJU1PREVMX0lOUFVUX0ZPUk1BVF9BTlRIUk9QSUNfTUVTU0FHRVMQBBIdChlNT0RFTF9JTlBVVF9GT1JNQVRfR0VNSU5JEAUqlwEKEFRva2VuQ291bnRNZXRob2QSIgoeVE9LRU5fQ09VTlRfTUVUSE9EX1VOU1BFQ0lGSUVEEAASHAoYVE9LRU5fQ09VTlRfTUVUSE9EX0VYQUNUEAESHwobVE9LRU5fQ09VTlRfTUVUSE9EX0FOQ0hPUkVEEAISIAocVE9LRU5fQ09VTlRfTUVUSE9EX0VTVElNQVRFRBADKo0BCg5SZWNvdmVyeUFjdGlvbhIfChtSRUNPVkVSWV9BQ1RJT05fVU5TUEVDSUZJRUQQABIZChVSRUNPVkVSWV9BQ1RJT05fUkVUUlkQARIlCiFSRUNPVkVSWV9BQ1RJT05fQ09NUEFDVF9BTkRfUkVUUlkQAhIYChRSRUNPVkVSWV9BQ1RJT05fRkFJTBADKpkBChFDb21wYWN0aW9uVHJpZ2dlchIiCh5DT01QQUNUSU9OX1RSSUdHRVJfVU5TUEVDSUZJRUQQABIdChlDT01QQUNUSU9OX1RSSUdHRVJfTUFOVUFMEAESIAocQ09NUEFDVElPTl9UUklHR0VSX1RIUkVTSE9MRBACEh8KG0NPTVBBQ1RJT05fVFJJR0dFUl9PVkVSRkxPVxADMtIKCg5Db250ZXh0U2VydmljZRJKCg1DcmVhdGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SRAoKR2V0U2Vzc2lvbhIfLmN0eHdhcmRlbi52MS5HZXRTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uElUKDExpc3RTZXNzaW9ucxIhLmN0eHdhcmRlbi52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEkoKDVVwZGF0ZVNlc3Npb24SIi5jdHh3YXJkZW4udjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJLCg1EZWxldGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5ElsKDkFwcGVuZE1lc3NhZ2VzEiMuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBokLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1Jlc3BvbnNlEl8KDlN0cmVhbU1lc3NhZ2VzEiMuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBokLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1Jlc3BvbnNlKAEwARJVCgxMaXN0TWVzc2FnZXMSIS5jdHh3YXJkZW4udjEuTGlzdE1lc3NhZ2VzUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5MaXN0TWVzc2FnZXNSZXNwb25zZRJRCg9CdWlsZE1vZGVsSW5wdXQSJC5jdHh3YXJkZW4udjEuQnVpbGRNb2RlbElucHV0UmVxdWVzdBoYLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0ElUKDFJvbGxiYWNrVHVybhIhLmN0eHdhcmRlbi52MS5Sb2xsYmFja1R1cm5SZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLlJvbGxiYWNrVHVyblJlc3BvbnNlEkEKB0NvbXBhY3QSHC5jdHh3YXJkZW4udjEuQ29tcGFjdFJlcXVlc3QaGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhJZChFQcmVwYXJlQ29tcGFjdGlvbhImLmN0eHdhcmRlbi52MS5QcmVwYXJlQ29tcGFjdGlvblJlcXVlc3QaHC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvblBsYW4SUwoQQ29tbWl0Q29tcGFjdGlvbhIlLmN0eHdhcmRlbi52MS5Db21taXRDb21wYWN0aW9uUmVxdWVzdBoYLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uEl4KD0xpc3RDb21wYWN0aW9ucxIkLmN0eHdhcmRlbi52MS5MaXN0Q29tcGFjdGlvbnNSZXF1ZXN0GiUuY3R4d2FyZGVuLnYxLkxpc3RDb21wYWN0aW9uc1Jlc3BvbnNlElgKDUdldFRvb2xPdXRwdXQSIi5jdHh3YXJkZW4udjEuR2V0VG9vbE91dHB1dFJlcXVlc3QaIy5jdHh3YXJkZW4udjEuR2V0VG9vbE91dHB1dFJlc3BvbnNlElIKC0NvdW50VG9rZW5zEiAuY3R4d2FyZGVuLnYxLkNvdW50VG9rZW5zUmVxdWVzdBohLmN0eHdhcmRlbi52MS5Db3VudFRva2Vuc1Jlc3BvbnNlQkJaQGdpdGh1Yi5jb20vY3R4d2FyZGVuL2N0eHdhcmRlbi9jbGllbnQvZ28vY3R4d2FyZGVudjE7Y3R4d2FyZGVudjFiBnByb3RvMw", [file_ctxwarden_v1_message, file_ctxwarden_v1_session, file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
+  fileDesc("CiJjdHh3YXJkZW4vdjEvY29udGV4dF9zZXJ2aWNlLnByb3RvEgxjdHh3YXJkZW4udjEiZgoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoHc2Vzc2lvbhgBIAEoCzIVLmN0eHdhcmRlbi52MS5TZXNzaW9uEhIKCnNlc3Npb25faWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJImEKE0xpc3RTZXNzaW9uc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn0KFFVwZGF0ZVNlc3Npb25SZXF1ZXN0EiYKB3Nlc3Npb24YASABKAsyFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSDAoEZXRhZxgDIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIscBChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCghtZXNzYWdlcxgCIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCRInCgR2aWV3GAUgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3QhQKEl9leHBlY3RlZF9sYXN0X3NlcSKKAgoYQXBwZW5kTW9kZWxPdXRwdXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSLgoGZm9ybWF0GAIgASgOMh4uY3R4d2FyZGVuLnYxLk1vZGVsSW5wdXRGb3JtYXQSFwoNcmVzcG9uc2VfanNvbhgDIAEoCUgAEhQKCml0ZW1zX2pzb24YBCABKAlIABISCgpyZXF1ZXN0X2lkGAUgASgJEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAYgASgDSAGIAQESJwoEdmlldxgHIAEoDjIZLmN0eHdhcmRlbi52MS5NZXNzYWdlVmlld0IICgZvdXRwdXRCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxImsKFkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYASADKAsyFS5jdHh3YXJkZW4udjEuTWVzc2FnZRIQCghsYXN0X3NlcRgCIAEoAxIWCg5jb250ZXh0X3Rva2VucxgDIAEoAyJtChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGwoTaW5jbHVkZV9yb2xsZWRfYmFjaxgEIAEoCCJYChRMaXN0TWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSL1AQoWQnVpbGRNb2RlbElucHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKEW1heF9vdXRwdXRfdG9rZW5zGAIgASgDEhQKDGF1dG9fY29tcGFjdBgDIAEoCBIuCgZmb3JtYXQYBCABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIWCglhc19vZl9zZXEYBSABKANIAIgBARIUCgxyZXN1bWVfdG9rZW4YBiABKAkSKgoEdmlldxgHIAEoDjIcLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0Vmlld0IMCgpfYXNfb2Zfc2VxIrkCCg5Ub2tlbkJyZWFrZG93bhIVCg1zeXN0ZW1fdG9rZW5zGAEgASgDEhQKDHRvb2xzX3Rva2VucxgCIAEoAxIWCg5zdW1tYXJ5X3Rva2VucxgDIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMSFgoOY29udGV4dF93aW5kb3cYBiABKAMSHAoUY29tcGFjdGlvbl90aHJlc2hvbGQYByABKAMSEQoJZXN0aW1hdGVkGAggASgIEh0KFWFuY2hvcmVkX3RvdGFsX3Rva2VucxgJIAEoAxIcChRlc3RpbWF0ZV9lcnJvcl9yYXRpbxgKIAEoARIuCgZtZXRob2QYCyABKA4yHi5jdHh3YXJkZW4udjEuVG9rZW5Db3VudE1ldGhvZCIzCgZOb3RpY2USDAoEY29kZRgBIAEoCRILCgNzZXEYAiABKAMSDgoGZGV0YWlsGAMgASgJIq8DCgpNb2RlbElucHV0EhIKCnNlc3Npb25faWQYASABKAkSFQoNc3lzdGVtX3Byb21wdBgCIAEoCRIrCgV0b29scxgDIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhInCghtZXNzYWdlcxgEIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEiwKBnRva2VucxgFIAEoCzIcLmN0eHdhcmRlbi52MS5Ub2tlbkJyZWFrZG93bhIeChZjb21wYWN0aW9uX3JlY29tbWVuZGVkGAYgASgIEhYKDmZpcnN0X2tlcHRfc2VxGAcgASgDEhAKCGxhc3Rfc2VxGAggASgDEhUKDWNvbXBhY3Rpb25faWQYCSABKAkSEwoLcHJlZml4X2hhc2gYCiABKAkSJQoHbm90aWNlcxgLIAMoCzIULmN0eHdhcmRlbi52MS5Ob3RpY2USDwoHc3VtbWFyeRgMIAEoCRIVCg1yZW5kZXJlZF9qc29uGA0gASgJEhQKDHJlc3VtZV90b2tlbhgOIAEoCRIXCg9tZXNzYWdlc19vZmZzZXQYDyABKAMidAoTUm9sbGJhY2tUdXJuUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKBnRvX3NlcRgCIAEoA0gAiAEBEhUKDWVycm9yX21lc3NhZ2UYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCUIJCgdfdG9fc2VxIp4BChRSb2xsYmFja1R1cm5SZXNwb25zZRIYChByb2xsZWRfYmFja19zZXFzGAEgAygDEiwKBmFjdGlvbhgCIAEoDjIcLmN0eHdhcmRlbi52MS5SZWNvdmVyeUFjdGlvbhIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkihQMKCkNvbXBhY3Rpb24SFQoNY29tcGFjdGlvbl9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSGwoTdHVybl9wcmVmaXhfc3VtbWFyeRgEIAEoCRIWCg5maXJzdF9rZXB0X3NlcRgFIAEoAxIVCg10b2tlbnNfYmVmb3JlGAYgASgDEhQKDHRva2Vuc19hZnRlchgHIAEoAxISCgpzcGxpdF90dXJuGAggASgIEhIKCnJlYWRfZmlsZXMYCSADKAkSFgoObW9kaWZpZWRfZmlsZXMYCiADKAkSEgoKc3VtbWFyaXplchgLIAEoCRIwCgd0cmlnZ2VyGAwgASgOMh8uY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25UcmlnZ2VyEi8KC2NyZWF0ZV90aW1lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpzdXBlcnNlZGVkGA4gASgIEg4KBmF0X3NlcRgPIAEoAyKcAQoOQ29tcGFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxpbnN0cnVjdGlvbnMYAiABKAkSGgoSa2VlcF9yZWNlbnRfdG9rZW5zGAMgASgDEhIKCnJlcXVlc3RfaWQYBCABKAkSMAoHdHJpZ2dlchgFIAEoDjIfLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uVHJpZ2dlciJBCg1TdW1tYXJ5UHJvbXB0Eg4KBnN5c3RlbRgBIAEoCRIMCgR1c2VyGAIgASgJEhIKCm1heF90b2tlbnMYAyABKAMiYAoYUHJlcGFyZUNvbXBhY3Rpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAyLpAgoOQ29tcGFjdGlvblBsYW4SDwoHcGxhbl9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhYKDmZpcnN0X2tlcHRfc2VxGAMgASgDEhUKDXRva2Vuc19iZWZvcmUYBCABKAMSEgoKc3BsaXRfdHVybhgFIAEoCBIYChBwcmV2aW91c19zdW1tYXJ5GAYgASgJEjMKDmhpc3RvcnlfcHJvbXB0GAcgASgLMhsuY3R4d2FyZGVuLnYxLlN1bW1hcnlQcm9tcHQSNwoSdHVybl9wcmVmaXhfcHJvbXB0GAggASgLMhsuY3R4d2FyZGVuLnYxLlN1bW1hcnlQcm9tcHQSLwoLZXhwaXJlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3N1bW1hcml6ZWRfZnJvbV9zZXEYCiABKAMSGQoRc3VtbWFyaXplZF90b19zZXEYCyABKAMibAoXQ29tbWl0Q29tcGFjdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdwbGFuX2lkGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSGwoTdHVybl9wcmVmaXhfc3VtbWFyeRgEIAEoCSJTChZMaXN0Q29tcGFjdGlvbnNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiYQoXTGlzdENvbXBhY3Rpb25zUmVzcG9uc2USLQoLY29tcGFjdGlvbnMYASADKAsyGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiVgoUR2V0VG9vbE91dHB1dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNzZXEYAiABKAMSDgoGb2Zmc2V0GAMgASgDEg0KBWxpbWl0GAQgASgDImcKFUdldFRvb2xPdXRwdXRSZXNwb25zZRIPCgdjb250ZW50GAEgASgJEhMKC3RvdGFsX2J5dGVzGAIgASgDEhMKC3RvdGFsX2xpbmVzGAMgASgDEhMKC25leHRfb2Zmc2V0GAQgASgDIpoBChJDb3VudFRva2Vuc1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5pemVyGAIgASgJEicKCG1lc3NhZ2VzGAMgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USKwoFdG9vbHMYBCADKAsyHC5jdHh3YXJkZW4udjEuVG9vbERlZmluaXRpb24SDAoEdGV4dBgFIAEoCSKQAQoTQ291bnRUb2tlbnNSZXNwb25zZRIUCgx0b3RhbF90b2tlbnMYASABKAMSFgoObWVzc2FnZV90b2tlbnMYAiADKAMSEQoJdG9rZW5pemVyGAMgASgJEg0KBWV4YWN0GAQgASgIEhQKDHRvb2xzX3Rva2VucxgFIAEoAxITCgt0ZXh0X3Rva2VucxgGIAEoAypaCgtNZXNzYWdlVmlldxIcChhNRVNTQUdFX1ZJRVdfVU5TUEVDSUZJRUQQABIVChFNRVNTQUdFX1ZJRVdfRlVMTBABEhYKEk1FU1NBR0VfVklFV19CQVNJQxACKmkKDk1vZGVsSW5wdXRWaWV3EiAKHE1PREVMX0lOUFVUX1ZJRVdfVU5TUEVDSUZJRUQQABIZChVNT0RFTF9JTlBVVF9WSUVXX0ZVTEwQARIaChZNT0RFTF9JTlBVVF9WSUVXX0JBU0lDEAIq7AEKEE1vZGVsSW5wdXRGb3JtYXQSIgoeTU9ERUxfSU5QVVRfRk9STUFUX1VOU1BFQ0lGSUVEEAASHQoZTU9ERUxfSU5QVVRfRk9STUFUX05BVElWRRABEiIKHk1PREVMX0lOUFVUX0ZPUk1BVF9PUEVOQUlfQ0hBVBACEicKI01PREVMX0lOUFVUX0ZPUk1BVF9PUEVOQUlfUkVTUE9OU0VTEAMSKQolTU9ERUxfSU5QVVRfRk9STUFUX0FOVEhST1BJQ19NRVNTQUdFUxAEEh0KGU1PREVMX0lOUFVUX0ZPUk1BVF9HRU1JTkkQBSqXAQoQVG9rZW5Db3VudE1ldGhvZBIiCh5UT0tFTl9DT1VOVF9NRVRIT0RfVU5TUEVDSUZJRUQQABIcChhUT0tFTl9DT1VOVF9NRVRIT0RfRVhBQ1QQARIfChtUT0tFTl9DT1VOVF9NRVRIT0RfQU5DSE9SRUQQAhIgChxUT0tFTl9DT1VOVF9NRVRIT0RfRVNUSU1BVEVEEAMqjQEKDlJlY292ZXJ5QWN0aW9uEh8KG1JFQ09WRVJZX0FDVElPTl9VTlNQRUNJRklFRBAAEhkKFVJFQ09WRVJZX0FDVElPTl9SRVRSWRABEiUKIVJFQ09WRVJZX0FDVElPTl9DT01QQUNUX0FORF9SRVRSWRACEhgKFFJFQ09WRVJZX0FDVElPTl9GQUlMEAMqmQEKEUNvbXBhY3Rpb25UcmlnZ2VyEiIKHkNPTVBBQ1RJT05fVFJJR0dFUl9VTlNQRUNJRklFRBAAEh0KGUNPTVBBQ1RJT05fVFJJR0dFUl9NQU5VQUwQARIgChxDT01QQUNUSU9OX1RSSUdHRVJfVEhSRVNIT0xEEAISHwobQ09NUEFDVElPTl9UUklHR0VSX09WRVJGTE9XEAMytQsKDkNvbnRleHRTZXJ2aWNlEkoKDUNyZWF0ZVNlc3Npb24SIi5jdHh3YXJkZW4udjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJECgpHZXRTZXNzaW9uEh8uY3R4d2FyZGVuLnYxLkdldFNlc3Npb25SZXF1ZXN0GhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SVQoMTGlzdFNlc3Npb25zEiEuY3R4d2FyZGVuLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIi5jdHh3YXJkZW4udjEuTGlzdFNlc3Npb25zUmVzcG9uc2USSgoNVXBkYXRlU2Vzc2lvbhIiLmN0eHdhcmRlbi52MS5VcGRhdGVTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uEksKDURlbGV0ZVNlc3Npb24SIi5jdHh3YXJkZW4udjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSWwoOQXBwZW5kTWVzc2FnZXMSIy5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXF1ZXN0GiQuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USXwoOU3RyZWFtTWVzc2FnZXMSIy5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXF1ZXN0GiQuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2UoATABEmEKEUFwcGVuZE1vZGVsT3V0cHV0EiYuY3R4d2FyZGVuLnYxLkFwcGVuZE1vZGVsT3V0cHV0UmVxdWVzdBokLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1Jlc3BvbnNlElUKDExpc3RNZXNzYWdlcxIhLmN0eHdhcmRlbi52MS5MaXN0TWVzc2FnZXNSZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLkxpc3RNZXNzYWdlc1Jlc3BvbnNlElEKD0J1aWxkTW9kZWxJbnB1dBIkLmN0eHdhcmRlbi52MS5CdWlsZE1vZGVsSW5wdXRSZXF1ZXN0GhguY3R4d2FyZGVuLnYxLk1vZGVsSW5wdXQSVQoMUm9sbGJhY2tUdXJuEiEuY3R4d2FyZGVuLnYxLlJvbGxiYWNrVHVyblJlcXVlc3QaIi5jdHh3YXJkZW4udjEuUm9sbGJhY2tUdXJuUmVzcG9uc2USQQoHQ29tcGFjdBIcLmN0eHdhcmRlbi52MS5Db21wYWN0UmVxdWVzdBoYLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uElkKEVByZXBhcmVDb21wYWN0aW9uEiYuY3R4d2FyZGVuLnYxLlByZXBhcmVDb21wYWN0aW9uUmVxdWVzdBocLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uUGxhbhJTChBDb21taXRDb21wYWN0aW9uEiUuY3R4d2FyZGVuLnYxLkNvbW1pdENvbXBhY3Rpb25SZXF1ZXN0GhguY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb24SXgoPTGlzdENvbXBhY3Rpb25zEiQuY3R4d2FyZGVuLnYxLkxpc3RDb21wYWN0aW9uc1JlcXVlc3QaJS5jdHh3YXJkZW4udjEuTGlzdENvbXBhY3Rpb25zUmVzcG9uc2USWAoNR2V0VG9vbE91dHB1dBIiLmN0eHdhcmRlbi52MS5HZXRUb29sT3V0cHV0UmVxdWVzdBojLmN0eHdhcmRlbi52MS5HZXRUb29sT3V0cHV0UmVzcG9uc2USUgoLQ291bnRUb2tlbnMSIC5jdHh3YXJkZW4udjEuQ291bnRUb2tlbnNSZXF1ZXN0GiEuY3R4d2FyZGVuLnYxLkNvdW50VG9rZW5zUmVzcG9uc2VCQlpAZ2l0aHViLmNvbS9jdHh3YXJkZW4vY3R4d2FyZGVuL2NsaWVudC9nby9jdHh3YXJkZW52MTtjdHh3YXJkZW52MWIGcHJvdG8z", [file_ctxwarden_v1_message, file_ctxwarden_v1_session, file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
 
 /**
  * Request of CreateSession.
@@ -257,6 +257,83 @@ export const AppendMessagesRequestSchema: GenMessage<AppendMessagesRequest> = /*
   messageDesc(file_ctxwarden_v1_context_service, 6);
 
 /**
+ * What the model returned, to append (see AppendModelOutput).
+ *
+ * @generated from message ctxwarden.v1.AppendModelOutputRequest
+ */
+export type AppendModelOutputRequest = Message<"ctxwarden.v1.AppendModelOutputRequest"> & {
+  /**
+   * The session's ID. Required.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The provider format of the output: OPENAI_CHAT, OPENAI_RESPONSES,
+   * ANTHROPIC_MESSAGES or GEMINI. Required.
+   *
+   * @generated from field: ctxwarden.v1.ModelInputFormat format = 2;
+   */
+  format: ModelInputFormat;
+
+  /**
+   * What to append. Required.
+   *
+   * @generated from oneof ctxwarden.v1.AppendModelOutputRequest.output
+   */
+  output: {
+    /**
+     * The provider's response body as it returned it (a Chat Completions
+     * `chat.completion`, a Responses `response`, an Anthropic `message`, a
+     * Gemini `GenerateContentResponse`), or a JSON array of the event payloads
+     * of one streamed call, assembled as the provider's SDK assembles them.
+     *
+     * @generated from field: string response_json = 3;
+     */
+    value: string;
+    case: "responseJson";
+  } | {
+    /**
+     * A JSON array of input items in that format: what the agent would itself
+     * put into the next request (tool results, user messages with images).
+     *
+     * @generated from field: string items_json = 4;
+     */
+    value: string;
+    case: "itemsJson";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * Optional idempotency key (shared with AppendMessages of the session).
+   *
+   * @generated from field: string request_id = 5;
+   */
+  requestId: string;
+
+  /**
+   * When set, the append applies only if the session's last_seq equals it.
+   *
+   * @generated from field: optional int64 expected_last_seq = 6;
+   */
+  expectedLastSeq?: bigint | undefined;
+
+  /**
+   * How much of each stored message the response carries (see MessageView).
+   *
+   * @generated from field: ctxwarden.v1.MessageView view = 7;
+   */
+  view: MessageView;
+};
+
+/**
+ * Describes the message ctxwarden.v1.AppendModelOutputRequest.
+ * Use `create(AppendModelOutputRequestSchema)` to create a new message.
+ */
+export const AppendModelOutputRequestSchema: GenMessage<AppendModelOutputRequest> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_context_service, 7);
+
+/**
  * What an append stored.
  *
  * @generated from message ctxwarden.v1.AppendMessagesResponse
@@ -289,7 +366,7 @@ export type AppendMessagesResponse = Message<"ctxwarden.v1.AppendMessagesRespons
  * Use `create(AppendMessagesResponseSchema)` to create a new message.
  */
 export const AppendMessagesResponseSchema: GenMessage<AppendMessagesResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 7);
+  messageDesc(file_ctxwarden_v1_context_service, 8);
 
 /**
  * Request of ListMessages (AIP-158 pagination).
@@ -333,7 +410,7 @@ export type ListMessagesRequest = Message<"ctxwarden.v1.ListMessagesRequest"> & 
  * Use `create(ListMessagesRequestSchema)` to create a new message.
  */
 export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 8);
+  messageDesc(file_ctxwarden_v1_context_service, 9);
 
 /**
  * One page of the history, in seq order.
@@ -361,7 +438,7 @@ export type ListMessagesResponse = Message<"ctxwarden.v1.ListMessagesResponse"> 
  * Use `create(ListMessagesResponseSchema)` to create a new message.
  */
 export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 9);
+  messageDesc(file_ctxwarden_v1_context_service, 10);
 
 /**
  * Request of BuildModelInput.
@@ -438,7 +515,7 @@ export type BuildModelInputRequest = Message<"ctxwarden.v1.BuildModelInputReques
  * Use `create(BuildModelInputRequestSchema)` to create a new message.
  */
 export const BuildModelInputRequestSchema: GenMessage<BuildModelInputRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 10);
+  messageDesc(file_ctxwarden_v1_context_service, 11);
 
 /**
  * Token counts of a model input, by part.
@@ -532,7 +609,7 @@ export type TokenBreakdown = Message<"ctxwarden.v1.TokenBreakdown"> & {
  * Use `create(TokenBreakdownSchema)` to create a new message.
  */
 export const TokenBreakdownSchema: GenMessage<TokenBreakdown> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 11);
+  messageDesc(file_ctxwarden_v1_context_service, 12);
 
 /**
  * Something the view changed relative to storage, so agents can tell.
@@ -569,7 +646,7 @@ export type Notice = Message<"ctxwarden.v1.Notice"> & {
  * Use `create(NoticeSchema)` to create a new message.
  */
 export const NoticeSchema: GenMessage<Notice> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 12);
+  messageDesc(file_ctxwarden_v1_context_service, 13);
 
 /**
  * Exactly what to send to the model next.
@@ -698,7 +775,7 @@ export type ModelInput = Message<"ctxwarden.v1.ModelInput"> & {
  * Use `create(ModelInputSchema)` to create a new message.
  */
 export const ModelInputSchema: GenMessage<ModelInput> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 13);
+  messageDesc(file_ctxwarden_v1_context_service, 14);
 
 /**
  * Request of RollbackTurn.
@@ -742,7 +819,7 @@ export type RollbackTurnRequest = Message<"ctxwarden.v1.RollbackTurnRequest"> & 
  * Use `create(RollbackTurnRequestSchema)` to create a new message.
  */
 export const RollbackTurnRequestSchema: GenMessage<RollbackTurnRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 14);
+  messageDesc(file_ctxwarden_v1_context_service, 15);
 
 /**
  * What RollbackTurn did and what the agent should do next.
@@ -784,7 +861,7 @@ export type RollbackTurnResponse = Message<"ctxwarden.v1.RollbackTurnResponse"> 
  * Use `create(RollbackTurnResponseSchema)` to create a new message.
  */
 export const RollbackTurnResponseSchema: GenMessage<RollbackTurnResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 15);
+  messageDesc(file_ctxwarden_v1_context_service, 16);
 
 /**
  * A compaction checkpoint: how the effective context was shortened.
@@ -907,7 +984,7 @@ export type Compaction = Message<"ctxwarden.v1.Compaction"> & {
  * Use `create(CompactionSchema)` to create a new message.
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 16);
+  messageDesc(file_ctxwarden_v1_context_service, 17);
 
 /**
  * Request of Compact.
@@ -956,7 +1033,7 @@ export type CompactRequest = Message<"ctxwarden.v1.CompactRequest"> & {
  * Use `create(CompactRequestSchema)` to create a new message.
  */
 export const CompactRequestSchema: GenMessage<CompactRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 17);
+  messageDesc(file_ctxwarden_v1_context_service, 18);
 
 /**
  * A prompt to send to an LLM to produce a summary.
@@ -991,7 +1068,7 @@ export type SummaryPrompt = Message<"ctxwarden.v1.SummaryPrompt"> & {
  * Use `create(SummaryPromptSchema)` to create a new message.
  */
 export const SummaryPromptSchema: GenMessage<SummaryPrompt> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 18);
+  messageDesc(file_ctxwarden_v1_context_service, 19);
 
 /**
  * Request of PrepareCompaction.
@@ -1026,7 +1103,7 @@ export type PrepareCompactionRequest = Message<"ctxwarden.v1.PrepareCompactionRe
  * Use `create(PrepareCompactionRequestSchema)` to create a new message.
  */
 export const PrepareCompactionRequestSchema: GenMessage<PrepareCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 19);
+  messageDesc(file_ctxwarden_v1_context_service, 20);
 
 /**
  * A planned compaction, for the agent to summarise with its own LLM.
@@ -1117,7 +1194,7 @@ export type CompactionPlan = Message<"ctxwarden.v1.CompactionPlan"> & {
  * Use `create(CompactionPlanSchema)` to create a new message.
  */
 export const CompactionPlanSchema: GenMessage<CompactionPlan> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 20);
+  messageDesc(file_ctxwarden_v1_context_service, 21);
 
 /**
  * Request of CommitCompaction.
@@ -1159,7 +1236,7 @@ export type CommitCompactionRequest = Message<"ctxwarden.v1.CommitCompactionRequ
  * Use `create(CommitCompactionRequestSchema)` to create a new message.
  */
 export const CommitCompactionRequestSchema: GenMessage<CommitCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 21);
+  messageDesc(file_ctxwarden_v1_context_service, 22);
 
 /**
  * Request of ListCompactions (AIP-158 pagination).
@@ -1194,7 +1271,7 @@ export type ListCompactionsRequest = Message<"ctxwarden.v1.ListCompactionsReques
  * Use `create(ListCompactionsRequestSchema)` to create a new message.
  */
 export const ListCompactionsRequestSchema: GenMessage<ListCompactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 22);
+  messageDesc(file_ctxwarden_v1_context_service, 23);
 
 /**
  * One page of checkpoints, newest first.
@@ -1222,7 +1299,7 @@ export type ListCompactionsResponse = Message<"ctxwarden.v1.ListCompactionsRespo
  * Use `create(ListCompactionsResponseSchema)` to create a new message.
  */
 export const ListCompactionsResponseSchema: GenMessage<ListCompactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 23);
+  messageDesc(file_ctxwarden_v1_context_service, 24);
 
 /**
  * Request of GetToolOutput.
@@ -1264,7 +1341,7 @@ export type GetToolOutputRequest = Message<"ctxwarden.v1.GetToolOutputRequest"> 
  * Use `create(GetToolOutputRequestSchema)` to create a new message.
  */
 export const GetToolOutputRequestSchema: GenMessage<GetToolOutputRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 24);
+  messageDesc(file_ctxwarden_v1_context_service, 25);
 
 /**
  * A chunk of a stored tool result.
@@ -1306,7 +1383,7 @@ export type GetToolOutputResponse = Message<"ctxwarden.v1.GetToolOutputResponse"
  * Use `create(GetToolOutputResponseSchema)` to create a new message.
  */
 export const GetToolOutputResponseSchema: GenMessage<GetToolOutputResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 25);
+  messageDesc(file_ctxwarden_v1_context_service, 26);
 
 /**
  * Request of CountTokens: what to count and with which tokenizer.
@@ -1356,7 +1433,7 @@ export type CountTokensRequest = Message<"ctxwarden.v1.CountTokensRequest"> & {
  * Use `create(CountTokensRequestSchema)` to create a new message.
  */
 export const CountTokensRequestSchema: GenMessage<CountTokensRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 26);
+  messageDesc(file_ctxwarden_v1_context_service, 27);
 
 /**
  * Token counts of a CountTokens request.
@@ -1412,7 +1489,7 @@ export type CountTokensResponse = Message<"ctxwarden.v1.CountTokensResponse"> & 
  * Use `create(CountTokensResponseSchema)` to create a new message.
  */
 export const CountTokensResponseSchema: GenMessage<CountTokensResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 27);
+  messageDesc(file_ctxwarden_v1_context_service, 28);
 
 /**
  * How much of a message a response carries (AIP-157 partial responses).
@@ -1747,6 +1824,22 @@ export const ContextService: GenService<{
   streamMessages: {
     methodKind: "bidi_streaming";
     input: typeof AppendMessagesRequestSchema;
+    output: typeof AppendMessagesResponseSchema;
+  },
+  /**
+   * Appends what the model returned, in the provider's own format: its
+   * response body (or the events of a streamed call), or input items the agent
+   * would put into the next request (tool results, user messages). ctxwarden
+   * reads text, tool calls, reasoning with its signatures, stop reason, usage
+   * and model, then appends as AppendMessages does. Errors: INVALID_ARGUMENT
+   * (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
+   * element) with nothing stored; otherwise those of AppendMessages.
+   *
+   * @generated from rpc ctxwarden.v1.ContextService.AppendModelOutput
+   */
+  appendModelOutput: {
+    methodKind: "unary";
+    input: typeof AppendModelOutputRequestSchema;
     output: typeof AppendMessagesResponseSchema;
   },
   /**
