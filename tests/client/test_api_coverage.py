@@ -64,6 +64,11 @@ def _message_sample(full_name: str) -> tuple[object, object]:
     if full_name == "ctxwarden.v1.ToolDefinition":
         tool = cw.tool_definition("read", "Reads a file", {"type": "object"})
         return tool, tool
+    if full_name == "ctxwarden.v1.ProviderError":
+        error = cw.provider_error(
+            429, {"error": {"type": "rate_limit_error"}}, {"retry-after": "3"}
+        )
+        return error, error
     if full_name == "google.protobuf.FieldMask":
         return ["title", "labels"], field_mask_pb2.FieldMask(paths=["title", "labels"])
     pytest.fail(f"no sample for a request field of type {full_name}: add one here")

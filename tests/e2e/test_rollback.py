@@ -100,3 +100,26 @@ def test_rollback_request_id_applies_once(stub: Stub, new_session: NewSession) -
 
 def test_unknown_session(stub: Stub) -> None:
     expect_error(grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND", rollback, stub, "missing-1")
+
+
+def test_the_providers_raw_error_decides_with_its_retry_delay(
+    stub: Stub, new_session: NewSession
+) -> None:
+    sid = new_session().session_id
+    append(stub, sid, user("q"), failed("the request failed"))
+    overloaded = pb.ProviderError(
+        http_status=429,
+        body='{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited."}}',
+        headers={"Retry-After": "12"},
+    )
+    r = rollback(stub, sid, provider_error=overloaded)
+    assert list(r.rolled_back_seqs) == [2]
+    assert r.action == RETRY and r.retry_after.seconds == 12
+    assert "rate_limit_error" in r.reason
+    append(stub, sid, failed("again"))
+    too_long = pb.ProviderError(
+        http_status=400,
+        body='{"error":{"code":"context_length_exceeded","message":"maximum context length"}}',
+    )
+    r = rollback(stub, sid, provider_error=too_long, error_message="ignored: provider wins")
+    assert r.action == COMPACT

@@ -32,6 +32,7 @@ from ._sync_stream import MessageStream
 from .builders import (
     assistant,
     image,
+    provider_error,
     tool_call,
     tool_definition,
     tool_result,
@@ -61,6 +62,7 @@ __all__ = [
     "error_from_rpc_error",
     "image",
     "message_pb2",
+    "provider_error",
     "session_pb2",
     "tool_call",
     "tool_definition",

@@ -310,10 +310,14 @@ class AsyncClient(ClientBase):
         to_seq: int | None = None,
         error_message: str = "",
         request_id: str = "",
+        provider_error: context_service_pb2.ProviderError | None = None,
         timeout: float | None = None,
     ) -> context_service_pb2.RollbackTurnResponse:
-        """Rolls back the trailing failed turn (or everything after ``to_seq``)."""
-        call = _calls.rollback_turn(session_id, to_seq, error_message, request_id)
+        """Rolls back the trailing failed turn (or everything after ``to_seq``).
+
+        ``provider_error``: the provider's raw error (see :func:`provider_error`),
+        classified by its codes and retry headers before ``error_message``."""
+        call = _calls.rollback_turn(session_id, to_seq, error_message, request_id, provider_error)
         return await self._call(call, timeout)
 
     # -- compaction ----------------------------------------------------------

@@ -203,13 +203,19 @@ def build_model_input(
 
 
 def rollback_turn(
-    session_id: str, to_seq: int | None, error_message: str, request_id: str
+    session_id: str,
+    to_seq: int | None,
+    error_message: str,
+    request_id: str,
+    provider_error: pb.ProviderError | None = None,
 ) -> Call[pb.RollbackTurnRequest, pb.RollbackTurnResponse]:
     request = pb.RollbackTurnRequest(
         session_id=session_id, error_message=error_message, request_id=request_id
     )
     if to_seq is not None:
         request.to_seq = to_seq
+    if provider_error is not None:
+        request.provider_error.CopyFrom(provider_error)
     return Call(lambda stub: stub.RollbackTurn, request, safe=bool(request_id))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from .v1 import message_pb2, session_pb2
+from .v1 import context_service_pb2, message_pb2, session_pb2
 
 __all__ = [
     "assistant",
@@ -177,4 +177,23 @@ def tool_result(
         is_error=is_error,
         message_id=message_id,
         metadata=metadata,
+    )
+
+
+def provider_error(
+    http_status: int,
+    body: str | bytes | Mapping[str, object] = "",
+    headers: Mapping[str, str] | None = None,
+) -> context_service_pb2.ProviderError:
+    """A model provider's error as received, for ``rollback_turn(provider_error=...)``:
+    the HTTP status (0: no response), the body (text, bytes or parsed JSON) and the
+    response headers (e.g. ``dict(response.headers)``)."""
+    if isinstance(body, bytes):
+        text = body.decode("utf-8", "replace")
+    elif isinstance(body, str):
+        text = body
+    else:
+        text = json.dumps(body, separators=(",", ":"))
+    return context_service_pb2.ProviderError(
+        http_status=http_status, body=text, headers=dict(headers or {})
     )

@@ -26,6 +26,7 @@ from ctxwarden.core.messages import (
     Usage,
 )
 from ctxwarden.core.model_input import ModelInputView, TokenCountMethod
+from ctxwarden.core.provider_errors import ProviderError
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.v1 import context_service_pb2 as svc_pb
@@ -343,3 +344,7 @@ def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPla
         summarized_from_seq=plan.summarized_from_seq,
         summarized_to_seq=plan.summarized_to_seq,
     )
+
+
+def provider_error_from_pb(p: svc_pb.ProviderError) -> ProviderError:
+    return ProviderError(p.http_status, p.body, dict(p.headers))

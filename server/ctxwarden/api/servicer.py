@@ -21,6 +21,7 @@ from ctxwarden.api.convert import (
     model_input_bytes,
     new_encoding_cache,
     plan_to_pb,
+    provider_error_from_pb,
     resume_offset,
     trigger_from_pb,
 )
@@ -288,8 +289,13 @@ class ContextServicer:
         self, request: pb.RollbackTurnRequest, context: Any
     ) -> pb.RollbackTurnResponse:
         to_seq = request.to_seq if request.HasField("to_seq") else None
+        provider = request.provider_error if request.HasField("provider_error") else None
         result = await self.manager.rollback(
-            inner_id(request.session_id), to_seq, request.error_message, _key(request)
+            inner_id(request.session_id),
+            to_seq,
+            request.error_message,
+            _key(request),
+            None if provider is None else provider_error_from_pb(provider),
         )
         retry = Duration()
         retry.FromNanoseconds(int(result.retry_after_seconds * 1e9))

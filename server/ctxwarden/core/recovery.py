@@ -28,7 +28,8 @@ class ErrorClass(enum.Enum):
 _OVERFLOW = re.compile(
     r"prompt is too long|maximum context length|context[_ ]length[_ ]exceeded"
     r"|exceeds? the context window|too many tokens|context window|input is too long"
-    r"|reduce the length of the messages|request too large for model",
+    r"|reduce the length of the messages|request too large for model"
+    r"|exceeds the maximum number of tokens",
     re.IGNORECASE,
 )
 _TRANSIENT = re.compile(
@@ -61,13 +62,24 @@ class Recovery:
 def decide_recovery(
     error_message: str, consecutive_failures: int, max_retries: int = DEFAULT_MAX_RETRIES
 ) -> Recovery:
-    """What to do after a failure.
+    """What to do after a failure described by ``error_message`` (see ``decide``)."""
+    return decide(classify_error(error_message), error_message, consecutive_failures, max_retries)
+
+
+def decide(
+    kind: ErrorClass,
+    error_message: str,
+    consecutive_failures: int,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    retry_after_seconds: float | None = None,
+) -> Recovery:
+    """What to do after a failure of class ``kind``.
 
     ``consecutive_failures`` counts this failure too (1 for the first one).
-    Transient failures back off exponentially (2 s, 4 s, 8 s, ...) until
-    ``max_retries`` retries were spent, then fail.
+    Transient failures back off exponentially (2 s, 4 s, 8 s, ...), or wait what
+    the provider asked for (``retry_after_seconds``), until ``max_retries``
+    retries were spent, then fail.
     """
-    kind = classify_error(error_message)
     if kind is ErrorClass.NONE:
         return Recovery(RecoveryAction.UNSPECIFIED, 0.0, "no error to classify")
     if kind is ErrorClass.OVERFLOW:
@@ -84,6 +96,8 @@ def decide_recovery(
             f"transient error persisted after {max_retries} retries: {error_message[:200]}",
         )
     delay = min(RETRY_BASE_SECONDS * 2 ** (attempt - 1), RETRY_CAP_SECONDS)
+    if retry_after_seconds is not None:
+        delay = retry_after_seconds
     return Recovery(
         RecoveryAction.RETRY,
         delay,

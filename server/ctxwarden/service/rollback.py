@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from ctxwarden import ids
 from ctxwarden.core.context import SessionContext
-from ctxwarden.core.recovery import decide_recovery
+from ctxwarden.core.provider_errors import ProviderError, classify_provider_error
+from ctxwarden.core.recovery import Recovery, decide, decide_recovery
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import (
@@ -41,7 +42,10 @@ class Rollbacks:
         to_seq: int | None,
         error_message: str,
         key: IdempotencyKey | None,
+        provider_error: ProviderError | None = None,
     ) -> RollbackResult:
+        """RollbackTurn. ``provider_error`` (the provider's raw error) is classified
+        by the provider's codes and headers, before ``error_message``."""
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
@@ -53,10 +57,12 @@ class Rollbacks:
                 return rollback_from_outcome(stored.outcome)
             if ctx.crosses_checkpoint(to_seq):
                 assert to_seq is not None
-                return await self._rollback_across(ctx, to_seq, error_message, scope, key)
+                return await self._rollback_across(
+                    ctx, to_seq, error_message, provider_error, scope, key
+                )
             seqs = ctx.plan_rollback(to_seq)
             failures = ctx.session.consecutive_failures + (1 if seqs and to_seq is None else 0)
-            result = self._decide(ctx, seqs, failures, error_message)
+            result = self._decide(ctx, seqs, failures, error_message, provider_error)
             now = ids.now_us()
             gone = set(seqs)
             remaining = sum(e.token_count for e in ctx.entries if e.message.seq not in gone)
@@ -91,19 +97,38 @@ class Rollbacks:
             return result
 
     def _decide(
-        self, ctx: SessionContext, seqs: list[int], failures: int, error_message: str
+        self,
+        ctx: SessionContext,
+        seqs: list[int],
+        failures: int,
+        error_message: str,
+        provider_error: ProviderError | None,
     ) -> RollbackResult:
         """What the agent should do next (retry, compact, fail) after this rollback."""
         error = error_message or last_failure_message(ctx.active_messages, seqs)
-        recovery = decide_recovery(error, failures, self.rt.settings.max_retries)
-        reason = "nothing to roll back" if not seqs and not error else recovery.reason
+        recovery = self._recovery(error, provider_error, failures)
+        if not seqs and not error and provider_error is None:
+            reason = "nothing to roll back"
+        else:
+            reason = recovery.reason
         return RollbackResult(tuple(seqs), recovery.action, recovery.retry_after_seconds, reason)
+
+    def _recovery(
+        self, error_message: str, provider_error: ProviderError | None, failures: int
+    ) -> Recovery:
+        retries = self.rt.settings.max_retries
+        if provider_error is None:
+            return decide_recovery(error_message, failures, retries)
+        seen = classify_provider_error(provider_error, ids.now_us() / 1_000_000)
+        text = f"{seen.code}: {seen.message}" if seen.code else seen.message
+        return decide(seen.kind, text, failures, retries, seen.retry_after_seconds)
 
     async def _rollback_across(
         self,
         ctx: SessionContext,
         to_seq: int,
         error_message: str,
+        provider_error: ProviderError | None,
         scope: RequestScope,
         key: IdempotencyKey | None,
     ) -> RollbackResult:
@@ -111,10 +136,11 @@ class Rollbacks:
         ctx.plan_rollback(to_seq)  # validates to_seq
         sid = ctx.session.session_id
         failures = ctx.session.consecutive_failures
-        recovery = decide_recovery(error_message, failures, self.rt.settings.max_retries)
+        recovery = self._recovery(error_message, provider_error, failures)
         now = ids.now_us()
         session = replace(ctx.session, update_time_us=now, version=ctx.session.version + 1)
-        reason = recovery.reason if error_message else f"rewound to seq {to_seq}"
+        told = error_message or provider_error is not None
+        reason = recovery.reason if told else f"rewound to seq {to_seq}"
 
         def record(seqs: list[int]) -> RequestRecord | None:
             result = RollbackResult(

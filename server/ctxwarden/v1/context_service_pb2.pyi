@@ -863,6 +863,7 @@ class RollbackTurnRequest(_message.Message):
     TO_SEQ_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    PROVIDER_ERROR_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     to_seq: _builtins.int
@@ -874,6 +875,12 @@ class RollbackTurnRequest(_message.Message):
     """The provider error to classify; default: the last failed message's."""
     request_id: _builtins.str
     """Optional idempotency key: a repeated request_id returns the first result."""
+    @_builtins.property
+    def provider_error(self) -> Global___ProviderError:
+        """The provider's raw error, classified by the provider's own codes and the
+        retry delay its headers ask for; takes precedence over error_message.
+        """
+
     def __init__(
         self,
         *,
@@ -881,16 +888,71 @@ class RollbackTurnRequest(_message.Message):
         to_seq: _builtins.int | None = ...,
         error_message: _builtins.str = ...,
         request_id: _builtins.str = ...,
+        provider_error: Global___ProviderError | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq", "to_seq", b"to_seq"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq", "provider_error", b"provider_error", "to_seq", b"to_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq", "error_message", b"error_message", "request_id", b"request_id", "session_id", b"session_id", "to_seq", b"to_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq", "error_message", b"error_message", "provider_error", b"provider_error", "request_id", b"request_id", "session_id", b"session_id", "to_seq", b"to_seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__to_seq: _TypeAlias = _typing.Literal["to_seq"]  # noqa: Y015
     _WhichOneofArgType__to_seq: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__to_seq) -> _WhichOneofReturnType__to_seq | None: ...
 
 Global___RollbackTurnRequest: _TypeAlias = RollbackTurnRequest  # noqa: Y015
+
+@_typing.final
+class ProviderError(_message.Message):
+    """A model provider's error as the agent received it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class HeadersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    HTTP_STATUS_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    http_status: _builtins.int
+    """The HTTP status (429, 529, 400, ...); 0 when there was no response."""
+    body: _builtins.str
+    """The response body as received (the provider's JSON error, or text)."""
+    @_builtins.property
+    def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The response headers (retry-after, retry-after-ms, x-ratelimit-reset-*,
+        anthropic-ratelimit-*-reset, ...). Names are case-insensitive.
+        """
+
+    def __init__(
+        self,
+        *,
+        http_status: _builtins.int = ...,
+        body: _builtins.str = ...,
+        headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "headers", b"headers", "http_status", b"http_status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderError: _TypeAlias = ProviderError  # noqa: Y015
 
 @_typing.final
 class RollbackTurnResponse(_message.Message):
