@@ -22,6 +22,8 @@ def _blocks() -> dict[str, str]:
             named[first.split(":")[0].removeprefix("# walkthrough ")] = block
         elif first.startswith("# compaction example"):
             named["compaction"] = block
+        elif first.startswith("# one loop example"):
+            named["one loop"] = block
     return named
 
 
@@ -86,3 +88,30 @@ def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:
 
     for block in ts_blocks:
         assert flat(block) in flat(ts_src), block[:80]
+
+
+def test_one_loop_example_runs_against_a_provider(backend_url: str, tmp_path: Path) -> None:
+    """The loop moves JSON only: the provider sees the tool call and its output."""
+    from tests.client.fake_responses_provider import serving
+
+    server = ServerProcess(backend_url, log_dir=tmp_path)
+    server.start()
+    try:
+        with serving() as (url, received):
+            proc = subprocess.run(
+                [sys.executable, "-c", _blocks()["one loop"]],
+                cwd=tmp_path,
+                env={**os.environ, "CTXWARDEN_TARGET": server.target, "PROVIDER_URL": url},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "a.py prints 1."
+        assert len(received) == 2
+        second = received[1]["input"]
+        assert [i.get("type") for i in second[-2:]] == ["function_call", "function_call_output"]
+        assert second[-2]["call_id"] == second[-1]["call_id"] == "call_1"
+        assert second[-2]["arguments"] == '{"path":"a.py"}'
+    finally:
+        server.stop()
