@@ -228,10 +228,20 @@ class BackendBench:
             first = self.stub.BuildModelInput(bmi_req, timeout=TIMEOUT)
             self.stub.GetSession(get_req, timeout=TIMEOUT)
         assert len(first.messages) == size, len(first.messages)
-        bmi, get = [], []
+        # What a provider-native agent asks for: the rendered JSON alone.
+        rendered_req = pb.BuildModelInputRequest(
+            session_id=sid,
+            format=pb.MODEL_INPUT_FORMAT_ANTHROPIC_MESSAGES,
+            view=pb.MODEL_INPUT_VIEW_BASIC,
+        )
+        rendered_bytes = len(self.stub.BuildModelInput(rendered_req, timeout=TIMEOUT).rendered_json)
+        bmi, get, rendered = [], [], []
         for _ in range(calls):
             bmi.append(timed(lambda: self.stub.BuildModelInput(bmi_req, timeout=TIMEOUT))[0])
             get.append(timed(lambda: self.stub.GetSession(get_req, timeout=TIMEOUT))[0])
+            rendered.append(
+                timed(lambda: self.stub.BuildModelInput(rendered_req, timeout=TIMEOUT))[0]
+            )
         info: dict[str, Any] = {
             "session_messages": size,
             "response_bytes": first.ByteSize(),
@@ -259,6 +269,22 @@ class BackendBench:
                     f"/get_session {ratio:.1f}x"
                 ),
                 extra={**info, "ratio_to_get_session_median": ratio},
+            )
+        )
+        rendered_ratio = statistics.median(rendered) / statistics.median(bmi)
+        self.add(
+            summarize(
+                self.backend,
+                "build_model_input_hot_rendered",
+                rendered,
+                count=calls,
+                wall_ns=sum(rendered),
+                unit="calls/s",
+                note=(
+                    f"{size} msgs, Anthropic Messages JSON ({rendered_bytes / 1e6:.2f} MB), "
+                    f"view BASIC; /native whole input {rendered_ratio:.2f}x"
+                ),
+                extra={"ratio_to_native_median": rendered_ratio, "rendered_bytes": rendered_bytes},
             )
         )
         self.add(

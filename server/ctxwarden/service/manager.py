@@ -52,7 +52,8 @@ class SessionManager:
         self.append = messages.append
         self.list_messages = messages.list_messages
         self.append_model_output = ModelOutputs(runtime, messages).append_model_output
-        self.build_model_input = ModelInputs(runtime, self.compactor).build_model_input
+        self.model_inputs = ModelInputs(runtime, self.compactor)
+        self.build_model_input = self.model_inputs.build_model_input
         self.rollback = Rollbacks(runtime).rollback
         self.count_tokens = TokenCounts(runtime).count_tokens
         self.get_tool_output = ToolOutputs(runtime).get_tool_output

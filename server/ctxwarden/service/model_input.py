@@ -15,6 +15,7 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.render import Format, render_view
 from ctxwarden.core.session import CompactionTrigger, effective_policy
 from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.rendered_cache import RenderedCache
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import tokenizer_for
 
@@ -27,6 +28,7 @@ class ModelInputs:
     def __init__(self, rt: SessionRuntime, compactor: Compactor) -> None:
         self.rt = rt
         self.compactor = compactor
+        self.rendered = RenderedCache(max(0, rt.settings.encoding_cache_mb) * 1024 * 1024)
 
     # -- model input ------------------------------------------------------------
 
@@ -47,7 +49,12 @@ class ModelInputs:
             raise InvalidArgument(
                 f"format {fmt} is unknown", reason=ErrorReason.INVALID_FORMAT, field="format"
             ) from None
-        rendered = await asyncio.to_thread(render_view, target, view)
+        key = (session_id, view.session.version, int(target), max_output_tokens)
+        rendered = self.rendered.get(key) if view.live else None
+        if rendered is None:
+            rendered = await asyncio.to_thread(render_view, target, view)
+            if view.live:
+                self.rendered.put(key, rendered)
         return replace(
             view, rendered_json=rendered.json, notices=view.notices + tuple(rendered.notices)
         )
