@@ -76,8 +76,8 @@ def _general(serve: argparse.ArgumentParser) -> None:
         "--encoding-cache-mb",
         **from_env("CTXWARDEN_ENCODING_CACHE_MB", 32),
         help="memory for encoded messages of recently built sessions, which makes "
-        "BuildModelInput of long sessions fast (LRU by session; env "
-        "CTXWARDEN_ENCODING_CACHE_MB; default %(default)s; 0 turns it off)",
+        "BuildModelInput of long sessions fast, and as much for rendered provider JSON "
+        "(LRU; env CTXWARDEN_ENCODING_CACHE_MB; default %(default)s; 0 turns them off)",
     )
     serve.add_argument(
         "--append-writers",
