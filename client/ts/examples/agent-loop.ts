@@ -1,29 +1,42 @@
 /**
- * A minimal agent loop against a running ctxwarden server.
+ * Agent loops against a running ctxwarden server.
  *
  *     CTXWARDEN_TARGET=127.0.0.1:50051 npx tsx examples/agent-loop.ts
+ *     ANTHROPIC_API_KEY=... CTXWARDEN_TARGET=127.0.0.1:50051 npx tsx examples/agent-loop.ts
  *
- * The "model" is a stand-in: every answer is scripted, so the example runs
- * without LLM keys. It shows the calls an agent makes: create a session,
- * append, build the model input, record tool calls and results, roll back a
- * failed model call, compact with its own summariser, and build again.
+ * `runToolLoop` is a real tool loop against the Anthropic Messages API (or
+ * anything that speaks it, set by `baseUrl`): it never converts a message by
+ * hand. ctxwarden renders the request body (`buildModelInput` with format
+ * ANTHROPIC_MESSAGES), the agent POSTs it, and hands the provider's answer
+ * back as returned (`appendModelOutput`: the `message` body, or the events of
+ * a streamed call); tool results go in as Anthropic `tool_result` items.
+ * Thinking blocks and their signatures travel back to the model untouched.
+ *
+ * `runExample` needs no LLM key: every answer is scripted. It shows the other
+ * calls an agent makes: record tool calls and results with the builders, roll
+ * back a failed model call, compact with its own summariser, and build again.
  */
 import { pathToFileURL } from "node:url";
 
 import {
   DEFAULT_TARGET,
+  ModelInputFormat,
   RecoveryAction,
+  StopReason,
   assistant,
   assistantError,
   createClient,
   durationMs,
   messageText,
+  messageToolCalls,
+  modelOutputJson,
   toolCall,
   toolDefinition,
   toolResult,
   user,
   type Compaction,
   type ContextServiceClient,
+  type Message,
   type ModelInput,
   type RollbackTurnResponse,
   type SummaryPrompt,
@@ -141,11 +154,116 @@ export async function runExample(
   return { sessionId, rollback, compaction, modelInput: input };
 }
 
+/** The model the tool loop calls: a dated snapshot, the ID Anthropic answers with. */
+export const TOOL_LOOP_MODEL = "claude-sonnet-4-5-20250929";
+
+export interface ToolLoopOptions {
+  /** The Messages API's base URL (default `https://api.anthropic.com`). */
+  baseUrl?: string;
+  /** Sent as `x-api-key`. */
+  apiKey?: string;
+  /** The session's model, the one called (default TOOL_LOOP_MODEL). */
+  model?: string;
+  /** Whether model call `turn` (1, 2, ...) streams; default: every call. */
+  stream?: (turn: number) => boolean;
+}
+
+/** What runToolLoop did. */
+export interface ToolLoopResult {
+  sessionId: string;
+  /** The model's final answer as ctxwarden stored it. */
+  answer: Message;
+  /** Model calls made. */
+  turns: number;
+}
+
+/** Stand-ins for the agent's tools: what each returns for its input. */
+const standInTools: Record<string, (input: Record<string, unknown>) => string> = {
+  read: (input) => {
+    if (input["path"] !== "setup.py") {
+      throw new Error(`no such file: ${String(input["path"])}`);
+    }
+    return "from setuptools import setup\nsetup(name='demo')";
+  },
+  run: (input) => `$ ${String(input["command"])}\n3 passed in 0.02s`,
+};
+
+/** Runs a tool call; a failure becomes an error result the model sees. */
+async function runTool(call: { name: string; argumentsJson: string }): Promise<{ content: string; is_error?: true }> {
+  try {
+    const tool = standInTools[call.name];
+    if (tool === undefined) {
+      throw new Error(`unknown tool ${call.name}`);
+    }
+    return { content: tool(JSON.parse(call.argumentsJson) as Record<string, unknown>) };
+  } catch (err) {
+    return { content: String(err), is_error: true };
+  }
+}
+
+/**
+ * A multi-turn tool loop against the Anthropic Messages API: ask, run the
+ * tools the model calls, repeat until it answers. Only JSON moves between
+ * ctxwarden and the provider; nothing is converted by hand.
+ */
+export async function runToolLoop(client: ContextServiceClient, opts: ToolLoopOptions = {}): Promise<ToolLoopResult> {
+  const { baseUrl = "https://api.anthropic.com", apiKey = "", model: sessionModel = TOOL_LOOP_MODEL } = opts;
+  const { stream = () => true } = opts;
+  const session = await client.createSession({
+    session: {
+      systemPrompt: "You are a careful coding agent. Use the tools; answer in one sentence.",
+      tools: [
+        toolDefinition("read", "Read a file of the repository", {
+          type: "object",
+          properties: { path: { type: "string" } },
+          required: ["path"],
+        }),
+        toolDefinition("run", "Run a shell command in the repository", {
+          type: "object",
+          properties: { command: { type: "string" }, timeout_s: { type: "integer" } },
+          required: ["command"],
+        }),
+      ],
+      model: sessionModel,
+    },
+  });
+  const sessionId = session.sessionId;
+  const model = session.model;
+  const format = ModelInputFormat.ANTHROPIC_MESSAGES;
+  const headers = { "content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": apiKey };
+  const params = { model, max_tokens: 8192, thinking: { type: "enabled", budget_tokens: 2048 } };
+  const question = [{ role: "user", content: "What does setup.py do, and do the tests pass?" }];
+  await client.appendModelOutput({ sessionId, format, output: { case: "itemsJson", value: JSON.stringify(question) } });
+
+  // #region tool-loop
+  for (let turn = 1; ; turn++) {
+    const input = await client.buildModelInput({ sessionId, format });
+    const body = JSON.stringify({ ...params, stream: stream(turn), ...JSON.parse(input.renderedJson) });
+    const response = await fetch(`${baseUrl}/v1/messages`, { method: "POST", headers, body });
+    const output = { case: "responseJson", value: await modelOutputJson(response) } as const;
+    const answer = (await client.appendModelOutput({ sessionId, format, output })).messages[0]!;
+    if (answer.stopReason !== StopReason.TOOL_USE) {
+      return { sessionId, answer, turns: turn };
+    }
+    const content = await Promise.all(
+      messageToolCalls(answer).map(async (c) => ({ type: "tool_result", tool_use_id: c.id, ...(await runTool(c)) })),
+    );
+    const value = JSON.stringify([{ role: "user", content }]);
+    await client.appendModelOutput({ sessionId, format, output: { case: "itemsJson", value } });
+  }
+  // #endregion tool-loop
+}
+
 // Run directly: `npx tsx examples/agent-loop.ts`.
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const client = createClient(process.env["CTXWARDEN_TARGET"] ?? DEFAULT_TARGET);
   try {
     await runExample(client);
+    const apiKey = process.env["ANTHROPIC_API_KEY"];
+    if (apiKey !== undefined && apiKey !== "") {
+      const { answer, turns } = await runToolLoop(client, { apiKey });
+      console.log(`answer after ${turns} model calls: ${messageText(answer)}`);
+    }
   } finally {
     client.close();
   }

@@ -69,6 +69,13 @@ export {
   type BuildModelInputRequestInit,
   type InputCacheOptions,
 } from "./input-cache.js";
+export {
+  ProviderResponseError,
+  isEventStream,
+  modelOutputJson,
+  sseDataJson,
+  type ModelOutputOptions,
+} from "./provider.js";
 // What callers need most often from the runtime libraries.
 export { create, toJson, toJsonString } from "@bufbuild/protobuf";
 export { Code, ConnectError } from "@connectrpc/connect";
@@ -429,6 +436,11 @@ export function messageText(message: Message): string {
   return message.content
     .flatMap((b) => (b.block.case === "text" ? [b.block.value.text] : []))
     .join("\n");
+}
+
+/** The tool calls of a message, in order (e.g. of the answer AppendModelOutput stored). */
+export function messageToolCalls(message: Message): ToolCall[] {
+  return message.content.flatMap((b) => (b.block.case === "toolCall" ? [b.block.value] : []));
 }
 
 // ---------------------------------------------------------------------------
