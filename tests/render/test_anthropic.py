@@ -324,3 +324,14 @@ def test_a_repeated_call_id_gets_a_unique_stand_in() -> None:
     assert second != first
     assert value["messages"][4]["content"][0]["tool_use_id"] == second
     assert rendered.tool_id_map == {second: "call_0"}
+
+
+def test_thinking_of_a_dated_snapshot_goes_back_to_its_alias() -> None:
+    """Asked for claude-sonnet-4-5, Anthropic answers as its dated snapshot."""
+    made = assistant(thinking("t", "sig"), "answer", model="claude-sonnet-4-5-20250929")
+    rendered = render_all(FMT, numbered([user("q"), made]), model="claude-sonnet-4-5")
+    assert body(FMT, rendered)["messages"][1]["content"][0]["type"] == "thinking"
+    assert rendered.notices == ()
+    other = assistant(thinking("t", "sig"), "answer", model="claude-opus-4-1-20250805")
+    rendered = render_all(FMT, numbered([user("q"), other]), model="claude-sonnet-4-5")
+    assert [n.code for n in rendered.notices] == [THINKING_DROPPED]

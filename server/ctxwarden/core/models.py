@@ -257,6 +257,16 @@ def normalize_model_id(model: str) -> str:
     return _VENDOR_PREFIX.sub("", name, count=1)
 
 
+_SNAPSHOT = re.compile(r"(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2})$")
+
+
+def snapshot_base(model: str) -> str:
+    """A model ID without its dated snapshot suffix (``claude-sonnet-4-5-20250929``,
+    ``claude-3-5-sonnet@20240620``, ``gpt-4o-2024-08-06``), normalised: the alias a
+    provider answers for with the dated ID of the snapshot that served it."""
+    return _SNAPSHOT.sub("", normalize_model_id(model))
+
+
 _CACHE_LIMIT: Final = 4096
 """Model strings come from clients: past this many, lookups are computed uncached."""
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message
+from ctxwarden.core.models import snapshot_base
 from ctxwarden.core.session import ToolDefinition
 from ctxwarden.core.summary import SUMMARY_METADATA_KEY
 from ctxwarden.core.view import Notice
@@ -163,8 +164,13 @@ def image_placeholder(
 
 
 def same_model(message: Message, model: str) -> bool:
-    """Thinking can only go back to the model that made it (and only if that is known)."""
-    return bool(model) and message.model == model
+    """Thinking can only go back to the model that made it (and only if that is known).
+
+    A dated snapshot and its alias are the same model: asked for
+    ``claude-sonnet-4-5``, Anthropic answers as ``claude-sonnet-4-5-20250929``."""
+    if not model or not message.model:
+        return False
+    return message.model == model or snapshot_base(message.model) == snapshot_base(model)
 
 
 def is_base64(text: str) -> bool:
