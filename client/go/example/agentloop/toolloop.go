@@ -64,7 +64,11 @@ func (l *ToolLoop) Run(ctx context.Context, c ctxwardenv1.ContextServiceClient, 
 	if err != nil {
 		return sid, nil, err
 	}
-	if _, err := c.AppendModelOutput(ctx, ctxwarden.ModelItems(sid, chat, userItems)); err != nil {
+	// Each append has a request_id, so that one retried after a lost answer
+	// (Dial retries UNAVAILABLE) applies once.
+	userReq := ctxwarden.ModelItems(sid, chat, userItems)
+	userReq.RequestId = "question"
+	if _, err := c.AppendModelOutput(ctx, userReq); err != nil {
 		return sid, nil, fmt.Errorf("AppendModelOutput(user): %w", err)
 	}
 
@@ -82,7 +86,9 @@ func (l *ToolLoop) Run(ctx context.Context, c ctxwardenv1.ContextServiceClient, 
 		if err != nil {
 			return sid, nil, fmt.Errorf("model call %d: %w", n, err)
 		}
-		stored, err := c.AppendModelOutput(ctx, ctxwarden.ModelOutput(sid, chat, output))
+		outputReq := ctxwarden.ModelOutput(sid, chat, output)
+		outputReq.RequestId = fmt.Sprintf("model-call-%d", n)
+		stored, err := c.AppendModelOutput(ctx, outputReq)
 		if err != nil {
 			return sid, nil, fmt.Errorf("AppendModelOutput(model call %d): %w", n, err)
 		}
@@ -105,7 +111,9 @@ func (l *ToolLoop) Run(ctx context.Context, c ctxwardenv1.ContextServiceClient, 
 		if err != nil {
 			return sid, nil, err
 		}
-		if _, err := c.AppendModelOutput(ctx, ctxwarden.ModelItems(sid, chat, items)); err != nil {
+		resultsReq := ctxwarden.ModelItems(sid, chat, items)
+		resultsReq.RequestId = fmt.Sprintf("tool-results-%d", n)
+		if _, err := c.AppendModelOutput(ctx, resultsReq); err != nil {
 			return sid, nil, fmt.Errorf("AppendModelOutput(tool results): %w", err)
 		}
 	}
