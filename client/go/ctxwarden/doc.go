@@ -9,6 +9,10 @@
 //     gRPC service config, keepalive settings the server accepts, and message
 //     size limits matching the server's).
 //   - Message builders: User, Assistant, FailedAssistant, ToolCall, ToolResult.
+//   - Provider-format helpers for AppendModelOutput: RequestBody (rendered_json
+//     plus the agent's parameters), ReadResponse and ReadSSE (a response body,
+//     or a streamed call's event payloads as a JSON array), ModelOutput and
+//     ModelItems (the request builders).
 //   - ErrorReason: the stable ErrorInfo.reason (e.g. "SESSION_NOT_FOUND") of a
 //     failed call.
 //   - InputCache: incremental BuildModelInput (send the held input's
