@@ -160,6 +160,16 @@ def test_openai_chat_completion_is_appended(stub: Stub, new_session: NewSession)
     call = stored.content[0].tool_call
     assert (call.id, call.name, call.arguments_json) == ("call_1", "read", '{"path":"a.py"}')
     assert stored.usage.total_tokens == 60
+    # A tool result names no tool in OpenAI's format: it gets its call's name.
+    results = [{"role": "tool", "tool_call_id": "call_1", "content": "print(1)"}]
+    answered = stub.AppendModelOutput(
+        pb.AppendModelOutputRequest(
+            session_id=sid, format=OPENAI_CHAT, items_json=json.dumps(results)
+        ),
+        timeout=10,
+    )
+    assert answered.messages[0].role == m.ROLE_TOOL_RESULT
+    assert answered.messages[0].tool_name == "read"
 
 
 def test_bad_output_names_the_json_path_and_stores_nothing(

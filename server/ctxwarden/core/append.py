@@ -35,6 +35,8 @@ class CallState:
 
     seq: int
     answered: bool
+    name: str = ""
+    """The tool called (a result that does not name it gets this one)."""
 
 
 def answer_call(calls: dict[str, CallState], tool_call_id: str, i: int) -> None:

@@ -200,7 +200,7 @@ class SessionContext:
         seq = self.session.last_seq
         calibration = self.calibration
         fixed = self.system_tokens + self.tools_tokens + self.summary_tokens
-        calls = {k: CallState(v.seq, v.answered) for k, v in self._calls.items()}
+        calls = {k: CallState(v.seq, v.answered, v.name) for k, v in self._calls.items()}
         out: list[Message] = []
         new: list[Message] = []
         tokens = self._message_tokens
@@ -213,11 +213,13 @@ class SessionContext:
                 continue
             if incoming.role is Role.TOOL_RESULT:
                 answer_call(calls, incoming.tool_call_id, i)
+                if not incoming.tool_name:
+                    incoming = replace(incoming, tool_name=calls[incoming.tool_call_id].name)
             seq += 1
             message = self._admit(incoming, seq, incoming.message_id or next(ids), now_us)
             if message.role is Role.ASSISTANT:
                 for block in message.tool_calls:
-                    calls[block.tool_call_id] = CallState(seq, False)
+                    calls[block.tool_call_id] = CallState(seq, False, block.tool_name)
                 if usable(message):
                     assert message.usage is not None
                     # The usage measured the context this reply was made from.
@@ -262,7 +264,7 @@ class SessionContext:
             self._by_message_id[message.message_id] = message
         if message.role is Role.ASSISTANT:
             for block in message.tool_calls:
-                self._calls[block.tool_call_id] = CallState(message.seq, False)
+                self._calls[block.tool_call_id] = CallState(message.seq, False, block.tool_name)
         elif message.role is Role.TOOL_RESULT:
             call = self._calls.get(message.tool_call_id)
             if call is not None:
