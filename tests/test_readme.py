@@ -115,3 +115,30 @@ def test_one_loop_example_runs_against_a_provider(backend_url: str, tmp_path: Pa
         assert second[-2]["arguments"] == '{"path":"a.py"}'
     finally:
         server.stop()
+
+
+def _one_loop_section() -> str:
+    text = README.read_text()
+    start = text.index("## One loop, any provider")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_one_loop_go_and_ts_excerpts_are_verbatim() -> None:
+    import textwrap
+
+    root = README.parent
+    section = _one_loop_section()
+    for lang, path in (
+        ("go", "client/go/example/agentloop/toolloop.go"),
+        ("ts", "client/ts/examples/agent-loop.ts"),
+    ):
+        (block,) = re.findall(rf"```{lang}\n(.*?)```", section, flags=re.S)
+        source = (root / path).read_text()
+        lines = block.splitlines()
+        window = len(lines)
+        src_lines = source.splitlines()
+        found = any(
+            textwrap.dedent("\n".join(src_lines[i : i + window])) == block.rstrip("\n")
+            for i in range(len(src_lines) - window + 1)
+        )
+        assert found, f"the README's {lang} loop is not an excerpt of {path}"
