@@ -230,7 +230,7 @@ def test_bad_output_names_the_json_path_and_stores_nothing(
 def _web_search_turn() -> tuple[str, list[str]]:
     """An Anthropic answer with a server tool call and its result, and the
     JSON of those two blocks as sent."""
-    blocks = [
+    blocks: list[ServerToolUseBlock | WebSearchToolResultBlock] = [
         ServerToolUseBlock(
             type="server_tool_use",
             id="srvtoolu_1",
