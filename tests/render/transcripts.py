@@ -245,8 +245,8 @@ def transcripts(draw: st.DrawFn, kept: bool = False) -> tuple[list[list[Message]
     """Steps (a user message, or an assistant message with its results) and
     whether a summary message leads the view; ``kept``: with PROVIDER blocks
     (items ingest keeps, of every family) among the content."""
-    step = st.one_of(user_steps(kept), assistant_steps(kept))
-    steps = draw(st.lists(step, min_size=1, max_size=6))
+    one_step = st.one_of(user_steps(kept), assistant_steps(kept))
+    steps = draw(st.lists(one_step, min_size=1, max_size=6))
     flat = numbered([m for step in steps for m in step])
     out: list[list[Message]] = []
     i = 0
