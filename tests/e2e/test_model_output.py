@@ -10,7 +10,14 @@ import json
 
 import grpc
 from anthropic.types import Message as AnthropicMessage
-from anthropic.types import TextBlock, ThinkingBlock, ToolUseBlock
+from anthropic.types import (
+    ServerToolUseBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    WebSearchResultBlock,
+    WebSearchToolResultBlock,
+)
 from anthropic.types import Usage as AnthropicUsage
 from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
@@ -228,3 +235,74 @@ def test_bad_output_names_the_json_path_and_stores_nothing(
     )
     listed = stub.ListMessages(pb.ListMessagesRequest(session_id=sid), timeout=10)
     assert [x.seq for x in listed.messages] == [1]
+
+
+def _web_search_turn() -> tuple[str, list[str]]:
+    """An Anthropic answer with a server tool call and its result, and the
+    JSON of those two blocks as sent."""
+    blocks: list[ServerToolUseBlock | WebSearchToolResultBlock] = [
+        ServerToolUseBlock(
+            type="server_tool_use",
+            id="srvtoolu_1",
+            name="web_search",
+            input={"query": "ctxwarden ünïcode"},
+        ),
+        WebSearchToolResultBlock(
+            type="web_search_tool_result",
+            tool_use_id="srvtoolu_1",
+            content=[
+                WebSearchResultBlock(
+                    type="web_search_result",
+                    url="https://example.com/a",
+                    title="A",
+                    encrypted_content="EncRypted==",
+                    page_age="1 day",
+                )
+            ],
+        ),
+    ]
+    message = AnthropicMessage(
+        id="msg_02",
+        type="message",
+        role="assistant",
+        model="claude-sonnet-4-5",
+        content=[*blocks, TextBlock(type="text", text="Found it.")],
+        stop_reason="end_turn",
+        stop_sequence=None,
+        usage=AnthropicUsage(input_tokens=50, output_tokens=20),
+    )
+    body = message.model_dump_json(exclude_none=True)
+    raw = [
+        json.dumps(b, ensure_ascii=False, separators=(",", ":"))
+        for b in json.loads(body)["content"][:2]
+    ]
+    return body, raw
+
+
+def test_anthropic_server_tool_blocks_go_back_verbatim(stub: Stub, new_session: NewSession) -> None:
+    sid = new_session(model="claude-sonnet-4-5").session_id
+    _user(stub, sid, "Search the web")
+    body, raw = _web_search_turn()
+    (stored,) = stub.AppendModelOutput(
+        pb.AppendModelOutputRequest(session_id=sid, format=ANTHROPIC, response_json=body),
+        timeout=10,
+    ).messages
+    assert [b.WhichOneof("block") for b in stored.content] == ["provider", "provider", "text"]
+    assert [(b.provider.family, b.provider.json) for b in stored.content[:2]] == [
+        ("anthropic", r) for r in raw
+    ]
+
+    mi = stub.BuildModelInput(
+        pb.BuildModelInputRequest(session_id=sid, format=ANTHROPIC), timeout=10
+    )
+    assert f'"content":[{raw[0]},{raw[1]},{{"type":"text","text":"Found it."}}]' in mi.rendered_json
+    assert "PROVIDER_CONTENT_DROPPED" not in [n.code for n in mi.notices]
+
+    chat = stub.BuildModelInput(
+        pb.BuildModelInputRequest(session_id=sid, format=OPENAI_CHAT), timeout=10
+    )
+    rendered = json.loads(chat.rendered_json)
+    assert rendered["messages"][1] == {"role": "assistant", "content": "Found it."}
+    assert "srvtoolu_1" not in chat.rendered_json
+    dropped = [(n.code, n.seq) for n in chat.notices if n.code == "PROVIDER_CONTENT_DROPPED"]
+    assert dropped == [("PROVIDER_CONTENT_DROPPED", stored.seq)] * 2

@@ -151,7 +151,42 @@ _mimes = st.sampled_from(
     ["image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp", "image/bmp", "image/heic"]
 )
 _images = st.builds(image, data=st.binary(min_size=1, max_size=6), mime=_mimes)
+_PROVIDER_ITEMS = {
+    # Items each format's ingest keeps as PROVIDER blocks, where they go.
+    "user": {
+        "anthropic": {"type": "document", "source": {"type": "text", "data": "doc"}},
+        "openai-chat": {"type": "file", "file": {"file_id": "file-1"}},
+        "openai-responses": {"type": "input_file", "file_id": "file-1"},
+        "google": {"fileData": {"mimeType": "application/pdf", "fileUri": "gs://b/f.pdf"}},
+    },
+    "assistant": {
+        "anthropic": {
+            "type": "server_tool_use",
+            "id": "srvtoolu_1",
+            "name": "web_search",
+            "input": {"query": "q ü"},
+        },
+        "openai-responses": {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "q"},
+        },
+        "google": {"executableCode": {"language": "PYTHON", "code": "print(1)"}},
+    },
+}
+
+
+def provider(family: str, item: Any) -> ContentBlock:
+    return ContentBlock.of_provider(family, dumps(item))
+
+
+def _providers(where: str) -> st.SearchStrategy[ContentBlock]:
+    return st.sampled_from(sorted(_PROVIDER_ITEMS[where].items())).map(lambda fi: provider(*fi))
+
+
 _media = st.one_of(st.builds(text, _texts), _images)
+_media_kept = st.one_of(_media, _providers("user"))
 _thinking = st.builds(
     thinking,
     t=_texts,
@@ -168,14 +203,18 @@ _models = st.sampled_from([MODEL, OTHER_MODEL, ""])
 
 
 @st.composite
-def user_steps(draw: st.DrawFn) -> list[Message]:
-    return [Message(Role.USER, tuple(draw(st.lists(_media, min_size=1, max_size=3))))]
+def user_steps(draw: st.DrawFn, kept: bool = False) -> list[Message]:
+    media = _media_kept if kept else _media
+    return [Message(Role.USER, tuple(draw(st.lists(media, min_size=1, max_size=3))))]
 
 
 @st.composite
-def assistant_steps(draw: st.DrawFn) -> list[Message]:
-    """An assistant message with all its tool results (in any order)."""
-    kinds = draw(st.lists(st.sampled_from(["text", "thinking", "call"]), min_size=1, max_size=5))
+def assistant_steps(draw: st.DrawFn, kept: bool = False) -> list[Message]:
+    """An assistant message with all its tool results (in any order); ``kept``:
+    with PROVIDER blocks among the content."""
+    media = _media_kept if kept else _media
+    choices = ["text", "thinking", "call", *(["kept"] if kept else [])]
+    kinds = draw(st.lists(st.sampled_from(choices), min_size=1, max_size=5))
     ids = iter(draw(st.lists(_tool_ids, min_size=5, max_size=5, unique=True)))
     content: list[ContentBlock] = []
     for kind in kinds:
@@ -183,6 +222,8 @@ def assistant_steps(draw: st.DrawFn) -> list[Message]:
             content.append(text(draw(_texts)))
         elif kind == "thinking":
             content.append(draw(_thinking))
+        elif kind == "kept":
+            content.append(draw(_providers("assistant")))
         else:
             name = draw(st.sampled_from(["read", "ls"]))
             content.append(call(next(ids), name, draw(_args)))
@@ -193,17 +234,19 @@ def assistant_steps(draw: st.DrawFn) -> list[Message]:
         if draw(st.integers(0, 5)) == 0:
             results.append(synthetic(c.tool_call_id, c.tool_name))
             continue
-        blocks = draw(st.lists(_media, min_size=1, max_size=3))
+        blocks = draw(st.lists(media, min_size=1, max_size=3))
         name = draw(st.sampled_from([c.tool_name, ""]))
         results.append(result(c.tool_call_id, *blocks, name=name, is_error=draw(st.booleans())))
     return [message, *results]
 
 
 @st.composite
-def transcripts(draw: st.DrawFn) -> tuple[list[list[Message]], bool]:
+def transcripts(draw: st.DrawFn, kept: bool = False) -> tuple[list[list[Message]], bool]:
     """Steps (a user message, or an assistant message with its results) and
-    whether a summary message leads the view."""
-    steps = draw(st.lists(st.one_of(user_steps(), assistant_steps()), min_size=1, max_size=6))
+    whether a summary message leads the view; ``kept``: with PROVIDER blocks
+    (items ingest keeps, of every family) among the content."""
+    one_step = st.one_of(user_steps(kept), assistant_steps(kept))
+    steps = draw(st.lists(one_step, min_size=1, max_size=6))
     flat = numbered([m for step in steps for m in step])
     out: list[list[Message]] = []
     i = 0

@@ -103,8 +103,10 @@ def _block_from_pb(b: msg_pb.ContentBlock, field: str) -> ContentBlock:
             tool_name=c.name,
             arguments_json=c.arguments_json,
         )
+    if kind == "provider":
+        return ContentBlock.of_provider(b.provider.family, b.provider.json)
     raise InvalidArgument(
-        f"{field} is an empty content block: set text, image, thinking or tool_call",
+        f"{field} is an empty content block: set text, image, thinking, tool_call or provider",
         reason=ErrorReason.INVALID_CONTENT,
         field=field,
     )
@@ -160,6 +162,10 @@ def _block_to_pb(b: ContentBlock) -> msg_pb.ContentBlock:
             thinking=msg_pb.ThinkingContent(
                 thinking=b.text, signature=b.signature, redacted=b.redacted
             )
+        )
+    if k is ContentKind.PROVIDER:
+        return msg_pb.ContentBlock(
+            provider=msg_pb.ProviderContent(family=b.family, json=b.provider_json)
         )
     return msg_pb.ContentBlock(
         tool_call=msg_pb.ToolCall(

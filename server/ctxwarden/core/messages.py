@@ -36,6 +36,14 @@ class ContentKind(enum.IntEnum):
     IMAGE = 2
     THINKING = 3
     TOOL_CALL = 4
+    PROVIDER = 5
+    """A provider's item that ctxwarden does not model, kept as the provider sent it."""
+
+
+PROVIDER_FAMILIES = ("openai-chat", "openai-responses", "anthropic", "google")
+"""The wire formats a PROVIDER block can belong to: its JSON only makes sense
+in that one (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages,
+Google Gemini)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +52,10 @@ class ContentBlock:
 
     TEXT uses ``text``; THINKING uses ``text``, ``signature``, ``redacted``;
     IMAGE uses ``mime_type`` and ``data``; TOOL_CALL uses ``tool_call_id``,
-    ``tool_name`` and ``arguments_json``.
+    ``tool_name`` and ``arguments_json``; PROVIDER uses ``family`` (one of
+    ``PROVIDER_FAMILIES``) and ``provider_json``, the item's JSON (an object
+    or an array) exactly as the provider sent it, sent back verbatim to that
+    wire format only.
     """
 
     kind: ContentKind
@@ -56,10 +67,16 @@ class ContentBlock:
     tool_call_id: str = ""
     tool_name: str = ""
     arguments_json: str = ""
+    family: str = ""
+    provider_json: str = ""
 
     @staticmethod
     def of_text(text: str) -> ContentBlock:
         return ContentBlock(ContentKind.TEXT, text=text)
+
+    @staticmethod
+    def of_provider(family: str, provider_json: str) -> ContentBlock:
+        return ContentBlock(ContentKind.PROVIDER, family=family, provider_json=provider_json)
 
     @staticmethod
     def of_tool_call(call_id: str, name: str, arguments_json: str = "{}") -> ContentBlock:

@@ -63,6 +63,8 @@ def message_text(message: Message) -> str:
         elif block.kind is ContentKind.TOOL_CALL:
             parts.append(block.tool_name)
             parts.append(block.arguments_json)
+        elif block.kind is ContentKind.PROVIDER:
+            parts.append(block.provider_json)
     return "".join(parts)
 
 

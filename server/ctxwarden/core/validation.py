@@ -7,7 +7,14 @@ import re
 from collections.abc import Sequence
 
 from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, Usage
+from ctxwarden.core.messages import (
+    PROVIDER_FAMILIES,
+    ContentBlock,
+    ContentKind,
+    Message,
+    Role,
+    Usage,
+)
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
 
@@ -20,10 +27,14 @@ KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
 """message_id and request_id: 1-128 printable ASCII characters."""
 
 _ALLOWED_BLOCKS: dict[Role, frozenset[ContentKind]] = {
-    Role.USER: frozenset({ContentKind.TEXT, ContentKind.IMAGE}),
-    Role.ASSISTANT: frozenset({ContentKind.TEXT, ContentKind.THINKING, ContentKind.TOOL_CALL}),
-    Role.TOOL_RESULT: frozenset({ContentKind.TEXT, ContentKind.IMAGE}),
+    Role.USER: frozenset({ContentKind.TEXT, ContentKind.IMAGE, ContentKind.PROVIDER}),
+    Role.ASSISTANT: frozenset(
+        {ContentKind.TEXT, ContentKind.THINKING, ContentKind.TOOL_CALL, ContentKind.PROVIDER}
+    ),
+    Role.TOOL_RESULT: frozenset({ContentKind.TEXT, ContentKind.IMAGE, ContentKind.PROVIDER}),
 }
+"""PROVIDER blocks go where the provider put them: user content (documents),
+assistant content (server tools and their results), tool-result content."""
 
 
 def check_session_id(session_id: str, field: str = "session_id", *, internal: bool = True) -> None:
@@ -184,7 +195,15 @@ def _check_message_strings(message: Message, field: str) -> None:
         check_no_nul(key, f"{field}.metadata")
         check_no_nul(value, f"{field}.metadata[{key!r}]")
     for i, block in enumerate(message.content):
-        for name in ("text", "tool_call_id", "tool_name", "arguments_json", "signature"):
+        for name in (
+            "text",
+            "tool_call_id",
+            "tool_name",
+            "arguments_json",
+            "signature",
+            "family",
+            "provider_json",
+        ):
             check_no_nul(getattr(block, name), f"{field}.content[{i}].{name}")
 
 
@@ -206,6 +225,26 @@ def _check_blocks(message: Message, field: str) -> None:
             raise InvalidArgument(
                 f"{bfield}.image.data is empty", reason=ErrorReason.INVALID_CONTENT, field=bfield
             )
+        elif block.kind is ContentKind.PROVIDER:
+            _check_provider(block, bfield)
+
+
+def _check_provider(block: ContentBlock, bfield: str) -> None:
+    if block.family not in PROVIDER_FAMILIES:
+        what = f"{block.family!r} is not one of" if block.family else "is required: one of"
+        raise InvalidArgument(
+            f"{bfield}.provider.family {what} {', '.join(PROVIDER_FAMILIES)}",
+            reason=ErrorReason.MISSING_FIELD if not block.family else ErrorReason.INVALID_CONTENT,
+            field=f"{bfield}.provider.family",
+        )
+    jfield = f"{bfield}.provider.json"
+    value = load_json(block.provider_json, jfield)
+    if not isinstance(value, (dict, list)):
+        raise InvalidArgument(
+            f"{jfield} must be a JSON object or array, got {type(value).__name__}",
+            reason=ErrorReason.INVALID_JSON,
+            field=jfield,
+        )
 
 
 def _check_tool_call(block: ContentBlock, bfield: str, call_ids: set[str]) -> None:

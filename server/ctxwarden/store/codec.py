@@ -40,7 +40,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-_TEXT, _IMAGE, _THINKING, _TOOL_CALL = 0, 1, 2, 3
+_TEXT, _IMAGE, _THINKING, _TOOL_CALL, _PROVIDER = 0, 1, 2, 3, 4
 
 
 def _block_to_list(block: ContentBlock) -> list[Any]:
@@ -51,6 +51,8 @@ def _block_to_list(block: ContentBlock) -> list[Any]:
         return [_IMAGE, block.mime_type, block.data]
     if k is ContentKind.THINKING:
         return [_THINKING, block.text, block.signature, block.redacted]
+    if k is ContentKind.PROVIDER:
+        return [_PROVIDER, block.family, block.provider_json]
     return [_TOOL_CALL, block.tool_call_id, block.tool_name, block.arguments_json]
 
 
@@ -62,6 +64,8 @@ def _block_from_list(b: list[Any]) -> ContentBlock:
         return ContentBlock(ContentKind.IMAGE, mime_type=b[1], data=bytes(b[2]))
     if kind == _THINKING:
         return ContentBlock(ContentKind.THINKING, text=b[1], signature=b[2], redacted=b[3])
+    if kind == _PROVIDER:
+        return ContentBlock.of_provider(b[1], b[2])
     return ContentBlock(
         ContentKind.TOOL_CALL, tool_call_id=b[1], tool_name=b[2], arguments_json=b[3]
     )

@@ -221,6 +221,40 @@ class ToolCall(_message.Message):
 Global___ToolCall: _TypeAlias = ToolCall  # noqa: Y015
 
 @_typing.final
+class ProviderContent(_message.Message):
+    """A provider item that ctxwarden does not model (e.g. Anthropic server-tool
+    blocks such as server_tool_use and web_search_tool_result, documents,
+    OpenAI Responses web_search_call items, Gemini executableCode parts), kept
+    exactly as the provider sent it. Rendering for the same wire format sends
+    it back verbatim, in its position; rendering for another drops it with a
+    PROVIDER_CONTENT_DROPPED notice.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FAMILY_FIELD_NUMBER: _builtins.int
+    JSON_FIELD_NUMBER: _builtins.int
+    family: _builtins.str
+    """The wire format the JSON belongs to: "openai-chat", "openai-responses",
+    "anthropic" or "google".
+    """
+    json: _builtins.str
+    """The item as JSON text (an object or an array), as the provider sent it."""
+    def __init__(
+        self,
+        *,
+        family: _builtins.str = ...,
+        json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["family", b"family", "json", b"json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderContent: _TypeAlias = ProviderContent  # noqa: Y015
+
+@_typing.final
 class ContentBlock(_message.Message):
     """One block of message content."""
 
@@ -230,6 +264,7 @@ class ContentBlock(_message.Message):
     IMAGE_FIELD_NUMBER: _builtins.int
     THINKING_FIELD_NUMBER: _builtins.int
     TOOL_CALL_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def text(self) -> Global___TextContent:
         """The text."""
@@ -246,6 +281,10 @@ class ContentBlock(_message.Message):
     def tool_call(self) -> Global___ToolCall:
         """A tool call (assistant messages only)."""
 
+    @_builtins.property
+    def provider(self) -> Global___ProviderContent:
+        """A provider item ctxwarden does not model, kept verbatim."""
+
     def __init__(
         self,
         *,
@@ -253,12 +292,13 @@ class ContentBlock(_message.Message):
         image: Global___ImageContent | None = ...,
         thinking: Global___ThinkingContent | None = ...,
         tool_call: Global___ToolCall | None = ...,
+        provider: Global___ProviderContent | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["block", b"block", "image", b"image", "text", b"text", "thinking", b"thinking", "tool_call", b"tool_call"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["block", b"block", "image", b"image", "provider", b"provider", "text", b"text", "thinking", b"thinking", "tool_call", b"tool_call"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block", b"block", "image", b"image", "text", b"text", "thinking", b"thinking", "tool_call", b"tool_call"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block", b"block", "image", b"image", "provider", b"provider", "text", b"text", "thinking", b"thinking", "tool_call", b"tool_call"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_block: _TypeAlias = _typing.Literal["text", "image", "thinking", "tool_call"]  # noqa: Y015
+    _WhichOneofReturnType_block: _TypeAlias = _typing.Literal["text", "image", "thinking", "tool_call", "provider"]  # noqa: Y015
     _WhichOneofArgType_block: _TypeAlias = _typing.Literal["block", b"block"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_block) -> _WhichOneofReturnType_block | None: ...
 

@@ -146,6 +146,8 @@ def responses_output(items: list[dict[str, Any]]) -> list[orr.ResponseOutputItem
             )
         elif item.get("type") == "reasoning":
             out.append(orr.ResponseReasoningItem.model_validate(item))
+        elif item.get("type") == "web_search_call":
+            out.append(orr.ResponseFunctionWebSearch.model_validate(item))
         else:
             assert item["role"] == "assistant", item
             text = orr.ResponseOutputText(type="output_text", text=item["content"], annotations=[])
@@ -187,6 +189,8 @@ def _empty_item(item: orr.ResponseOutputItem) -> orr.ResponseOutputItem:
         return item.model_copy(update={"content": [], "status": "in_progress"})
     if isinstance(item, orr.ResponseReasoningItem):
         return item.model_copy(update={"summary": []})
+    if isinstance(item, orr.ResponseFunctionWebSearch):
+        return item  # no deltas: announced as it ends
     raise AssertionError(item)
 
 

@@ -37,6 +37,13 @@ def _rejected(fmt: Format, body: object, field: str, *, items: bool = False) -> 
     return info.value
 
 
+def _kept(message: Message, family: str) -> list[Any]:
+    """The PROVIDER blocks of ``message``, parsed (all of ``family``)."""
+    blocks = [b for b in message.content if b.kind is ContentKind.PROVIDER]
+    assert {b.family for b in blocks} <= {family}
+    return [json.loads(b.provider_json) for b in blocks]
+
+
 def _one(fmt: Format, body: object) -> Message:
     (message,) = ingest_response(fmt, body).messages
     return message
@@ -169,10 +176,14 @@ def test_chat_items_rejected() -> None:
     system = [{"role": "system", "content": "Be brief."}]
     error = _rejected(Format.OPENAI_CHAT, system, "items_json[0].role", items=True)
     assert "system prompt" in error.message
-    url = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x"}}]}]
-    _rejected(Format.OPENAI_CHAT, url, "items_json[0].content[0].image_url.url", items=True)
-    audio = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]
-    _rejected(Format.OPENAI_CHAT, audio, "items_json[0].content[0].type", items=True)
+    url_part = {"type": "image_url", "image_url": {"url": "https://x"}}
+    audio_part = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+    parts = [{"type": "text", "text": "a"}, url_part, audio_part]
+    (kept,) = ingest_items(Format.OPENAI_CHAT, [{"role": "user", "content": parts}])
+    assert kept.content[0] == ContentBlock.of_text("a")
+    assert _kept(kept, "openai-chat") == [url_part, audio_part]
+    file_in_tool = [{"role": "tool", "tool_call_id": "c", "content": [audio_part]}]
+    _rejected(Format.OPENAI_CHAT, file_in_tool, "items_json[0].content[0].type", items=True)
     no_id = [{"role": "tool", "content": "x"}]
     _rejected(Format.OPENAI_CHAT, no_id, "items_json[0].tool_call_id", items=True)
 
@@ -232,15 +243,33 @@ def test_responses_status(status: str, extra: dict[str, Any], stop: StopReason) 
         assert message.error_message == "boom"
 
 
-def test_responses_unsupported_output_item() -> None:
-    body = fx.dump(fx.response([]))
-    body["output"] = [{"type": "web_search_call", "id": "ws_1", "status": "completed"}]
-    error = _rejected(Format.OPENAI_RESPONSES, body, "response_json.output[0].type")
-    assert "web_search_call" in error.message
+def test_responses_unmodelled_output_items_are_kept() -> None:
+    search = fx.dump(
+        orr.ResponseFunctionWebSearch(
+            id="ws_1",
+            status="completed",
+            type="web_search_call",
+            action={"type": "search", "query": "q"},  # type: ignore[arg-type]
+        )
+    )
     text = fx.responses_output([{"role": "assistant", "content": "x"}])
     body = fx.dump(fx.response(text))
-    body["output"][0]["content"][0]["annotations"] = [{"type": "url_citation", "url": "u"}]
-    _rejected(Format.OPENAI_RESPONSES, body, "response_json.output[0].content[0].annotations")
+    body["output"].insert(0, search)
+    message = _one(Format.OPENAI_RESPONSES, body)
+    assert [b.kind for b in message.content] == [ContentKind.PROVIDER, ContentKind.TEXT]
+    assert _kept(message, "openai-responses") == [search]
+    cited = fx.dump(fx.response(text))
+    cited["output"][0]["content"][0]["annotations"] = [{"type": "url_citation", "url": "u"}]
+    message = _one(Format.OPENAI_RESPONSES, cited)
+    assert _kept(message, "openai-responses") == [cited["output"][0]]
+    assert (message.stop_reason, len(message.content)) == (StopReason.STOP, 1)
+    wrong = fx.dump(fx.response([]))
+    wrong["output"] = [{"type": "web_search_call", "id": 1}]
+    message = _one(Format.OPENAI_RESPONSES, wrong)  # kept as sent: not ctxwarden's to check
+    assert _kept(message, "openai-responses") == wrong["output"]
+    untyped = fx.dump(fx.response([]))
+    untyped["output"] = [{"type": "function_call_output", "call_id": "c", "output": "x"}]
+    _rejected(Format.OPENAI_RESPONSES, untyped, "response_json.output[0].type")
 
 
 def test_responses_stream_events_name_their_path() -> None:
@@ -262,20 +291,18 @@ def test_responses_items() -> None:
     assert [m.role for m in got] == [Role.USER, Role.ASSISTANT, Role.TOOL_RESULT]
     assert [b.kind for b in got[1].content] == [ContentKind.THINKING, ContentKind.TOOL_CALL]
     assert (got[2].tool_name, got[2].text) == ("read", "done")
-    _rejected(
-        Format.OPENAI_RESPONSES,
-        [{"type": "item_reference", "id": "x"}],
-        "items_json[0].type",
-        items=True,
-    )
+    (reference,) = ingest_items(Format.OPENAI_RESPONSES, [{"type": "item_reference", "id": "x"}])
+    assert reference.role is Role.ASSISTANT
+    assert _kept(reference, "openai-responses") == [{"type": "item_reference", "id": "x"}]
     _rejected(
         Format.OPENAI_RESPONSES,
         [{"role": "developer", "content": "x"}],
         "items_json[0].role",
         items=True,
     )
-    file_image = [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]
-    _rejected(Format.OPENAI_RESPONSES, file_image, "items_json[0].content[0]", items=True)
+    part = {"type": "input_image", "file_id": "f"}
+    (file_image,) = ingest_items(Format.OPENAI_RESPONSES, [{"role": "user", "content": [part]}])
+    assert (file_image.role, _kept(file_image, "openai-responses")) == (Role.USER, [part])
 
 
 # -- Anthropic ----------------------------------------------------------------------------
@@ -311,13 +338,15 @@ def test_anthropic_stop_reasons(reason: str, stop: StopReason) -> None:
     assert message.stop_reason is stop
 
 
-def test_anthropic_unsupported_blocks() -> None:
+def test_anthropic_unmodelled_blocks_are_kept() -> None:
     body = _anthropic([{"type": "text", "text": "x"}])
-    body["content"].append(
-        {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}
-    )
-    error = _rejected(Format.ANTHROPIC_MESSAGES, body, "response_json.content[1].type")
-    assert "server_tool_use" in error.message
+    server = {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}
+    body["content"].append(server)
+    message = _one(Format.ANTHROPIC_MESSAGES, body)
+    assert message.content[0] == ContentBlock.of_text("x")
+    assert _kept(message, "anthropic") == [server]
+    body["content"].append({"text": "no type"})
+    _rejected(Format.ANTHROPIC_MESSAGES, body, "response_json.content[2].type")
     cited = fx.dump(
         at.Message(
             id="m",
@@ -342,7 +371,8 @@ def test_anthropic_unsupported_blocks() -> None:
             usage=fx.anthropic_usage(),
         )
     )
-    _rejected(Format.ANTHROPIC_MESSAGES, cited, "response_json.content[0].citations")
+    message = _one(Format.ANTHROPIC_MESSAGES, cited)
+    assert _kept(message, "anthropic") == [cited["content"][0]]
 
 
 def test_anthropic_stream_errors() -> None:
@@ -373,10 +403,11 @@ def test_anthropic_items() -> None:
     assert [m.role for m in got] == [Role.USER, Role.ASSISTANT, Role.TOOL_RESULT, Role.USER]
     assert got[1].content[0].arguments_json == '{"p":1}'
     assert (got[2].tool_name, got[2].is_error, got[2].text) == ("read", True, "out")
-    url = [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}]
-    _rejected(Format.ANTHROPIC_MESSAGES, url, "items_json[0].content[0].source.type", items=True)
-    doc = [{"role": "user", "content": [{"type": "document", "source": {}}]}]
-    _rejected(Format.ANTHROPIC_MESSAGES, doc, "items_json[0].content[0].type", items=True)
+    url = {"type": "image", "source": {"type": "url", "url": "u"}}
+    doc = {"type": "document", "source": {}, "cache_control": {"type": "ephemeral"}}
+    (kept,) = ingest_items(Format.ANTHROPIC_MESSAGES, [{"role": "user", "content": [url, doc]}])
+    # cache_control is ignored, on kept blocks too: the renderer places breakpoints.
+    assert _kept(kept, "anthropic") == [url, {"type": "document", "source": {}}]
 
 
 # -- Gemini --------------------------------------------------------------------------------
@@ -439,19 +470,24 @@ def test_gemini_blocked_prompt() -> None:
     assert "SAFETY" in message.error_message
 
 
-def test_gemini_unsupported_parts() -> None:
+def test_gemini_unmodelled_parts_are_kept() -> None:
     parts = [
-        gt.Part(executable_code=gt.ExecutableCode(code="print(1)", language=gt.Language.PYTHON))
+        gt.Part(executable_code=gt.ExecutableCode(code="print(1)", language=gt.Language.PYTHON)),
+        gt.Part(
+            code_execution_result=gt.CodeExecutionResult(outcome=gt.Outcome.OUTCOME_OK, output="1")
+        ),
+        gt.Part(text="done"),
     ]
-    _rejected(
-        Format.GEMINI, _gemini(parts), "response_json.candidates[0].content.parts[0].executableCode"
-    )
+    body = _gemini(parts)
+    message = _one(Format.GEMINI, body)
+    assert _kept(message, "google") == body["candidates"][0]["content"]["parts"][:2]
+    assert message.content[2] == ContentBlock.of_text("done")
     snake = fx.dump_gemini(fx.gemini_response(parts), camel=False)
-    _rejected(Format.GEMINI, snake, "response_json.candidates[0].content.parts[0].executable_code")
-    image_out = [gt.Part(inline_data=gt.Blob(mime_type="image/png", data=b"x"))]
-    _rejected(
-        Format.GEMINI, _gemini(image_out), "response_json.candidates[0].content.parts[0].inlineData"
-    )
+    message = _one(Format.GEMINI, snake)
+    assert _kept(message, "google") == snake["candidates"][0]["content"]["parts"][:2]
+    image_out = _gemini([gt.Part(inline_data=gt.Blob(mime_type="image/png", data=b"x"))])
+    message = _one(Format.GEMINI, image_out)
+    assert _kept(message, "google") == image_out["candidates"][0]["content"]["parts"]
     bad_args = _gemini([gt.Part(function_call=gt.FunctionCall(name="read"))])
     bad_args["candidates"][0]["content"]["parts"][0]["functionCall"]["args"] = [1]
     _rejected(
@@ -479,5 +515,8 @@ def test_gemini_items() -> None:
     assert (got[3].tool_call_id, got[3].text) == ("other", '{"files":[1]}')
     orphan = [{"role": "user", "parts": [{"functionResponse": {"name": "x", "response": {}}}]}]
     _rejected(Format.GEMINI, orphan, "items_json[0].parts[0].functionResponse.id", items=True)
-    code = [{"role": "model", "parts": [{"codeExecutionResult": {"outcome": "OUTCOME_OK"}}]}]
-    _rejected(Format.GEMINI, code, "items_json[0].parts[0].codeExecutionResult", items=True)
+    part = {"codeExecutionResult": {"outcome": "OUTCOME_OK"}, "thoughtSignature": "c2ln"}
+    (code,) = ingest_items(Format.GEMINI, [{"role": "model", "parts": [part]}], model="g")
+    assert (code.role, _kept(code, "google")) == (Role.ASSISTANT, [part])
+    nothing = [{"role": "user", "parts": [{"videoMetadata": {}}]}]
+    _rejected(Format.GEMINI, nothing, "items_json[0].parts[0]", items=True)

@@ -54,7 +54,7 @@ def _text_only_output(item: Any) -> Any:
 
 @pytest.mark.parametrize("fmt", PROVIDER_FORMATS, ids=lambda f: f.name)
 @SETTINGS
-@given(data=transcripts(), model=render_models, tools=tool_sets)
+@given(data=transcripts(kept=True), model=render_models, tools=tool_sets)
 def test_rendering_ingested_items_gives_the_items_back(
     fmt: Format,
     data: tuple[list[list[Message]], bool],

@@ -18,13 +18,21 @@ ctxwarden models: text, images, tool calls and results (ids, names,
 arguments), and thinking with its signature. Each provider module documents
 its mapping (stop reasons, usage, reasoning, stream assembly).
 
+Content that ctxwarden does not model (server and built-in tool calls and
+their results, documents, citations and annotations, files, images by URL,
+Gemini executable code, ...) is kept, not rejected: a PROVIDER block whose
+``family`` names the wire format (``openai-chat``, ``openai-responses``,
+``anthropic``, ``google``) and whose ``provider_json`` is the item's JSON as
+sent, which rendering for that format sends back verbatim in its place.
+Rendering what ``ingest_items`` read gives back what was read with such items
+included.
+
 Bad input raises ``InvalidArgument`` (reason INVALID_MODEL_OUTPUT) whose
 ``field`` is the JSON path of the offending value, e.g.
-``response_json.choices[0].message.tool_calls[1].function.arguments``.
-Content that ctxwarden does not model yet (built-in or server tool calls and
-results, documents, citations and annotations, files, audio, images by URL,
-Gemini executable code, system messages among the items, ...) is rejected the
-same way, naming the unsupported type: nothing is dropped silently.
+``response_json.choices[0].message.tool_calls[1].function.arguments``: known
+items of the wrong shape, items without a type, system messages among the
+items, and what has no place to be kept in its format (e.g. Chat audio output
+or annotations). Each provider module lists what it keeps and rejects.
 """
 
 from __future__ import annotations

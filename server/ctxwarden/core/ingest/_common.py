@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
 
@@ -30,6 +32,15 @@ def image_block(mime_type: str, data: bytes) -> ContentBlock:
 
 def thinking_block(text: str, signature: str, *, redacted: bool = False) -> ContentBlock:
     return ContentBlock(ContentKind.THINKING, text=text, signature=signature, redacted=redacted)
+
+
+def provider_block(family: str, value: Any, *, drop: tuple[str, ...] = ()) -> ContentBlock:
+    """An item ctxwarden does not model, kept whole: its compact JSON (key order
+    kept, as the renderers write it), without the keys in ``drop``."""
+    if drop and isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k not in drop}
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return ContentBlock.of_provider(family, text)
 
 
 def tool_result(

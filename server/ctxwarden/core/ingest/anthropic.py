@@ -21,8 +21,14 @@
   and ``tool_result`` blocks; each tool result is a message of its own, in
   block order) and ``assistant`` content. ``cache_control`` is ignored. A
   result's tool name comes from its call, when the call is among the items.
-- Rejected: server tools and their results, documents, search results,
-  citations, images by URL or file, and any other block type.
+- Blocks ctxwarden does not model (server tools and their results such as
+  ``server_tool_use`` and ``web_search_tool_result``, documents, search
+  results, text with citations, images by URL or file, any other type) are
+  PROVIDER blocks of family ``anthropic``: the block's JSON as sent, less
+  ``cache_control``. Streamed, a ``server_tool_use``'s ``input_json_delta``
+  texts are its ``input`` and ``citations_delta`` citations are appended to
+  the text block's ``citations``, as the SDK does.
+- Rejected: a block without a ``type``, and known blocks of the wrong shape.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 from ctxwarden.core.ingest._common import (
     IngestedTurn,
     image_block,
+    provider_block,
     text_block,
     thinking_block,
     tool_result,
@@ -53,6 +60,14 @@ from ctxwarden.core.ingest._json import (
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason, Usage
 
 PROVIDER = "anthropic"
+FAMILY = "anthropic"
+"""The family of this wire format's PROVIDER blocks."""
+_NOT_KEPT = ("cache_control",)
+
+
+def _kept(block: Obj) -> ContentBlock:
+    return provider_block(FAMILY, block.value, drop=_NOT_KEPT)
+
 
 _STOP_REASONS = {
     "end_turn": StopReason.STOP,
@@ -83,7 +98,8 @@ def _usage(o: Obj | None) -> Usage | None:
 
 def _text(block: Obj) -> ContentBlock:
     if block.opt_arr("citations").value:
-        raise unsupported(block.at("citations"), "citations")
+        block.string("text")
+        return _kept(block)
     return text_block(block.string("text"))
 
 
@@ -101,7 +117,7 @@ def _assistant_block(block: Obj, arguments: str | None = None) -> ContentBlock:
         return thinking_block(block.string("thinking"), block.opt_str("signature"))
     if kind == "redacted_thinking":
         return thinking_block("", block.nonempty_str("data"), redacted=True)
-    raise unsupported(block.at("type"), f"a content block of type {kind!r}")
+    return _kept(block)
 
 
 def _turn(
@@ -198,6 +214,9 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
         if block.get("type") == "tool_use" and json_parts.get(index):
             text = "".join(json_parts[index])
             arguments = dumps(json.loads(arguments_json(text, f"{block_path}.input")))
+        elif json_parts.get(index):  # server_tool_use, mcp_tool_use, ...
+            text = "".join(json_parts[index])
+            value["input"] = json.loads(arguments_json(text, f"{block_path}.input"))
         content.append(_assistant_block(block, arguments))
     if error:
         stop = (StopReason.ERROR, error)
@@ -218,11 +237,17 @@ def _delta(block: dict[str, Any], delta: Obj, json_parts: list[str]) -> None:
         block["signature"] = delta.string("signature")
     elif kind == "input_json_delta":
         json_parts.append(delta.string("partial_json"))
-    elif kind == "citations_delta":
-        raise unsupported(delta.at("type"), "citations")
+    elif kind == "citations_delta" and block.get("type") == "text":
+        citations = block.get("citations")
+        if not isinstance(citations, list):
+            citations = block["citations"] = []
+        citations.append(copy.deepcopy(delta.obj("citation").value))
 
 
 # -- input messages -------------------------------------------------------------
+
+
+_IMAGE_KEYS = frozenset({"type", "source", "cache_control"})
 
 
 def _media(block: Obj) -> ContentBlock:
@@ -231,12 +256,12 @@ def _media(block: Obj) -> ContentBlock:
         return _text(block)
     if kind == "image":
         source = block.obj("source")
-        if source.opt_str("type") != "base64":
-            raise unsupported(source.at("type"), "an image that is not base64 data")
+        if source.opt_str("type") != "base64" or set(block.value) - _IMAGE_KEYS:
+            return _kept(block)
         return image_block(
             source.string("media_type"), decode_base64(source.string("data"), source.at("data"))
         )
-    raise unsupported(block.at("type"), f"a content block of type {kind!r}")
+    return _kept(block)
 
 
 def _tool_result(block: Obj, names: dict[str, str]) -> Message:

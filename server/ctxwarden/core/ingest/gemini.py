@@ -29,8 +29,13 @@ google-genai SDK's ``to_json_dict()``; bytes in standard or URL-safe base64.
   its text; any other response is kept as its JSON text. Images in its
   ``parts`` are the result's images. A response without an id answers the
   earliest unanswered call of its name among the contents.
-- Rejected: ``fileData``, ``executableCode``, ``codeExecutionResult``, images
-  in model output, and parts with no data ctxwarden models.
+- Parts ctxwarden does not model (``executableCode``,
+  ``codeExecutionResult``, ``fileData``, ``toolCall``, ``toolResponse``, and
+  images in model output) are PROVIDER blocks of family ``google``: the
+  whole part as sent (its ``thoughtSignature`` included), in the user or
+  model message it is in, or among a function response's ``parts`` in the
+  tool result.
+- Rejected: parts with none of the data ctxwarden reads or keeps.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from typing import Any
 from ctxwarden.core.ingest._common import (
     IngestedTurn,
     image_block,
+    provider_block,
     text_block,
     thinking_block,
     tool_result,
@@ -59,9 +65,11 @@ from ctxwarden.core.ingest._json import (
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
 
 PROVIDER = "google"
+FAMILY = "google"
+"""The family of this wire format's PROVIDER blocks."""
 
 _DATA_KEYS = ("text", "inlineData", "functionCall", "functionResponse")
-_UNSUPPORTED_KEYS = (
+_KEPT_KEYS = (
     "fileData",
     "executableCode",
     "codeExecutionResult",
@@ -74,10 +82,18 @@ def _obj(value: object, path: str) -> Obj:
     return as_obj(value, path, camel=True)
 
 
+_KEPT = "kept"
+"""The kind of a part kept whole as a PROVIDER block."""
+
+
+def _kept(part: Obj) -> ContentBlock:
+    return provider_block(FAMILY, part.value)
+
+
 def _kind(part: Obj) -> str:
-    for key in _UNSUPPORTED_KEYS:
-        if part.has(key):
-            raise unsupported(part.at(key), f"a {key} part")
+    """The data key of the part, or ``_KEPT`` for data ctxwarden does not model."""
+    if any(part.has(key) for key in _KEPT_KEYS):
+        return _KEPT
     present = [key for key in _DATA_KEYS if part.get(key) is not None]
     if len(present) != 1:
         shown = ", ".join(sorted(part.value)) or "nothing"
@@ -104,6 +120,9 @@ def _model_parts(parts: list[Obj], response_id: str, start: int = 0) -> list[Con
     blocks: list[ContentBlock] = []
     for index, part in enumerate(parts, start):
         kind = _kind(part)
+        if kind in (_KEPT, "inlineData"):
+            blocks.append(_kept(part))  # an image in model output is kept too
+            continue
         signature = part.opt_str("thoughtSignature")
         if part.flag("thought"):
             if kind != "text":
@@ -119,8 +138,6 @@ def _model_parts(parts: list[Obj], response_id: str, start: int = 0) -> list[Con
                 blocks.append(text_block(part.string("text")))
         elif kind == "functionCall":
             blocks.append(_function_call(part, response_id, index))
-        elif kind == "inlineData":
-            raise unsupported(part.at("inlineData"), "an image in model output")
         else:
             raise bad(part.at(kind), "a functionResponse part belongs in a user content")
     return blocks
@@ -324,9 +341,13 @@ def _function_response(part: Obj, calls: _Calls) -> Message:
         text = dumps(payload.value)
     images: list[ContentBlock] = []
     for media in response.opt_arr("parts").objs():
-        if _kind(media) != "inlineData":
-            raise unsupported(media.path, "a function response part that is not inlineData")
-        images.append(_image(media))
+        kind = _kind(media)
+        if kind == _KEPT:
+            images.append(_kept(media))
+        elif kind == "inlineData":
+            images.append(_image(media))
+        else:
+            raise bad(media.path, f"a function response part must be inlineData, not {kind}")
     return tool_result(call, [text_block(text), *images], name=name, is_error=is_error)
 
 
@@ -380,6 +401,8 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
                     run.append(text_block(part.string("text")))
                 elif kind == "inlineData":
                     run.append(_image(part))
+                elif kind == _KEPT:
+                    run.append(_kept(part))
                 else:
                     raise bad(part.at(kind), "a functionCall part belongs in a model content")
             if run:

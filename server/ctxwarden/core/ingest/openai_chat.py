@@ -18,9 +18,13 @@
   that follows tool messages and holds only the renderer's labelled tool-result
   images (``[image output of tool call ID (NAME)]`` then images) gives those
   images back to the results they belong to.
+- User content parts ctxwarden does not model (``file``, ``input_audio``,
+  images by URL, any other type) are PROVIDER blocks of family
+  ``openai-chat``: the part's JSON as sent, in its place.
 - Rejected: ``system`` and ``developer`` messages (the system prompt is the
   session's), custom tool calls, the legacy ``function_call``, audio,
-  annotations, and parts other than text, refusal and image_url.
+  annotations, and parts other than text and refusal in assistant and tool
+  messages.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from ctxwarden.core.ingest._common import (
     IngestedTurn,
     image_block,
+    provider_block,
     text_block,
     tool_result,
     without_empty_text,
@@ -47,6 +52,8 @@ from ctxwarden.core.ingest._json import (
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
 
 PROVIDER = "openai"
+FAMILY = "openai-chat"
+"""The family of this wire format's PROVIDER blocks."""
 
 _STOP_REASONS = {
     "stop": StopReason.STOP,
@@ -87,6 +94,11 @@ def _reject_extras(o: Obj) -> None:
         raise unsupported(o.at("annotations"), "annotations")
 
 
+def _is_data_url(part: Obj) -> bool:
+    url = part.get("image_url")
+    return isinstance(url, dict) and str(url.get("url", "")).startswith("data:")
+
+
 def _content(o: Obj, *, images: bool) -> list[ContentBlock]:
     """A message's ``content``: null, a string, or a list of parts."""
     value = o.get("content")
@@ -101,9 +113,11 @@ def _content(o: Obj, *, images: bool) -> list[ContentBlock]:
             blocks.append(text_block(part.string("text")))
         elif kind == "refusal":
             blocks.append(text_block(part.string("refusal")))
-        elif kind == "image_url" and images:
+        elif kind == "image_url" and images and _is_data_url(part):
             url = part.obj("image_url")
             blocks.append(image_block(*image_data_url(url.string("url"), url.at("url"))))
+        elif images:  # user content: files, audio, images by URL, ...
+            blocks.append(provider_block(FAMILY, part.value))
         else:
             raise unsupported(part.at("type"), f"a content part of type {kind!r}")
     return blocks

@@ -27,9 +27,16 @@
   Consecutive assistant-side items (messages, calls, reasoning) form one
   assistant message. A result's tool name comes from its call, when the call
   is among the items.
-- Rejected: other item and content types (built-in tool calls, files,
-  images by URL or file id, ...), annotations, ``system`` and ``developer``
-  messages (the system prompt is the session's).
+- Items ctxwarden does not model (built-in tool calls such as
+  ``web_search_call``, their outputs, and any other item type; an assistant
+  message with annotations or other content; a reasoning item with other
+  summary or content types) are PROVIDER blocks of family
+  ``openai-responses``, the item's JSON as sent, in the assistant message
+  in their place; user and tool-output content parts of other types (files,
+  images by URL or file id, ...) are PROVIDER blocks in that content.
+- Rejected: ``system`` and ``developer`` messages (the system prompt is the
+  session's), output messages of another role, and known items of the wrong
+  shape.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from typing import Any
 from ctxwarden.core.ingest._common import (
     IngestedTurn,
     image_block,
+    provider_block,
     text_block,
     thinking_block,
     tool_result,
@@ -59,6 +67,12 @@ from ctxwarden.core.ingest._json import (
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
 
 PROVIDER = "openai"
+FAMILY = "openai-responses"
+"""The family of this wire format's PROVIDER blocks."""
+
+
+def _kept(o: Obj) -> ContentBlock:
+    return provider_block(FAMILY, o.value)
 
 
 def reasoning_signature(item_id: str, encrypted_content: str = "") -> str:
@@ -90,12 +104,12 @@ def _reasoning(item: Obj) -> ContentBlock:
     texts = []
     for part in item.opt_arr("summary").objs():
         if part.kind() != "summary_text":
-            raise unsupported(part.at("type"), f"a reasoning summary of type {part.kind()!r}")
+            return _kept(item)
         texts.append(part.string("text"))
     if not texts:
         for part in item.opt_arr("content").objs():
             if part.kind() != "reasoning_text":
-                raise unsupported(part.at("type"), f"reasoning content of type {part.kind()!r}")
+                return _kept(item)
             texts.append(part.string("text"))
     signature = reasoning_signature(item.nonempty_str("id"), item.opt_str("encrypted_content"))
     return thinking_block("\n\n".join(texts), signature)
@@ -117,13 +131,13 @@ def _assistant_text(item: Obj) -> list[ContentBlock]:
     for part in item.arr("content").objs():
         kind = part.kind()
         if kind in ("output_text", "input_text"):
-            if part.opt_arr("annotations").value:
-                raise unsupported(part.at("annotations"), "annotations")
+            if part.opt_arr("annotations").value or part.opt_arr("logprobs").value:
+                return [_kept(item)]
             blocks.append(text_block(part.string("text")))
         elif kind == "refusal":
             blocks.append(text_block(part.string("refusal")))
         else:
-            raise unsupported(part.at("type"), f"assistant content of type {kind!r}")
+            return [_kept(item)]
     return blocks
 
 
@@ -136,7 +150,14 @@ def _assistant_item(item: Obj) -> list[ContentBlock] | None:
         return [_function_call(item)]
     if kind == "reasoning":
         return [_reasoning(item)]
+    if kind not in _USER_SIDE:
+        return [_kept(item)]
     return None
+
+
+_USER_SIDE = frozenset({"message", "function_call_output"})
+"""Item types read as user or tool-result messages; every other type that is
+not modelled is kept, as a PROVIDER block of the assistant message."""
 
 
 def _output(items: list[Obj]) -> list[ContentBlock]:
@@ -150,7 +171,7 @@ def _output(items: list[Obj]) -> list[ContentBlock]:
                     item.at("role"),
                     f"an output message must be the assistant's, got {item.get('role')!r}",
                 )
-            raise unsupported(item.at("type"), f"an output item of type {kind!r}")
+            raise bad(item.at("type"), f"an output item cannot be of type {kind!r}")
         blocks.extend(found)
     return blocks
 
@@ -354,14 +375,12 @@ def _input_parts(item: Obj, key: str, *, text_type: str) -> list[ContentBlock]:
         kind = part.kind()
         if kind == text_type:
             blocks.append(text_block(part.string("text")))
-        elif kind == "input_image":
-            if not part.opt_str("image_url"):
-                raise unsupported(part.path, "an input_image without a data URL (e.g. a file_id)")
+        elif kind == "input_image" and part.opt_str("image_url").startswith("data:"):
             blocks.append(
                 image_block(*image_data_url(part.string("image_url"), part.at("image_url")))
             )
-        else:
-            raise unsupported(part.at("type"), f"input content of type {kind!r}")
+        else:  # files, images by URL or file id, ...
+            blocks.append(_kept(part))
     return blocks
 
 
@@ -408,8 +427,6 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
                 )
             else:
                 raise unsupported(item.at("role"), f"a message of role {role!r}")
-        else:
-            raise unsupported(item.at("type"), f"an input item of type {kind!r}")
     flush()
     return tuple(messages)
 

@@ -12,7 +12,8 @@ matching). Anthropic and Gemini merge consecutive same-role messages, which
 appends blocks to the last message rather than adding one.
 
 Each provider module documents its choices; what cannot be sent as it is
-(thinking for another model, images where only text goes, ...) is reported as
+(thinking for another model, images where only text goes, provider items
+kept for another wire format, ...) is reported as
 a ``Notice``.
 """
 
@@ -31,6 +32,7 @@ from ctxwarden.core.render._common import (
     IMAGE_UNSUPPORTED,
     INVALID_TOOL_ARGUMENTS,
     INVALID_TOOL_SCHEMA,
+    PROVIDER_CONTENT_DROPPED,
     THINKING_DROPPED,
     TOOL_RESULT_IMAGES_MOVED,
     JsonObject,
@@ -55,6 +57,7 @@ __all__ = [
     "IMAGE_UNSUPPORTED",
     "INVALID_TOOL_ARGUMENTS",
     "INVALID_TOOL_SCHEMA",
+    "PROVIDER_CONTENT_DROPPED",
     "THINKING_DROPPED",
     "TOOL_RESULT_IMAGES_MOVED",
     "Format",

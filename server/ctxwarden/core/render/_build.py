@@ -13,6 +13,7 @@ from ctxwarden.core.render._common import (
     Notes,
     ToolIds,
     image_placeholder,
+    provider_items,
 )
 from ctxwarden.core.session import ToolDefinition
 
@@ -35,23 +36,32 @@ class Media:
     """How one provider writes the text and image blocks of user content."""
 
     provider: str
+    """The provider's name, for notices."""
     accepted: frozenset[str]
     """The image media types the provider takes."""
     text: Callable[[str], JsonObject]
     image: Callable[[ContentBlock], JsonObject]
+    family: str
+    """The PROVIDER block family this wire format sends back."""
 
     def image_or_placeholder(self, block: ContentBlock, seq: int, notes: Notes) -> JsonObject:
         placeholder = image_placeholder(block, self.accepted, self.provider, seq, notes)
         return self.image(block) if placeholder is None else self.text(placeholder)
 
+    def provider_items(self, block: ContentBlock, seq: int, notes: Notes) -> list[JsonObject]:
+        return provider_items(block, self.family, self.provider, seq, notes)
+
     def parts(self, message: Message, notes: Notes) -> list[JsonObject]:
-        """The message's non-empty texts and its images (or their placeholders), in order."""
+        """The message's non-empty texts, its images (or their placeholders) and
+        its provider items of this family, in order."""
         parts: list[JsonObject] = []
         for block in message.content:
             if block.kind is ContentKind.TEXT and block.text:
                 parts.append(self.text(block.text))
             elif block.kind is ContentKind.IMAGE:
                 parts.append(self.image_or_placeholder(block, message.seq, notes))
+            elif block.kind is ContentKind.PROVIDER:
+                parts.extend(self.provider_items(block, message.seq, notes))
         return parts
 
 

@@ -35,6 +35,9 @@ INVALID_TOOL_ARGUMENTS = "INVALID_TOOL_ARGUMENTS"
 """Tool-call arguments that are not a JSON object, sent as {} where an object is required."""
 INVALID_TOOL_SCHEMA = "INVALID_TOOL_SCHEMA"
 """A tool's parameters_json that is not a JSON object, sent as an empty object schema."""
+PROVIDER_CONTENT_DROPPED = "PROVIDER_CONTENT_DROPPED"
+"""A provider item ctxwarden does not model, kept for another wire format (or for
+a place this one has no room for it): left out."""
 
 CONTINUED_TEXT = "(continued)"
 
@@ -79,6 +82,52 @@ class Notes:
     def omitted(self, message: Message) -> None:
         """``message`` rendered to nothing and was left out."""
         self.add(EMPTY_MESSAGE_OMITTED, message.seq, "nothing left to send")
+
+
+# -- provider items ------------------------------------------------------------
+
+
+def provider_items(
+    block: ContentBlock, family: str, target: str, seq: int, notes: Notes
+) -> list[Any]:
+    """A PROVIDER block as the JSON values to put in its place: the parsed
+    item (an array: its elements) when it belongs to ``family``; otherwise
+    nothing, with a PROVIDER_CONTENT_DROPPED notice."""
+    if block.family == family:
+        try:
+            value = json.loads(block.provider_json, parse_constant=_no_constants)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, list):
+            return value
+        if isinstance(value, dict):
+            return [value]
+        drop_provider(block, "its JSON is not an object or array", seq, notes)
+        return []
+    drop_provider(block, f"{target} cannot take it", seq, notes)
+    return []
+
+
+def drop_provider(block: ContentBlock, reason: str, seq: int, notes: Notes) -> None:
+    notes.add(
+        PROVIDER_CONTENT_DROPPED,
+        seq,
+        f"{block.family or '(unknown)'} item {provider_kind(block)} dropped: {reason}",
+    )
+
+
+def provider_kind(block: ContentBlock) -> str:
+    """The item's ``type`` (or first key), quoted, for notices."""
+    try:
+        value = json.loads(block.provider_json)
+    except (ValueError, RecursionError):
+        return "(invalid JSON)"
+    if isinstance(value, dict):
+        kind = value.get("type")
+        if isinstance(kind, str) and kind:
+            return repr(kind[:64])
+        return repr(next(iter(value), "")[:64])
+    return "(array)"
 
 
 # -- tools and arguments ---------------------------------------------------------

@@ -20,6 +20,10 @@
   rejects a thinking block whose signature it did not make.
 - Images are base64 ``image`` blocks (JPEG, PNG, GIF, WebP; other types are a
   text placeholder with IMAGE_UNSUPPORTED).
+- PROVIDER blocks of family ``anthropic`` (server-tool blocks such as
+  ``server_tool_use`` and ``web_search_tool_result``, documents, ...) are sent
+  as stored, in their place; those of another family are dropped with
+  PROVIDER_CONTENT_DROPPED.
 - ``cache_control`` (ephemeral) marks at most four breakpoints: the system
   block, the last tool, the last block of the summary message and the last
   block of the last user message.
@@ -44,6 +48,7 @@ from ctxwarden.core.render._common import (
 )
 
 PROVIDER = "Anthropic"
+FAMILY = "anthropic"
 
 
 def _cache() -> JsonObject:
@@ -61,7 +66,7 @@ def _image(block: ContentBlock) -> JsonObject:
     }
 
 
-_MEDIA = Media(PROVIDER, ANTHROPIC_IMAGE_TYPES, _text, _image)
+_MEDIA = Media(PROVIDER, ANTHROPIC_IMAGE_TYPES, _text, _image, FAMILY)
 """Text (non-empty: Anthropic rejects empty text blocks) and image blocks."""
 
 
@@ -103,6 +108,8 @@ def _assistant(message: Message, job: Job) -> list[JsonObject]:
                 dropped += 1
             else:
                 blocks.append(rendered)
+        elif block.kind is ContentKind.PROVIDER:
+            blocks.extend(_MEDIA.provider_items(block, message.seq, job.notes))
     if dropped:
         reason = "no signature to send back" if keep else other_model(message, job.model)
         drop_thinking(message, dropped, reason, job.notes)

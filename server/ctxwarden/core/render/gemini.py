@@ -25,6 +25,10 @@ Field names are the REST API's (camelCase), as the google-genai SDK sends them.
   ``parametersJsonSchema`` (full JSON Schema, as the other providers take it;
   ``parameters`` is an OpenAPI subset that rejects e.g. ``additionalProperties``
   on older models and ``$schema``, ``const`` or type lists).
+- PROVIDER blocks of family ``google`` (e.g. ``executableCode`` and
+  ``codeExecutionResult`` parts) are parts sent as stored, in their place (a
+  tool result's go in its function response's ``parts``); those of another
+  family are dropped with PROVIDER_CONTENT_DROPPED.
 - Images are ``inlineData`` (PNG, JPEG, WebP, HEIC, HEIF; other types are a
   text placeholder with IMAGE_UNSUPPORTED).
 """
@@ -49,6 +53,7 @@ from ctxwarden.core.render._common import (
 )
 
 PROVIDER = "Gemini"
+FAMILY = "google"
 
 
 def _text(text: str) -> JsonObject:
@@ -59,7 +64,7 @@ def _inline(block: ContentBlock) -> JsonObject:
     return {"inlineData": {"mimeType": mime_type(block), "data": b64(block.data)}}
 
 
-_MEDIA = Media(PROVIDER, GEMINI_IMAGE_TYPES, _text, _inline)
+_MEDIA = Media(PROVIDER, GEMINI_IMAGE_TYPES, _text, _inline, FAMILY)
 
 
 def _model_parts(message: Message, job: Job, names: dict[str, str]) -> list[JsonObject]:
@@ -98,6 +103,11 @@ def _model_parts(message: Message, job: Job, names: dict[str, str]) -> list[Json
                 if pending:
                     emit({"text": ""})
                 pending = block.signature
+        elif block.kind is ContentKind.PROVIDER:
+            items = _MEDIA.provider_items(block, message.seq, job.notes)
+            if items and pending:
+                emit({"text": ""})
+            parts.extend(items)
     if pending:
         emit({"text": ""})
     if dropped:
@@ -122,6 +132,8 @@ def _function_response(message: Message, job: Job, names: dict[str, str]) -> Jso
                 media.append(_inline(block))
             else:
                 text = f"{text}\n{placeholder}" if text else placeholder
+        elif block.kind is ContentKind.PROVIDER:
+            media.extend(_MEDIA.provider_items(block, message.seq, job.notes))
     response: JsonObject = {"id": call_id} if call_id else {}
     response["name"] = message.tool_name or names.get(call_id, "")
     response["response"] = {"error" if message.is_error else "output": text}

@@ -13,6 +13,10 @@
   wants them right after the assistant message), in one user message: a label
   text part naming the call, then the images. Each such result gets a
   TOOL_RESULT_IMAGES_MOVED notice.
+- PROVIDER blocks of family ``openai-chat`` are content parts sent as
+  stored, in their place (user content, or assistant content, which is then
+  a part list); those of another family, and any in a tool result, are
+  dropped with PROVIDER_CONTENT_DROPPED.
 - Tool-call ids longer than 40 characters (the API's limit) are replaced
   with a stand-in, consistently for the call and its result.
 """
@@ -29,12 +33,14 @@ from ctxwarden.core.render._common import (
     JsonObject,
     arguments_text,
     data_url,
+    drop_provider,
     drop_thinking,
     texts,
     tool_entry,
 )
 
 PROVIDER = "OpenAI Chat Completions"
+FAMILY = "openai-chat"
 
 
 def _text_part(text: str) -> JsonObject:
@@ -45,14 +51,14 @@ def _image_part(block: ContentBlock) -> JsonObject:
     return {"type": "image_url", "image_url": {"url": data_url(block)}}
 
 
-_MEDIA = Media(PROVIDER, OPENAI_IMAGE_TYPES, _text_part, _image_part)
+_MEDIA = Media(PROVIDER, OPENAI_IMAGE_TYPES, _text_part, _image_part, FAMILY)
 
 
 def _user(message: Message, job: Job) -> JsonObject | None:
     parts = _MEDIA.parts(message, job.notes)
     if not parts:
         return None
-    if len(parts) == 1 and parts[0]["type"] == "text":
+    if len(parts) == 1 and parts[0].get("type") == "text" and "text" in parts[0]:
         return {"role": "user", "content": parts[0]["text"]}
     return {"role": "user", "content": parts}
 
@@ -60,12 +66,18 @@ def _user(message: Message, job: Job) -> JsonObject | None:
 def _assistant(message: Message, job: Job) -> JsonObject | None:
     thinking = sum(1 for b in message.content if b.kind is ContentKind.THINKING)
     drop_thinking(message, thinking, f"{PROVIDER} cannot take reasoning back", job.notes)
-    text = texts(message.content)
+    parts: list[JsonObject] = []
+    for block in message.content:
+        if block.kind is ContentKind.TEXT and block.text:
+            parts.append(_text_part(block.text))
+        elif block.kind is ContentKind.PROVIDER:
+            parts.extend(_MEDIA.provider_items(block, message.seq, job.notes))
     content: Any = None
-    if len(text) == 1:
+    text = texts(message.content)
+    if len(parts) == 1 and len(text) == 1:
         content = text[0]
-    elif text:
-        content = [_text_part(t) for t in text]
+    elif parts:
+        content = parts
     out: JsonObject = {"role": "assistant", "content": content}
     calls = [
         {
@@ -87,6 +99,9 @@ def _tool_message(message: Message, job: Job, moved: list[JsonObject]) -> JsonOb
     notes = job.notes
     call_id = job.ids.result(message.tool_call_id)
     images = [b for b in message.content if b.kind is ContentKind.IMAGE]
+    for block in message.content:
+        if block.kind is ContentKind.PROVIDER:
+            drop_provider(block, "a tool message carries text only", message.seq, notes)
     if images:
         label = f"[image output of tool call {call_id} ({message.tool_name})]"
         moved.append(_text_part(label))

@@ -12,6 +12,10 @@
 - A tool result is a ``function_call_output`` whose ``output`` is the text, or,
   when it has images, a list of ``input_text`` and ``input_image`` items (the
   API takes images in tool output, so nothing moves).
+- PROVIDER blocks of family ``openai-responses`` are sent as stored, in
+  their place: in an assistant message an input item of its own (e.g. a
+  ``web_search_call``), in user or tool-result content a content part. Those
+  of another family are dropped with PROVIDER_CONTENT_DROPPED.
 - call_id longer than 64 characters (the API's limit) gets a stand-in.
 """
 
@@ -31,6 +35,7 @@ from ctxwarden.core.render._common import (
 from ctxwarden.core.session import ToolDefinition
 
 PROVIDER = "OpenAI Responses"
+FAMILY = "openai-responses"
 
 
 def _text(text: str) -> JsonObject:
@@ -41,7 +46,7 @@ def _image(block: ContentBlock) -> JsonObject:
     return {"type": "input_image", "image_url": data_url(block), "detail": "auto"}
 
 
-_MEDIA = Media(PROVIDER, OPENAI_IMAGE_TYPES, _text, _image)
+_MEDIA = Media(PROVIDER, OPENAI_IMAGE_TYPES, _text, _image, FAMILY)
 
 
 def _assistant(message: Message, job: Job) -> list[JsonObject]:
@@ -61,6 +66,8 @@ def _assistant(message: Message, job: Job) -> list[JsonObject]:
             )
         elif block.kind is ContentKind.THINKING:
             thinking += 1
+        elif block.kind is ContentKind.PROVIDER:
+            items.extend(_MEDIA.provider_items(block, message.seq, job.notes))
     drop_thinking(
         message,
         thinking,
@@ -70,9 +77,13 @@ def _assistant(message: Message, job: Job) -> list[JsonObject]:
     return items
 
 
+_LISTED = frozenset({ContentKind.IMAGE, ContentKind.PROVIDER})
+"""Content that makes a function_call_output a list rather than a string."""
+
+
 def _function_call_output(message: Message, job: Job) -> JsonObject:
     parts = _MEDIA.parts(message, job.notes)
-    has_image = any(b.kind is ContentKind.IMAGE for b in message.content)
+    has_image = any(b.kind in _LISTED for b in message.content)
     output: object = parts if has_image else message.text
     return {
         "type": "function_call_output",

@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/message.proto.
  */
 export const file_ctxwarden_v1_message: GenFile = /*@__PURE__*/
-  fileDesc("ChpjdHh3YXJkZW4vdjEvbWVzc2FnZS5wcm90bxIMY3R4d2FyZGVuLnYxIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiLwoMSW1hZ2VDb250ZW50EhEKCW1pbWVfdHlwZRgBIAEoCRIMCgRkYXRhGAIgASgMIkgKD1RoaW5raW5nQ29udGVudBIQCgh0aGlua2luZxgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkSEAoIcmVkYWN0ZWQYAyABKAgiPAoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCSLPAQoMQ29udGVudEJsb2NrEikKBHRleHQYASABKAsyGS5jdHh3YXJkZW4udjEuVGV4dENvbnRlbnRIABIrCgVpbWFnZRgCIAEoCzIaLmN0eHdhcmRlbi52MS5JbWFnZUNvbnRlbnRIABIxCgh0aGlua2luZxgDIAEoCzIdLmN0eHdhcmRlbi52MS5UaGlua2luZ0NvbnRlbnRIABIrCgl0b29sX2NhbGwYBCABKAsyFi5jdHh3YXJkZW4udjEuVG9vbENhbGxIAEIHCgVibG9jayKBAQoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgDEhUKDW91dHB1dF90b2tlbnMYAiABKAMSGQoRY2FjaGVfcmVhZF90b2tlbnMYAyABKAMSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAQgASgDEhQKDHRvdGFsX3Rva2VucxgFIAEoAyKYBAoHTWVzc2FnZRILCgNzZXEYASABKAMSEgoKbWVzc2FnZV9pZBgCIAEoCRIgCgRyb2xlGAMgASgOMhIuY3R4d2FyZGVuLnYxLlJvbGUSKwoHY29udGVudBgEIAMoCzIaLmN0eHdhcmRlbi52MS5Db250ZW50QmxvY2sSLQoLc3RvcF9yZWFzb24YBSABKA4yGC5jdHh3YXJkZW4udjEuU3RvcFJlYXNvbhIiCgV1c2FnZRgGIAEoCzITLmN0eHdhcmRlbi52MS5Vc2FnZRINCgVtb2RlbBgHIAEoCRIQCghwcm92aWRlchgIIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAkgASgJEhQKDHRvb2xfY2FsbF9pZBgKIAEoCRIRCgl0b29sX25hbWUYCyABKAkSEAoIaXNfZXJyb3IYDCABKAgSKQoFc3RhdGUYDSABKA4yGi5jdHh3YXJkZW4udjEuTWVzc2FnZVN0YXRlEhMKC3Rva2VuX2NvdW50GA4gASgDEi8KC2NyZWF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1CghtZXRhZGF0YRgQIAMoCzIjLmN0eHdhcmRlbi52MS5NZXNzYWdlLk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKlUKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISFAoQUk9MRV9UT09MX1JFU1VMVBADKqEBCgpTdG9wUmVhc29uEhsKF1NUT1BfUkVBU09OX1VOU1BFQ0lGSUVEEAASFAoQU1RPUF9SRUFTT05fU1RPUBABEhYKElNUT1BfUkVBU09OX0xFTkdUSBACEhgKFFNUT1BfUkVBU09OX1RPT0xfVVNFEAMSFQoRU1RPUF9SRUFTT05fRVJST1IQBBIXChNTVE9QX1JFQVNPTl9BQk9SVEVEEAUqZgoMTWVzc2FnZVN0YXRlEh0KGU1FU1NBR0VfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRNRVNTQUdFX1NUQVRFX0FDVElWRRABEh0KGU1FU1NBR0VfU1RBVEVfUk9MTEVEX0JBQ0sQAkJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChpjdHh3YXJkZW4vdjEvbWVzc2FnZS5wcm90bxIMY3R4d2FyZGVuLnYxIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiLwoMSW1hZ2VDb250ZW50EhEKCW1pbWVfdHlwZRgBIAEoCRIMCgRkYXRhGAIgASgMIkgKD1RoaW5raW5nQ29udGVudBIQCgh0aGlua2luZxgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkSEAoIcmVkYWN0ZWQYAyABKAgiPAoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCSIvCg9Qcm92aWRlckNvbnRlbnQSDgoGZmFtaWx5GAEgASgJEgwKBGpzb24YAiABKAkiggIKDENvbnRlbnRCbG9jaxIpCgR0ZXh0GAEgASgLMhkuY3R4d2FyZGVuLnYxLlRleHRDb250ZW50SAASKwoFaW1hZ2UYAiABKAsyGi5jdHh3YXJkZW4udjEuSW1hZ2VDb250ZW50SAASMQoIdGhpbmtpbmcYAyABKAsyHS5jdHh3YXJkZW4udjEuVGhpbmtpbmdDb250ZW50SAASKwoJdG9vbF9jYWxsGAQgASgLMhYuY3R4d2FyZGVuLnYxLlRvb2xDYWxsSAASMQoIcHJvdmlkZXIYBSABKAsyHS5jdHh3YXJkZW4udjEuUHJvdmlkZXJDb250ZW50SABCBwoFYmxvY2sigQEKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEhkKEWNhY2hlX3JlYWRfdG9rZW5zGAMgASgDEhoKEmNhY2hlX3dyaXRlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMimAQKB01lc3NhZ2USCwoDc2VxGAEgASgDEhIKCm1lc3NhZ2VfaWQYAiABKAkSIAoEcm9sZRgDIAEoDjISLmN0eHdhcmRlbi52MS5Sb2xlEisKB2NvbnRlbnQYBCADKAsyGi5jdHh3YXJkZW4udjEuQ29udGVudEJsb2NrEi0KC3N0b3BfcmVhc29uGAUgASgOMhguY3R4d2FyZGVuLnYxLlN0b3BSZWFzb24SIgoFdXNhZ2UYBiABKAsyEy5jdHh3YXJkZW4udjEuVXNhZ2USDQoFbW9kZWwYByABKAkSEAoIcHJvdmlkZXIYCCABKAkSFQoNZXJyb3JfbWVzc2FnZRgJIAEoCRIUCgx0b29sX2NhbGxfaWQYCiABKAkSEQoJdG9vbF9uYW1lGAsgASgJEhAKCGlzX2Vycm9yGAwgASgIEikKBXN0YXRlGA0gASgOMhouY3R4d2FyZGVuLnYxLk1lc3NhZ2VTdGF0ZRITCgt0b2tlbl9jb3VudBgOIAEoAxIvCgtjcmVhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIbWV0YWRhdGEYECADKAsyIy5jdHh3YXJkZW4udjEuTWVzc2FnZS5NZXRhZGF0YUVudHJ5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASpVCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABINCglST0xFX1VTRVIQARISCg5ST0xFX0FTU0lTVEFOVBACEhQKEFJPTEVfVE9PTF9SRVNVTFQQAyqhAQoKU3RvcFJlYXNvbhIbChdTVE9QX1JFQVNPTl9VTlNQRUNJRklFRBAAEhQKEFNUT1BfUkVBU09OX1NUT1AQARIWChJTVE9QX1JFQVNPTl9MRU5HVEgQAhIYChRTVE9QX1JFQVNPTl9UT09MX1VTRRADEhUKEVNUT1BfUkVBU09OX0VSUk9SEAQSFwoTU1RPUF9SRUFTT05fQUJPUlRFRBAFKmYKDE1lc3NhZ2VTdGF0ZRIdChlNRVNTQUdFX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUTUVTU0FHRV9TVEFURV9BQ1RJVkUQARIdChlNRVNTQUdFX1NUQVRFX1JPTExFRF9CQUNLEAJCQlpAZ2l0aHViLmNvbS9jdHh3YXJkZW4vY3R4d2FyZGVuL2NsaWVudC9nby9jdHh3YXJkZW52MTtjdHh3YXJkZW52MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * Plain text.
@@ -134,6 +134,40 @@ export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_message, 3);
 
 /**
+ * A provider item that ctxwarden does not model (e.g. Anthropic server-tool
+ * blocks such as server_tool_use and web_search_tool_result, documents,
+ * OpenAI Responses web_search_call items, Gemini executableCode parts), kept
+ * exactly as the provider sent it. Rendering for the same wire format sends
+ * it back verbatim, in its position; rendering for another drops it with a
+ * PROVIDER_CONTENT_DROPPED notice.
+ *
+ * @generated from message ctxwarden.v1.ProviderContent
+ */
+export type ProviderContent = Message$1<"ctxwarden.v1.ProviderContent"> & {
+  /**
+   * The wire format the JSON belongs to: "openai-chat", "openai-responses",
+   * "anthropic" or "google".
+   *
+   * @generated from field: string family = 1;
+   */
+  family: string;
+
+  /**
+   * The item as JSON text (an object or an array), as the provider sent it.
+   *
+   * @generated from field: string json = 2;
+   */
+  json: string;
+};
+
+/**
+ * Describes the message ctxwarden.v1.ProviderContent.
+ * Use `create(ProviderContentSchema)` to create a new message.
+ */
+export const ProviderContentSchema: GenMessage<ProviderContent> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_message, 4);
+
+/**
  * One block of message content.
  *
  * @generated from message ctxwarden.v1.ContentBlock
@@ -176,6 +210,14 @@ export type ContentBlock = Message$1<"ctxwarden.v1.ContentBlock"> & {
      */
     value: ToolCall;
     case: "toolCall";
+  } | {
+    /**
+     * A provider item ctxwarden does not model, kept verbatim.
+     *
+     * @generated from field: ctxwarden.v1.ProviderContent provider = 5;
+     */
+    value: ProviderContent;
+    case: "provider";
   } | { case: undefined; value?: undefined };
 };
 
@@ -184,7 +226,7 @@ export type ContentBlock = Message$1<"ctxwarden.v1.ContentBlock"> & {
  * Use `create(ContentBlockSchema)` to create a new message.
  */
 export const ContentBlockSchema: GenMessage<ContentBlock> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_message, 4);
+  messageDesc(file_ctxwarden_v1_message, 5);
 
 /**
  * Token usage the provider reported for an assistant message.
@@ -233,7 +275,7 @@ export type Usage = Message$1<"ctxwarden.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_message, 5);
+  messageDesc(file_ctxwarden_v1_message, 6);
 
 /**
  * One message of a session's history.
@@ -363,7 +405,7 @@ export type Message = Message$1<"ctxwarden.v1.Message"> & {
  * Use `create(MessageSchema)` to create a new message.
  */
 export const MessageSchema: GenMessage<Message> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_message, 6);
+  messageDesc(file_ctxwarden_v1_message, 7);
 
 /**
  * Who produced a message.
