@@ -35,16 +35,19 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from ctxwarden.core.ingest._common import (
     IngestedTurn,
+    assistant_message,
+    assistant_turn,
     image_block,
     provider_block,
     text_block,
     thinking_block,
     tool_result,
-    without_empty_text,
+    user_messages,
 )
 from ctxwarden.core.ingest._json import (
     Obj,
@@ -128,16 +131,15 @@ def _turn(
     *,
     streamed: bool,
 ) -> IngestedTurn:
-    out = Message(
-        Role.ASSISTANT,
-        tuple(without_empty_text(blocks)),
-        stop_reason=stop[0],
-        error_message=stop[1],
-        usage=usage,
+    return assistant_turn(
+        blocks,
+        stop,
+        usage,
         model=message.opt_str("model"),
         provider=PROVIDER,
+        response_id=message.opt_str("id"),
+        streamed=streamed,
     )
-    return IngestedTurn((out,), response_id=message.opt_str("id"), streamed=streamed)
 
 
 def ingest_response(body: object, path: str) -> IngestedTurn:
@@ -278,6 +280,14 @@ def _tool_result(block: Obj, names: dict[str, str]) -> Message:
     )
 
 
+def _user(item: Obj, names: dict[str, str]) -> Iterator[ContentBlock | Message]:
+    for block in item.arr("content").objs():
+        if block.kind() == "tool_result":
+            yield _tool_result(block, names)
+        else:
+            yield _media(block)
+
+
 def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
     messages: list[Message] = []
     names: dict[str, str] = {}
@@ -290,29 +300,12 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
             else:
                 blocks = [_assistant_block(b) for b in item.arr("content").objs()]
             names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
-            messages.append(
-                Message(
-                    Role.ASSISTANT,
-                    tuple(without_empty_text(blocks)),
-                    model=model,
-                    provider=PROVIDER,
-                )
-            )
+            messages.append(assistant_message(blocks, model=model, provider=PROVIDER))
         elif role == "user":
             if isinstance(value, str):
                 messages.append(Message(Role.USER, (text_block(value),)))
-                continue
-            run: list[ContentBlock] = []
-            for block in item.arr("content").objs():
-                if block.kind() == "tool_result":
-                    if run:
-                        messages.append(Message(Role.USER, tuple(run)))
-                        run = []
-                    messages.append(_tool_result(block, names))
-                else:
-                    run.append(_media(block))
-            if run:
-                messages.append(Message(Role.USER, tuple(run)))
+            else:
+                messages.extend(user_messages(_user(item, names)))
         else:
             raise unsupported(item.at("role"), f"a message of role {role!r}")
     return tuple(messages)

@@ -33,6 +33,9 @@ from dataclasses import dataclass, field, replace
 
 from ctxwarden.core.ingest._common import (
     IngestedTurn,
+    assistant_message,
+    assistant_turn,
+    bad_role,
     image_block,
     provider_block,
     text_block,
@@ -153,16 +156,15 @@ def _turn(
     *,
     streamed: bool,
 ) -> IngestedTurn:
-    message = Message(
-        Role.ASSISTANT,
-        tuple(without_empty_text(blocks)),
-        stop_reason=stop[0],
-        error_message=stop[1],
-        usage=usage,
+    return assistant_turn(
+        blocks,
+        stop,
+        usage,
         model=model,
         provider=PROVIDER,
+        response_id=response_id,
+        streamed=streamed,
     )
-    return IngestedTurn((message,), response_id=response_id, streamed=streamed)
 
 
 def _expect_object(o: Obj, want: str) -> None:
@@ -339,14 +341,9 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
         elif role == "assistant":
             blocks = _assistant_blocks(item)
             names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
-            messages.append(Message(Role.ASSISTANT, tuple(blocks), model=model, provider=PROVIDER))
-        elif role in ("system", "developer"):
-            raise bad(
-                item.at("role"),
-                f"a {role} message cannot be stored: the system prompt is the session's",
-            )
+            messages.append(assistant_message(blocks, model=model, provider=PROVIDER))
         else:
-            raise unsupported(item.at("role"), f"a message of role {role!r}")
+            raise bad_role(item.at("role"), role)
     return tuple(messages)
 
 
