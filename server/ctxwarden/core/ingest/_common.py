@@ -1,28 +1,13 @@
-"""What every provider reader shares: the result type and block builders."""
+"""What every provider reader shares: block builders."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.ingest._json import bad, unsupported
-from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
-
-
-@dataclass(frozen=True, slots=True)
-class IngestedTurn:
-    """What one provider call returned, as ctxwarden messages."""
-
-    messages: tuple[Message, ...]
-    """Normally one assistant message (with no content when the call failed)."""
-    response_id: str = ""
-    """The provider's id of the response ("" when it sent none): chatcmpl-...,
-    resp_..., msg_..., or Gemini's responseId."""
-    streamed: bool = False
-    """Whether it was assembled from streamed events."""
+from ctxwarden.core.ingest._json import image_data_url
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason
 
 
 def text_block(text: str) -> ContentBlock:
@@ -31,6 +16,11 @@ def text_block(text: str) -> ContentBlock:
 
 def image_block(mime_type: str, data: bytes) -> ContentBlock:
     return ContentBlock(ContentKind.IMAGE, mime_type=mime_type, data=data)
+
+
+def data_url_image(url: str, path: str) -> ContentBlock:
+    """An image given as a ``data:`` URL (``path`` is the URL's, for errors)."""
+    return image_block(*image_data_url(url, path))
 
 
 def thinking_block(text: str, signature: str, *, redacted: bool = False) -> ContentBlock:
@@ -80,56 +70,8 @@ def without_empty_text(blocks: list[ContentBlock]) -> list[ContentBlock]:
     return [b for b in blocks if b.kind is not ContentKind.TEXT or b.text]
 
 
-def assistant_turn(
-    blocks: list[ContentBlock],
-    stop: tuple[StopReason, str],
-    usage: Usage | None,
-    *,
-    model: str,
-    provider: str,
-    response_id: str,
-    streamed: bool,
-) -> IngestedTurn:
-    """One call's answer: an assistant message with ``stop`` as (reason, error message)."""
-    message = Message(
-        Role.ASSISTANT,
-        tuple(without_empty_text(blocks)),
-        stop_reason=stop[0],
-        error_message=stop[1],
-        usage=usage,
-        model=model,
-        provider=provider,
-    )
-    return IngestedTurn((message,), response_id=response_id, streamed=streamed)
-
-
-def assistant_message(blocks: list[ContentBlock], *, model: str, provider: str) -> Message:
-    """An assistant message read from input items."""
-    return Message(
-        Role.ASSISTANT, tuple(without_empty_text(blocks)), model=model, provider=provider
-    )
-
-
-def user_messages(entries: Iterable[ContentBlock | Message]) -> list[Message]:
-    """A user content's blocks as user messages, split around the tool results
-    (messages of their own) among them, in order."""
-    messages: list[Message] = []
-    run: list[ContentBlock] = []
-    for entry in entries:
-        if isinstance(entry, Message):
-            if run:
-                messages.append(Message(Role.USER, tuple(run)))
-                run = []
-            messages.append(entry)
-        else:
-            run.append(entry)
-    if run:
-        messages.append(Message(Role.USER, tuple(run)))
-    return messages
-
-
-def bad_role(path: str, role: str) -> InvalidArgument:
-    """The error for an input message of a role that cannot be read."""
-    if role in ("system", "developer"):
-        return bad(path, f"a {role} message cannot be stored: the system prompt is the session's")
-    return unsupported(path, f"a message of role {role!r}")
+def mapped_stop(reasons: Mapping[str, StopReason], reason: str, key: str) -> tuple[StopReason, str]:
+    """(stop reason, error message) of a provider's ``reason`` named by ``key``:
+    UNSPECIFIED when ``reasons`` does not know it, a message only for ERROR."""
+    stop = reasons.get(reason, StopReason.UNSPECIFIED)
+    return stop, (f"{key} {reason}" if stop is StopReason.ERROR else "")

@@ -39,15 +39,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ctxwarden.core.ingest._common import (
-    IngestedTurn,
-    assistant_message,
-    assistant_turn,
     image_block,
+    mapped_stop,
     provider_block,
     text_block,
     thinking_block,
     tool_result,
-    user_messages,
 )
 from ctxwarden.core.ingest._json import (
     Obj,
@@ -60,6 +57,7 @@ from ctxwarden.core.ingest._json import (
     dumps,
     unsupported,
 )
+from ctxwarden.core.ingest._messages import IngestedTurn, assistant_message, turn_of, user_messages
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason, Usage
 
 PROVIDER = "anthropic"
@@ -84,8 +82,7 @@ _STOP_REASONS = {
 
 
 def _stop(reason: str) -> tuple[StopReason, str]:
-    stop = _STOP_REASONS.get(reason, StopReason.UNSPECIFIED)
-    return stop, (f"stop_reason {reason}" if stop is StopReason.ERROR else "")
+    return mapped_stop(_STOP_REASONS, reason, "stop_reason")
 
 
 def _usage(o: Obj | None) -> Usage | None:
@@ -123,25 +120,6 @@ def _assistant_block(block: Obj, arguments: str | None = None) -> ContentBlock:
     return _kept(block)
 
 
-def _turn(
-    message: Obj,
-    blocks: list[ContentBlock],
-    stop: tuple[StopReason, str],
-    usage: Usage | None,
-    *,
-    streamed: bool,
-) -> IngestedTurn:
-    return assistant_turn(
-        blocks,
-        stop,
-        usage,
-        model=message.opt_str("model"),
-        provider=PROVIDER,
-        response_id=message.opt_str("id"),
-        streamed=streamed,
-    )
-
-
 def ingest_response(body: object, path: str) -> IngestedTurn:
     if isinstance(body, list):
         return _stream(body, path)
@@ -150,11 +128,12 @@ def ingest_response(body: object, path: str) -> IngestedTurn:
     if kind and kind != "message":
         raise bad(message.at("type"), f"expected 'message', got {kind!r}")
     blocks = [_assistant_block(b) for b in message.arr("content").objs()]
-    return _turn(
+    return turn_of(
         message,
         blocks,
         _stop(message.opt_str("stop_reason")),
         _usage(message.opt_obj("usage")),
+        provider=PROVIDER,
         streamed=False,
     )
 
@@ -209,6 +188,22 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
                         usage[key] = counts.get(key)
     if message is None:
         raise bad(path, "the stream has no message_start event")
+    content = _streamed_content(blocks, json_parts)
+    if error:
+        stop = (StopReason.ERROR, error)
+    elif stop_reason:
+        stop = _stop(stop_reason)
+    else:
+        stop = (StopReason.ABORTED, "the stream ended before a stop_reason")
+    return turn_of(
+        message, content, stop, _usage(Obj(usage, path)), provider=PROVIDER, streamed=True
+    )
+
+
+def _streamed_content(
+    blocks: list[tuple[dict[str, Any], str]], json_parts: dict[int, list[str]]
+) -> list[ContentBlock]:
+    """The streamed blocks, with their joined ``input_json_delta`` texts."""
     content: list[ContentBlock] = []
     for index, (value, block_path) in enumerate(blocks):
         block = as_obj(value, block_path)
@@ -220,13 +215,7 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
             text = "".join(json_parts[index])
             value["input"] = json.loads(arguments_json(text, f"{block_path}.input"))
         content.append(_assistant_block(block, arguments))
-    if error:
-        stop = (StopReason.ERROR, error)
-    elif stop_reason:
-        stop = _stop(stop_reason)
-    else:
-        stop = (StopReason.ABORTED, "the stream ended before a stop_reason")
-    return _turn(message, content, stop, _usage(Obj(usage, path)), streamed=True)
+    return content
 
 
 def _delta(block: dict[str, Any], delta: Obj, json_parts: list[str]) -> None:

@@ -45,25 +45,14 @@ import json
 from typing import Any
 
 from ctxwarden.core.ingest._common import (
-    IngestedTurn,
-    assistant_message,
-    assistant_turn,
-    bad_role,
-    image_block,
+    data_url_image,
     provider_block,
     text_block,
     thinking_block,
     tool_result,
 )
-from ctxwarden.core.ingest._json import (
-    Obj,
-    arguments_json,
-    as_arr,
-    as_obj,
-    bad,
-    dumps,
-    image_data_url,
-)
+from ctxwarden.core.ingest._json import Obj, arguments_json, as_arr, as_obj, bad, dumps
+from ctxwarden.core.ingest._messages import IngestedTurn, assistant_message, bad_role, turn_of
 from ctxwarden.core.ingest.openai_responses_stream import assemble
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
 
@@ -216,13 +205,12 @@ def _turn(
     response: Obj, items: list[Obj], *, streamed: bool, stop: tuple[StopReason, str] | None = None
 ) -> IngestedTurn:
     blocks = _output(items)
-    return assistant_turn(
+    return turn_of(
+        response,
         blocks,
         stop or _stop(response, blocks),
         _usage(response.opt_obj("usage")),
-        model=response.opt_str("model"),
         provider=PROVIDER,
-        response_id=response.opt_str("id"),
         streamed=streamed,
     )
 
@@ -254,9 +242,7 @@ def _input_parts(item: Obj, key: str, *, text_type: str) -> list[ContentBlock]:
         if kind == text_type:
             blocks.append(text_block(part.string("text")))
         elif kind == "input_image" and part.opt_str("image_url").startswith("data:"):
-            blocks.append(
-                image_block(*image_data_url(part.string("image_url"), part.at("image_url")))
-            )
+            blocks.append(data_url_image(part.string("image_url"), part.at("image_url")))
         else:  # files, images by URL or file id, ...
             blocks.append(_kept(part))
     return blocks
