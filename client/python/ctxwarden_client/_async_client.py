@@ -6,20 +6,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Self, Unpack
 
 import grpc
 import grpc.aio
 
 from . import _calls, _defaults, _pagination
+from ._async_rpc import AsyncRpc
 from ._async_stream import AsyncMessageStream
-from ._calls import Call, MessagesArg, SessionFields
-from ._client_base import ClientBase
-from ._pagination import Pages
-from ._retry import retry_delay
+from ._calls import MessagesArg, SessionFields
 from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
@@ -27,12 +24,8 @@ if TYPE_CHECKING:  # typing-only class from the generated .pyi
 
 __all__ = ["AsyncClient"]
 
-_Req = TypeVar("_Req")
-_Resp = TypeVar("_Resp")
-_Item = TypeVar("_Item")
 
-
-class AsyncClient(ClientBase):
+class AsyncClient(AsyncRpc):
     """asyncio client for ``ctxwarden.v1.ContextService`` (``grpc.aio``).
 
     Same methods as :class:`ctxwarden_client.Client`, as coroutines; the list
@@ -99,31 +92,6 @@ class AsyncClient(ClientBase):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    # -- plumbing ------------------------------------------------------------
-
-    async def _call(self, call: Call[_Req, _Resp], timeout: float | None) -> _Resp:
-        # The stub's methods are the grpc.aio flavour of those Call is typed with.
-        rpc = cast("grpc.aio.UnaryUnaryMultiCallable[_Req, _Resp]", call.method(self._get_stub()))
-        attempt = 0
-        while True:
-            try:
-                response = await rpc(
-                    call.request, timeout=self._deadline(timeout), metadata=self._metadata
-                )
-            except grpc.RpcError as exc:
-                delay = retry_delay(self._retry, exc, attempt, call.safe)
-            else:
-                return call.result(response)
-            await asyncio.sleep(delay)
-            attempt += 1
-
-    async def _pages(
-        self, pages: Pages[Any, Any, _Item], timeout: float | None
-    ) -> AsyncIterator[_Item]:
-        while (call := pages.next_call()) is not None:
-            for item in pages.items(await self._call(call, timeout)):
-                yield item
 
     # -- sessions ------------------------------------------------------------
 

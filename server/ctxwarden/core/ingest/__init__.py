@@ -41,11 +41,8 @@ from collections.abc import Callable
 
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.ingest import anthropic, gemini, openai_chat, openai_responses
-from ctxwarden.core.ingest._common import IngestedTurn
-from ctxwarden.core.ingest.openai_responses import (
-    parse_reasoning_signature,
-    reasoning_signature,
-)
+from ctxwarden.core.ingest._messages import IngestedTurn
+from ctxwarden.core.ingest.openai_responses import parse_reasoning_signature, reasoning_signature
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.render import Format

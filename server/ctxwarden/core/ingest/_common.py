@@ -1,25 +1,13 @@
-"""What every provider reader shares: the result type and block builders."""
+"""What every provider reader shares: block builders."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
-
-
-@dataclass(frozen=True, slots=True)
-class IngestedTurn:
-    """What one provider call returned, as ctxwarden messages."""
-
-    messages: tuple[Message, ...]
-    """Normally one assistant message (with no content when the call failed)."""
-    response_id: str = ""
-    """The provider's id of the response ("" when it sent none): chatcmpl-...,
-    resp_..., msg_..., or Gemini's responseId."""
-    streamed: bool = False
-    """Whether it was assembled from streamed events."""
+from ctxwarden.core.ingest._json import image_data_url
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason
 
 
 def text_block(text: str) -> ContentBlock:
@@ -28,6 +16,11 @@ def text_block(text: str) -> ContentBlock:
 
 def image_block(mime_type: str, data: bytes) -> ContentBlock:
     return ContentBlock(ContentKind.IMAGE, mime_type=mime_type, data=data)
+
+
+def data_url_image(url: str, path: str) -> ContentBlock:
+    """An image given as a ``data:`` URL (``path`` is the URL's, for errors)."""
+    return image_block(*image_data_url(url, path))
 
 
 def thinking_block(text: str, signature: str, *, redacted: bool = False) -> ContentBlock:
@@ -75,3 +68,10 @@ def without_empty_text(blocks: list[ContentBlock]) -> list[ContentBlock]:
     """Assistant content without empty text blocks (streams start with them;
     they carry nothing, and no provider takes them back)."""
     return [b for b in blocks if b.kind is not ContentKind.TEXT or b.text]
+
+
+def mapped_stop(reasons: Mapping[str, StopReason], reason: str, key: str) -> tuple[StopReason, str]:
+    """(stop reason, error message) of a provider's ``reason`` named by ``key``:
+    UNSPECIFIED when ``reasons`` does not know it, a message only for ERROR."""
+    stop = reasons.get(reason, StopReason.UNSPECIFIED)
+    return stop, (f"{key} {reason}" if stop is StopReason.ERROR else "")

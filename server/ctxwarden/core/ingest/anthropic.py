@@ -35,16 +35,16 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from ctxwarden.core.ingest._common import (
-    IngestedTurn,
     image_block,
+    mapped_stop,
     provider_block,
     text_block,
     thinking_block,
     tool_result,
-    without_empty_text,
 )
 from ctxwarden.core.ingest._json import (
     Obj,
@@ -57,6 +57,7 @@ from ctxwarden.core.ingest._json import (
     dumps,
     unsupported,
 )
+from ctxwarden.core.ingest._messages import IngestedTurn, assistant_message, turn_of, user_messages
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason, Usage
 
 PROVIDER = "anthropic"
@@ -81,8 +82,7 @@ _STOP_REASONS = {
 
 
 def _stop(reason: str) -> tuple[StopReason, str]:
-    stop = _STOP_REASONS.get(reason, StopReason.UNSPECIFIED)
-    return stop, (f"stop_reason {reason}" if stop is StopReason.ERROR else "")
+    return mapped_stop(_STOP_REASONS, reason, "stop_reason")
 
 
 def _usage(o: Obj | None) -> Usage | None:
@@ -120,26 +120,6 @@ def _assistant_block(block: Obj, arguments: str | None = None) -> ContentBlock:
     return _kept(block)
 
 
-def _turn(
-    message: Obj,
-    blocks: list[ContentBlock],
-    stop: tuple[StopReason, str],
-    usage: Usage | None,
-    *,
-    streamed: bool,
-) -> IngestedTurn:
-    out = Message(
-        Role.ASSISTANT,
-        tuple(without_empty_text(blocks)),
-        stop_reason=stop[0],
-        error_message=stop[1],
-        usage=usage,
-        model=message.opt_str("model"),
-        provider=PROVIDER,
-    )
-    return IngestedTurn((out,), response_id=message.opt_str("id"), streamed=streamed)
-
-
 def ingest_response(body: object, path: str) -> IngestedTurn:
     if isinstance(body, list):
         return _stream(body, path)
@@ -148,11 +128,12 @@ def ingest_response(body: object, path: str) -> IngestedTurn:
     if kind and kind != "message":
         raise bad(message.at("type"), f"expected 'message', got {kind!r}")
     blocks = [_assistant_block(b) for b in message.arr("content").objs()]
-    return _turn(
+    return turn_of(
         message,
         blocks,
         _stop(message.opt_str("stop_reason")),
         _usage(message.opt_obj("usage")),
+        provider=PROVIDER,
         streamed=False,
     )
 
@@ -207,6 +188,22 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
                         usage[key] = counts.get(key)
     if message is None:
         raise bad(path, "the stream has no message_start event")
+    content = _streamed_content(blocks, json_parts)
+    if error:
+        stop = (StopReason.ERROR, error)
+    elif stop_reason:
+        stop = _stop(stop_reason)
+    else:
+        stop = (StopReason.ABORTED, "the stream ended before a stop_reason")
+    return turn_of(
+        message, content, stop, _usage(Obj(usage, path)), provider=PROVIDER, streamed=True
+    )
+
+
+def _streamed_content(
+    blocks: list[tuple[dict[str, Any], str]], json_parts: dict[int, list[str]]
+) -> list[ContentBlock]:
+    """The streamed blocks, with their joined ``input_json_delta`` texts."""
     content: list[ContentBlock] = []
     for index, (value, block_path) in enumerate(blocks):
         block = as_obj(value, block_path)
@@ -218,13 +215,7 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
             text = "".join(json_parts[index])
             value["input"] = json.loads(arguments_json(text, f"{block_path}.input"))
         content.append(_assistant_block(block, arguments))
-    if error:
-        stop = (StopReason.ERROR, error)
-    elif stop_reason:
-        stop = _stop(stop_reason)
-    else:
-        stop = (StopReason.ABORTED, "the stream ended before a stop_reason")
-    return _turn(message, content, stop, _usage(Obj(usage, path)), streamed=True)
+    return content
 
 
 def _delta(block: dict[str, Any], delta: Obj, json_parts: list[str]) -> None:
@@ -278,6 +269,14 @@ def _tool_result(block: Obj, names: dict[str, str]) -> Message:
     )
 
 
+def _user(item: Obj, names: dict[str, str]) -> Iterator[ContentBlock | Message]:
+    for block in item.arr("content").objs():
+        if block.kind() == "tool_result":
+            yield _tool_result(block, names)
+        else:
+            yield _media(block)
+
+
 def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
     messages: list[Message] = []
     names: dict[str, str] = {}
@@ -290,29 +289,12 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
             else:
                 blocks = [_assistant_block(b) for b in item.arr("content").objs()]
             names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
-            messages.append(
-                Message(
-                    Role.ASSISTANT,
-                    tuple(without_empty_text(blocks)),
-                    model=model,
-                    provider=PROVIDER,
-                )
-            )
+            messages.append(assistant_message(blocks, model=model, provider=PROVIDER))
         elif role == "user":
             if isinstance(value, str):
                 messages.append(Message(Role.USER, (text_block(value),)))
-                continue
-            run: list[ContentBlock] = []
-            for block in item.arr("content").objs():
-                if block.kind() == "tool_result":
-                    if run:
-                        messages.append(Message(Role.USER, tuple(run)))
-                        run = []
-                    messages.append(_tool_result(block, names))
-                else:
-                    run.append(_media(block))
-            if run:
-                messages.append(Message(Role.USER, tuple(run)))
+            else:
+                messages.extend(user_messages(_user(item, names)))
         else:
             raise unsupported(item.at("role"), f"a message of role {role!r}")
     return tuple(messages)

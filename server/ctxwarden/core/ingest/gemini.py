@@ -40,107 +40,22 @@ google-genai SDK's ``to_json_dict()``; bytes in standard or URL-safe base64.
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxwarden.core.ingest._common import (
+from ctxwarden.core.ingest._common import text_block, tool_result
+from ctxwarden.core.ingest._json import Obj, as_arr, as_obj, bad, dumps, unsupported
+from ctxwarden.core.ingest._messages import (
     IngestedTurn,
-    image_block,
-    provider_block,
-    text_block,
-    thinking_block,
-    tool_result,
+    assistant_message,
+    assistant_turn,
+    user_messages,
 )
-from ctxwarden.core.ingest._json import (
-    Obj,
-    arguments_object,
-    as_arr,
-    as_obj,
-    bad,
-    decode_base64,
-    dumps,
-    unsupported,
-)
-from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
+from ctxwarden.core.ingest.gemini_parts import KEPT, call_id, image, kept, model_parts, part_kind
+from ctxwarden.core.messages import ContentBlock, ContentKind, Message, StopReason, Usage
 
 PROVIDER = "google"
-FAMILY = "google"
-"""The family of this wire format's PROVIDER blocks."""
-
-_DATA_KEYS = ("text", "inlineData", "functionCall", "functionResponse")
-_KEPT_KEYS = (
-    "fileData",
-    "executableCode",
-    "codeExecutionResult",
-    "toolCall",
-    "toolResponse",
-)
-
-
-def _obj(value: object, path: str) -> Obj:
-    return as_obj(value, path, camel=True)
-
-
-_KEPT = "kept"
-"""The kind of a part kept whole as a PROVIDER block."""
-
-
-def _kept(part: Obj) -> ContentBlock:
-    return provider_block(FAMILY, part.value)
-
-
-def _kind(part: Obj) -> str:
-    """The data key of the part, or ``_KEPT`` for data ctxwarden does not model."""
-    if any(part.has(key) for key in _KEPT_KEYS):
-        return _KEPT
-    present = [key for key in _DATA_KEYS if part.get(key) is not None]
-    if len(present) != 1:
-        shown = ", ".join(sorted(part.value)) or "nothing"
-        raise bad(part.path, f"a part needs exactly one of {', '.join(_DATA_KEYS)}; it has {shown}")
-    return present[0]
-
-
-def call_id(response_id: str, index: int, name: str, arguments: str) -> str:
-    """The id of a function call that came without one."""
-    key = "\x1f".join((response_id, str(index), name, arguments))
-    return "gemini_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
-
-
-def _function_call(part: Obj, response_id: str, index: int) -> ContentBlock:
-    call = part.obj("functionCall")
-    name = call.nonempty_str("name")
-    arguments = arguments_object(call.get("args"), call.at("args"))
-    return ContentBlock.of_tool_call(
-        call.opt_str("id") or call_id(response_id, index, name, arguments), name, arguments
-    )
-
-
-def _model_parts(parts: list[Obj], response_id: str, start: int = 0) -> list[ContentBlock]:
-    blocks: list[ContentBlock] = []
-    for index, part in enumerate(parts, start):
-        kind = _kind(part)
-        if kind in (_KEPT, "inlineData"):
-            blocks.append(_kept(part))  # an image in model output is kept too
-            continue
-        signature = part.opt_str("thoughtSignature")
-        if part.flag("thought"):
-            if kind != "text":
-                raise bad(part.at("thought"), "a thought part must be text")
-            text = part.string("text")
-            if text or signature:
-                blocks.append(thinking_block(text, signature))
-            continue
-        if signature:
-            blocks.append(thinking_block("", signature))
-        if kind == "text":
-            if part.string("text"):
-                blocks.append(text_block(part.string("text")))
-        elif kind == "functionCall":
-            blocks.append(_function_call(part, response_id, index))
-        else:
-            raise bad(part.at(kind), "a functionResponse part belongs in a user content")
-    return blocks
 
 
 def _usage(o: Obj | None) -> Usage | None:
@@ -207,21 +122,20 @@ def _turn(
         stop = (StopReason.ERROR, blocked)
     else:
         parts = _joined(candidate.parts) if streamed else candidate.parts
-        blocks = _model_parts(parts, response_id)
+        blocks = model_parts(parts, response_id)
         if streamed and not candidate.finish_reason:
             stop = (StopReason.ABORTED, "the stream ended before a finishReason")
         else:
             stop = _stop(candidate.finish_reason, candidate.finish_message, blocks)
-    message = Message(
-        Role.ASSISTANT,
-        tuple(blocks),
-        stop_reason=stop[0],
-        error_message=stop[1],
-        usage=usage,
+    return assistant_turn(
+        blocks,
+        stop,
+        usage,
         model=model,
         provider=PROVIDER,
+        response_id=response_id,
+        streamed=streamed,
     )
-    return IngestedTurn((message,), response_id=response_id, streamed=streamed)
 
 
 def _joined(parts: list[Obj]) -> list[Obj]:
@@ -254,7 +168,7 @@ def _text_only(part: Obj, *, signed: bool = False) -> bool:
 def ingest_response(body: object, path: str) -> IngestedTurn:
     if isinstance(body, list):
         return _stream(body, path)
-    response = _obj(body, path)
+    response = as_obj(body, path, camel=True)
     candidate = _Candidate()
     found = _candidate(response, candidate)
     return _turn(
@@ -291,11 +205,6 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
 
 
 # -- contents -------------------------------------------------------------------
-
-
-def _image(part: Obj) -> ContentBlock:
-    blob = part.obj("inlineData")
-    return image_block(blob.string("mimeType"), decode_base64(blob.string("data"), blob.at("data")))
 
 
 @dataclass(slots=True)
@@ -341,11 +250,11 @@ def _function_response(part: Obj, calls: _Calls) -> Message:
         text = dumps(payload.value)
     images: list[ContentBlock] = []
     for media in response.opt_arr("parts").objs():
-        kind = _kind(media)
-        if kind == _KEPT:
-            images.append(_kept(media))
+        kind = part_kind(media)
+        if kind == KEPT:
+            images.append(kept(media))
         elif kind == "inlineData":
-            images.append(_image(media))
+            images.append(image(media))
         else:
             raise bad(media.path, f"a function response part must be inlineData, not {kind}")
     return tool_result(call, [text_block(text), *images], name=name, is_error=is_error)
@@ -373,6 +282,21 @@ def _messages(parts: list[Obj]) -> list[tuple[int, list[Obj]]]:
     return out
 
 
+def _user(parts: list[Obj], calls: _Calls) -> Iterator[ContentBlock | Message]:
+    for part in parts:
+        kind = part_kind(part)
+        if kind == "functionResponse":
+            yield _function_response(part, calls)
+        elif kind == "text":
+            yield text_block(part.string("text"))
+        elif kind == "inlineData":
+            yield image(part)
+        elif kind == KEPT:
+            yield kept(part)
+        else:
+            raise bad(part.at(kind), "a functionCall part belongs in a model content")
+
+
 def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
     messages: list[Message] = []
     calls = _Calls()
@@ -381,32 +305,13 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
         parts = list(content.opt_arr("parts").objs())
         if role == "model":
             for start, group in _messages(parts):
-                blocks = _model_parts(group, content.path, start)
+                blocks = model_parts(group, content.path, start)
                 for block in blocks:
                     if block.kind is ContentKind.TOOL_CALL:
                         calls.add(block)
-                messages.append(
-                    Message(Role.ASSISTANT, tuple(blocks), model=model, provider=PROVIDER)
-                )
+                messages.append(assistant_message(blocks, model=model, provider=PROVIDER))
         elif role == "user":
-            run: list[ContentBlock] = []
-            for part in parts:
-                kind = _kind(part)
-                if kind == "functionResponse":
-                    if run:
-                        messages.append(Message(Role.USER, tuple(run)))
-                        run = []
-                    messages.append(_function_response(part, calls))
-                elif kind == "text":
-                    run.append(text_block(part.string("text")))
-                elif kind == "inlineData":
-                    run.append(_image(part))
-                elif kind == _KEPT:
-                    run.append(_kept(part))
-                else:
-                    raise bad(part.at(kind), "a functionCall part belongs in a model content")
-            if run:
-                messages.append(Message(Role.USER, tuple(run)))
+            messages.extend(user_messages(_user(parts, calls)))
         else:
             raise unsupported(content.at("role"), f"a content of role {role!r}")
     return tuple(messages)

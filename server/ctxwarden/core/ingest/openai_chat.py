@@ -32,22 +32,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ctxwarden.core.ingest._common import (
-    IngestedTurn,
-    image_block,
+    data_url_image,
+    mapped_stop,
     provider_block,
     text_block,
     tool_result,
     without_empty_text,
 )
-from ctxwarden.core.ingest._json import (
-    Arr,
-    Obj,
-    arguments_json,
-    as_arr,
-    as_obj,
-    bad,
-    image_data_url,
-    unsupported,
+from ctxwarden.core.ingest._json import Arr, Obj, arguments_json, as_arr, as_obj, bad, unsupported
+from ctxwarden.core.ingest._messages import (
+    IngestedTurn,
+    assistant_message,
+    assistant_turn,
+    bad_role,
 )
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
 
@@ -65,8 +62,7 @@ _STOP_REASONS = {
 
 
 def _stop(reason: str) -> tuple[StopReason, str]:
-    stop = _STOP_REASONS.get(reason, StopReason.UNSPECIFIED)
-    return stop, (f"finish_reason {reason}" if stop is StopReason.ERROR else "")
+    return mapped_stop(_STOP_REASONS, reason, "finish_reason")
 
 
 def _usage(o: Obj | None) -> Usage | None:
@@ -115,7 +111,7 @@ def _content(o: Obj, *, images: bool) -> list[ContentBlock]:
             blocks.append(text_block(part.string("refusal")))
         elif kind == "image_url" and images and _is_data_url(part):
             url = part.obj("image_url")
-            blocks.append(image_block(*image_data_url(url.string("url"), url.at("url"))))
+            blocks.append(data_url_image(url.string("url"), url.at("url")))
         elif images:  # user content: files, audio, images by URL, ...
             blocks.append(provider_block(FAMILY, part.value))
         else:
@@ -144,27 +140,6 @@ def _assistant_blocks(message: Obj) -> list[ContentBlock]:
     return without_empty_text(blocks)
 
 
-def _turn(
-    blocks: list[ContentBlock],
-    stop: tuple[StopReason, str],
-    usage: Usage | None,
-    model: str,
-    response_id: str,
-    *,
-    streamed: bool,
-) -> IngestedTurn:
-    message = Message(
-        Role.ASSISTANT,
-        tuple(without_empty_text(blocks)),
-        stop_reason=stop[0],
-        error_message=stop[1],
-        usage=usage,
-        model=model,
-        provider=PROVIDER,
-    )
-    return IngestedTurn((message,), response_id=response_id, streamed=streamed)
-
-
 def _expect_object(o: Obj, want: str) -> None:
     got = o.opt_str("object")
     if got and got != want:
@@ -180,12 +155,13 @@ def ingest_response(body: object, path: str) -> IngestedTurn:
     choice = choices.first_obj()
     if choice is None:
         raise bad(choices.path, "has no choices")
-    return _turn(
+    return assistant_turn(
         _assistant_blocks(choice.obj("message")),
         _stop(choice.opt_str("finish_reason")),
         _usage(completion.opt_obj("usage")),
-        completion.opt_str("model"),
-        completion.opt_str("id"),
+        model=completion.opt_str("model"),
+        provider=PROVIDER,
+        response_id=completion.opt_str("id"),
         streamed=False,
     )
 
@@ -238,7 +214,15 @@ def _stream(chunks: Arr) -> IngestedTurn:
         if state.finish_reason
         else (StopReason.ABORTED, "the stream ended before a finish_reason")
     )
-    return _turn(blocks, stop, _usage(state.usage), state.model, state.response_id, streamed=True)
+    return assistant_turn(
+        blocks,
+        stop,
+        _usage(state.usage),
+        model=state.model,
+        provider=PROVIDER,
+        response_id=state.response_id,
+        streamed=True,
+    )
 
 
 def _add_delta(state: _ChunkState, choice: Obj) -> None:
@@ -288,7 +272,7 @@ def _moved_images(
             out[index] = (name, current)
         elif kind == "image_url" and current is not None:
             url = part.obj("image_url")
-            current.append(image_block(*image_data_url(url.string("url"), url.at("url"))))
+            current.append(data_url_image(url.string("url"), url.at("url")))
         else:
             return None
     if not out or any(not images for _, images in out.values()):
@@ -339,14 +323,9 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
         elif role == "assistant":
             blocks = _assistant_blocks(item)
             names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
-            messages.append(Message(Role.ASSISTANT, tuple(blocks), model=model, provider=PROVIDER))
-        elif role in ("system", "developer"):
-            raise bad(
-                item.at("role"),
-                f"a {role} message cannot be stored: the system prompt is the session's",
-            )
+            messages.append(assistant_message(blocks, model=model, provider=PROVIDER))
         else:
-            raise unsupported(item.at("role"), f"a message of role {role!r}")
+            raise bad_role(item.at("role"), role)
     return tuple(messages)
 
 

@@ -41,29 +41,19 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from ctxwarden.core.ingest._common import (
-    IngestedTurn,
-    image_block,
+    data_url_image,
     provider_block,
     text_block,
     thinking_block,
     tool_result,
-    without_empty_text,
 )
-from ctxwarden.core.ingest._json import (
-    Obj,
-    arguments_json,
-    as_arr,
-    as_obj,
-    bad,
-    dumps,
-    image_data_url,
-    unsupported,
-)
+from ctxwarden.core.ingest._json import Obj, arguments_json, as_arr, as_obj, bad, dumps
+from ctxwarden.core.ingest._messages import IngestedTurn, assistant_message, bad_role, turn_of
+from ctxwarden.core.ingest.openai_responses_stream import assemble
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
 
 PROVIDER = "openai"
@@ -215,17 +205,14 @@ def _turn(
     response: Obj, items: list[Obj], *, streamed: bool, stop: tuple[StopReason, str] | None = None
 ) -> IngestedTurn:
     blocks = _output(items)
-    stop = stop or _stop(response, blocks)
-    message = Message(
-        Role.ASSISTANT,
-        tuple(without_empty_text(blocks)),
-        stop_reason=stop[0],
-        error_message=stop[1],
-        usage=_usage(response.opt_obj("usage")),
-        model=response.opt_str("model"),
+    return turn_of(
+        response,
+        blocks,
+        stop or _stop(response, blocks),
+        _usage(response.opt_obj("usage")),
         provider=PROVIDER,
+        streamed=streamed,
     )
-    return IngestedTurn((message,), response_id=response.opt_str("id"), streamed=streamed)
 
 
 def ingest_response(body: object, path: str) -> IngestedTurn:
@@ -238,130 +225,9 @@ def ingest_response(body: object, path: str) -> IngestedTurn:
     return _turn(response, list(response.arr("output").objs()), streamed=False)
 
 
-_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-
-
-class _Items:
-    """Output items by output_index, as the stream built them."""
-
-    def __init__(self) -> None:
-        self.items: dict[int, tuple[dict[str, Any], str]] = {}
-        self.done: set[int] = set()
-
-    def add(self, event: Obj) -> None:
-        index = event.count("output_index")
-        if index in self.items:
-            raise bad(event.at("output_index"), f"output item {index} was added twice")
-        item = event.obj("item")
-        self.items[index] = (copy.deepcopy(item.value), item.path)
-
-    def finish(self, event: Obj) -> None:
-        index = event.count("output_index")
-        item = event.obj("item")
-        self.items[index] = (item.value, item.path)
-        self.done.add(index)
-
-    def get(self, event: Obj) -> dict[str, Any] | None:
-        """The item an event updates (None once its final form arrived)."""
-        index = event.count("output_index")
-        if index not in self.items:
-            raise bad(event.at("output_index"), f"no output item {index} was added before")
-        return None if index in self.done else self.items[index][0]
-
-    def objs(self) -> list[Obj]:
-        return [as_obj(*self.items[i]) for i in sorted(self.items)]
-
-
-def _append(parts: object, index: int, part: object, path: str) -> None:
-    if not isinstance(parts, list) or index > len(parts):
-        raise bad(path, f"part {index} does not follow the parts before it")
-    if index == len(parts):
-        parts.append(copy.deepcopy(part))
-
-
-def _extend(parts: object, index: int, key: str, delta: str, path: str) -> None:
-    if not isinstance(parts, list) or not 0 <= index < len(parts):
-        raise bad(path, f"part {index} was not added before")
-    part = parts[index]
-    if not isinstance(part, dict) or not isinstance(part.get(key, ""), str):
-        raise bad(path, f"part {index} has no text to extend")
-    part[key] = part.get(key, "") + delta
-
-
-def _apply(items: _Items, event: Obj, kind: str) -> None:
-    """Apply a delta event to the item it belongs to."""
-    item = items.get(event)
-    if item is None:
-        return
-    if kind == "response.function_call_arguments.delta":
-        if isinstance(item.get("arguments", ""), str):
-            item["arguments"] = item.get("arguments", "") + event.string("delta")
-    elif kind == "response.content_part.added":
-        index = event.count("content_index")
-        _append(item.setdefault("content", []), index, event.obj("part").value, event.path)
-    elif kind in ("response.output_text.delta", "response.refusal.delta"):
-        key = "text" if kind == "response.output_text.delta" else "refusal"
-        index = event.count("content_index")
-        _extend(item.get("content"), index, key, event.string("delta"), event.at("content_index"))
-    elif kind == "response.reasoning_summary_part.added":
-        index = event.count("summary_index")
-        _append(item.setdefault("summary", []), index, event.obj("part").value, event.path)
-    elif kind == "response.reasoning_summary_text.delta":
-        index = event.count("summary_index")
-        _extend(
-            item.get("summary"), index, "text", event.string("delta"), event.at("summary_index")
-        )
-    elif kind == "response.reasoning_text.delta":
-        index = event.count("content_index")
-        content = item.setdefault("content", [])
-        if isinstance(content, list) and index == len(content):
-            content.append({"type": "reasoning_text", "text": ""})
-        _extend(content, index, "text", event.string("delta"), event.at("content_index"))
-
-
-_DELTAS = frozenset(
-    {
-        "response.function_call_arguments.delta",
-        "response.content_part.added",
-        "response.output_text.delta",
-        "response.refusal.delta",
-        "response.reasoning_summary_part.added",
-        "response.reasoning_summary_text.delta",
-        "response.reasoning_text.delta",
-    }
-)
-
-
 def _stream(body: list[Any], path: str) -> IngestedTurn:
-    events = as_arr(body, path)
-    items = _Items()
-    snapshot: Obj | None = None
-    for event in events.objs():
-        kind = event.kind()
-        if kind in ("response.created", "response.queued", "response.in_progress"):
-            snapshot = snapshot or event.obj("response")
-        elif kind == "response.output_item.added":
-            if event.has("item"):  # some providers send an empty announcement
-                items.add(event)
-        elif kind == "response.output_item.done":
-            items.finish(event)
-        elif kind in _DELTAS:
-            _apply(items, event, kind)
-        elif kind in _TERMINAL:
-            response = event.obj("response")
-            if response.get("output") is None:
-                return _turn(response, items.objs(), streamed=True)
-            return _turn(response, list(response.arr("output").objs()), streamed=True)
-        elif kind == "error":
-            message = event.opt_str("message") or "the stream reported an error"
-            return _turn(
-                snapshot or Obj({}, event.path),
-                items.objs(),
-                streamed=True,
-                stop=(StopReason.ERROR, message),
-            )
-    aborted = (StopReason.ABORTED, "the stream ended before response.completed")
-    return _turn(snapshot or Obj({}, path), items.objs(), streamed=True, stop=aborted)
+    response, items, stop = assemble(body, path)
+    return _turn(response, items, streamed=True, stop=stop)
 
 
 # -- input items ------------------------------------------------------------------
@@ -376,9 +242,7 @@ def _input_parts(item: Obj, key: str, *, text_type: str) -> list[ContentBlock]:
         if kind == text_type:
             blocks.append(text_block(part.string("text")))
         elif kind == "input_image" and part.opt_str("image_url").startswith("data:"):
-            blocks.append(
-                image_block(*image_data_url(part.string("image_url"), part.at("image_url")))
-            )
+            blocks.append(data_url_image(part.string("image_url"), part.at("image_url")))
         else:  # files, images by URL or file id, ...
             blocks.append(_kept(part))
     return blocks
@@ -388,27 +252,15 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
     messages: list[Message] = []
     names: dict[str, str] = {}
     assistant: list[ContentBlock] | None = None
-
-    def flush() -> None:
-        nonlocal assistant
-        if assistant is not None:
-            messages.append(
-                Message(
-                    Role.ASSISTANT,
-                    tuple(without_empty_text(assistant)),
-                    model=model,
-                    provider=PROVIDER,
-                )
-            )
-            assistant = None
-
     for item in as_arr(items, path).objs():
         blocks = _assistant_item(item)
         if blocks is not None:
             assistant = [*(assistant or []), *blocks]
             names.update((b.tool_call_id, b.tool_name) for b in blocks if b.tool_call_id)
             continue
-        flush()
+        if assistant is not None:
+            messages.append(assistant_message(assistant, model=model, provider=PROVIDER))
+            assistant = None
         kind = item.opt_str("type") or "message"
         if kind == "function_call_output":
             call_id = item.nonempty_str("call_id")
@@ -416,18 +268,12 @@ def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
             messages.append(tool_result(call_id, content, name=names.get(call_id, "")))
         elif kind == "message":
             role = item.string("role")
-            if role == "user":
-                messages.append(
-                    Message(Role.USER, tuple(_input_parts(item, "content", text_type="input_text")))
-                )
-            elif role in ("system", "developer"):
-                raise bad(
-                    item.at("role"),
-                    f"a {role} message cannot be stored: the system prompt is the session's",
-                )
-            else:
-                raise unsupported(item.at("role"), f"a message of role {role!r}")
-    flush()
+            if role != "user":
+                raise bad_role(item.at("role"), role)
+            parts = _input_parts(item, "content", text_type="input_text")
+            messages.append(Message(Role.USER, tuple(parts)))
+    if assistant is not None:
+        messages.append(assistant_message(assistant, model=model, provider=PROVIDER))
     return tuple(messages)
 
 
