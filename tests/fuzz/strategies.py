@@ -694,6 +694,83 @@ def _append(pool: Pool, h: bool) -> Strategy:
     )
 
 
+PROVIDER_BODIES = [
+    json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "ok"},
+                }
+            ],
+        }
+    ),
+    json.dumps(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "ok"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        }
+    ),
+    json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}}]}),
+    json.dumps({"id": "resp_1", "object": "response", "status": "completed", "output": []}),
+    json.dumps([{"type": "message_start"}, {"type": "message_stop"}]),
+    "[]",
+]
+PROVIDER_ITEMS = [
+    json.dumps([{"role": "user", "content": "hi"}]),
+    json.dumps([{"role": "tool", "tool_call_id": "call_1", "content": "x"}]),
+    json.dumps([{"type": "function_call_output", "call_id": "c", "output": "x"}]),
+    json.dumps(
+        [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]
+    ),
+    json.dumps(
+        [{"role": "user", "parts": [{"functionResponse": {"name": "read", "response": {}}}]}]
+    ),
+]
+
+
+def _model_output(pool: Pool, h: bool) -> Strategy:
+    def build(
+        sid: str, fmt: int, which: bool, body: str, key: str, expected: int | None
+    ) -> pb.AppendModelOutputRequest:
+        req = pb.AppendModelOutputRequest(session_id=sid, format=fmt, request_id=key)  # type: ignore[arg-type]
+        if which:
+            req.response_json = body
+        else:
+            req.items_json = body
+        if expected is not None:
+            req.expected_last_seq = expected
+        return req
+
+    bodies = pick(
+        h,
+        st.sampled_from(PROVIDER_BODIES + PROVIDER_ITEMS),
+        json_objects(h),
+        st.lists(st.sampled_from(PROVIDER_BODIES), max_size=3).map(
+            lambda b: "[" + ",".join(b) + "]"
+        ),
+    )
+    return st.builds(
+        build,
+        session_ids(pool, h),
+        enum_numbers(h, 5),
+        st.booleans(),
+        bodies,
+        keys(h),
+        maybe(h, count(h, 0, 60)),
+    )
+
+
 def _create(pool: Pool, h: bool) -> Strategy:
     new_ids = st.one_of(
         st.just(""), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,30}", fullmatch=True)
@@ -892,6 +969,7 @@ TARGETED: dict[str, Callable[[Pool, bool], Strategy]] = {
     "UpdateSession": _update,
     "DeleteSession": lambda p, h: st.builds(pb.DeleteSessionRequest, session_id=_victim_ids(p, h)),
     "AppendMessages": _append,
+    "AppendModelOutput": _model_output,
     "StreamMessages": lambda p, h: st.lists(_append(p, h), min_size=1, max_size=4),
     "ListMessages": _list_messages,
     "BuildModelInput": _build_input,
