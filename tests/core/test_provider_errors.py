@@ -188,6 +188,7 @@ def test_the_readme_table_lists_exactly_these_cases() -> None:
 
 def test_retry_after_forms() -> None:
     assert retry_after({"Retry-After": "7"}, NOW) == 7
+    assert retry_after({"retry-after": "0"}, NOW) == 0  # "now", not "not said"
     assert retry_after({"retry-after-ms": "250"}, NOW) == 0.25
     assert retry_after({"x-ratelimit-reset-requests": "6m0s"}, NOW) == 360
     assert retry_after({"x-ratelimit-reset-requests": "20ms"}, NOW) == pytest.approx(0.02)

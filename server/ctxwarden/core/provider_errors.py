@@ -149,14 +149,12 @@ def retry_after(headers: Mapping[str, str], now_unix: float) -> float | None:
     """The delay asked for in the headers (the longest of the ones given)."""
     h = {k.lower(): v.strip() for k, v in headers.items()}
     found: list[float] = []
-    if "retry-after-ms" in h:
-        found += [v / 1000 for v in [_number(h["retry-after-ms"])] if v is not None]
-    if "retry-after" in h:
-        found += [
-            v
-            for v in [_number(h["retry-after"]) or _http_date(h["retry-after"], now_unix)]
-            if v is not None
-        ]
+    millis = _number(h.get("retry-after-ms", ""))
+    if millis is not None:
+        found.append(millis / 1000)
+    seconds = _retry_after_value(h["retry-after"], now_unix) if "retry-after" in h else None
+    if seconds is not None:
+        found.append(seconds)
     if not found:
         for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"):
             if name in h and (d := _duration(h[name])) is not None:
@@ -169,6 +167,12 @@ def retry_after(headers: Mapping[str, str], now_unix: float) -> float | None:
     if not found:
         return None
     return min(max(max(found), 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _retry_after_value(text: str, now_unix: float) -> float | None:
+    """``retry-after``: seconds, or an HTTP date."""
+    seconds = _number(text)
+    return seconds if seconds is not None else _http_date(text, now_unix)
 
 
 def _number(text: str) -> float | None:

@@ -21,9 +21,6 @@ from ctxwarden.store.codec import PROGRESS_COLUMNS, progress_values
 from ctxwarden.store.models import MessageRow, RequestRow
 from ctxwarden.store.tables import S, T
 
-SET_COLUMNS = (*PROGRESS_COLUMNS, "stored_bytes")
-"""What an append changes in its session row (stored_bytes is added to)."""
-
 _CACHED_SHAPES = 512
 
 

@@ -97,12 +97,7 @@ class CheckpointRepository:
         after = select(M.c.seq, M.c.state).where(M.c.session_id == sid, M.c.seq > to_seq)
         valid = select(C).where(C.c.session_id == sid, C.c.superseded_at_seq == 0)
         async with self.gate.begin() as conn:
-            await advance(
-                conn,
-                session,
-                expected_version,
-                consecutive_failures=session.consecutive_failures,
-            )
+            await advance(conn, session, expected_version)
             rewind = plan_rewind(
                 [(int(r.seq), MessageState(r.state)) for r in await conn.execute(after)],
                 [checkpoint_from_row(r) for r in await conn.execute(valid)],

@@ -71,7 +71,7 @@ MYSQL_CONFLICT = frozenset({1205, 1213})
 
 def classify(exc: BaseException, dialect: Dialect) -> Kind:
     """What a raw driver error means for the statement that raised it."""
-    if isinstance(exc, (OSError, TimeoutError)):
+    if isinstance(exc, OSError):  # TimeoutError included
         return "lost"
     if dialect.is_disconnect(cast(Any, exc), None, None):
         return "lost"
@@ -95,7 +95,7 @@ def translate(exc: BaseException) -> StoreError | None:
         return exc
     if isinstance(exc, sa.TimeoutError):
         return StoreUnavailable(f"no database connection became free in time: {exc}")
-    if isinstance(exc, (OSError, TimeoutError)):
+    if isinstance(exc, OSError):  # TimeoutError included
         return StoreUnavailable(f"the database did not answer: {exc}")
     if not isinstance(exc, sa.DBAPIError):
         return None
