@@ -11,6 +11,7 @@ from sqlalchemy import exc as sa
 
 from ctxwarden import ids
 from ctxwarden.core.session import Session
+from ctxwarden.store.compactions import CheckpointRepository
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.errors import (
     ConcurrentWrite,
@@ -20,7 +21,11 @@ from ctxwarden.store.errors import (
     StoreUnavailable,
     driver_errors,
 )
+from ctxwarden.store.messages import MessageRepository
+from ctxwarden.store.plans import PlanRepository
+from ctxwarden.store.records import RequestRepository
 from ctxwarden.store.repository import Store
+from ctxwarden.store.sessions import SessionRepository
 
 
 def _wrapped(cls: type[sa.DBAPIError], orig: Exception, invalidated: bool = False) -> Exception:
@@ -112,13 +117,25 @@ def test_store_errors_pass_through_unchanged() -> None:
     assert caught.value is original
 
 
-def test_every_public_store_coroutine_is_behind_the_boundary() -> None:
-    unguarded = [
-        name
-        for name, fn in inspect.getmembers(Store, inspect.iscoroutinefunction)
-        if not name.startswith("_") and name != "close" and not hasattr(fn, "__wrapped__")
+STORE_CLASSES = [
+    Store,
+    SessionRepository,
+    MessageRepository,
+    CheckpointRepository,
+    PlanRepository,
+    RequestRepository,
+]
+
+
+@pytest.mark.parametrize("cls", STORE_CLASSES, ids=[c.__name__ for c in STORE_CLASSES])
+def test_every_public_store_coroutine_is_behind_the_boundary(cls: type) -> None:
+    public = [
+        (name, fn)
+        for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction)
+        if not name.startswith("_") and name != "close"
     ]
-    assert unguarded == []
+    assert public, f"{cls.__name__} has no public coroutine to check"
+    assert [name for name, fn in public if not hasattr(fn, "__wrapped__")] == []
 
 
 @pytest.mark.parametrize("backend_url", ["sqlite"], indirect=True)
