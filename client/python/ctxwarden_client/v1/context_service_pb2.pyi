@@ -773,6 +773,7 @@ class ModelInput(_message.Message):
     RENDERED_JSON_FIELD_NUMBER: _builtins.int
     RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     MESSAGES_OFFSET_FIELD_NUMBER: _builtins.int
+    RENDERED_PREFIX_BYTES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     system_prompt: _builtins.str
@@ -798,13 +799,23 @@ class ModelInput(_message.Message):
     """
     resume_token: _builtins.str
     """Pass this as BuildModelInputRequest.resume_token next time to receive
-    only what changed. Empty when the input cannot be resumed (replays,
-    policies with keep_tool_results) or messages were left out (view BASIC).
+    only what changed. With view FULL it names the messages (see
+    messages_offset); with a rendered format and view BASIC it names
+    rendered_json (see rendered_prefix_bytes). Empty when the input cannot be
+    resumed (replays, policies with keep_tool_results).
     """
     messages_offset: _builtins.int
     """When > 0, messages holds only the messages from this index on: the first
     messages_offset messages are those of the input whose resume_token the
     request named (the client keeps them). 0: messages is complete.
+    """
+    rendered_prefix_bytes: _builtins.int
+    """When > 0, rendered_json is not the whole fragment but what follows the
+    first rendered_prefix_bytes bytes (UTF-8) of the held input's
+    rendered_json: the whole fragment is held[:rendered_prefix_bytes] +
+    rendered_json. Sent when the request's resume_token names a rendered
+    input of the same format whose leading provider messages are unchanged.
+    0: rendered_json is whole.
     """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]:
@@ -844,10 +855,11 @@ class ModelInput(_message.Message):
         rendered_json: _builtins.str = ...,
         resume_token: _builtins.str = ...,
         messages_offset: _builtins.int = ...,
+        rendered_prefix_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "messages", b"messages", "messages_offset", b"messages_offset", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "resume_token", b"resume_token", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "messages", b"messages", "messages_offset", b"messages_offset", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "rendered_prefix_bytes", b"rendered_prefix_bytes", "resume_token", b"resume_token", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
