@@ -222,3 +222,91 @@ func TestInputCacheDropsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("Len = %d, want 2", cache.Len())
 	}
 }
+
+// scriptedClient answers BuildModelInput with the queued answers, in order,
+// and records the resume_tokens it was sent.
+type scriptedClient struct {
+	ctxwardenv1.ContextServiceClient
+	answers []*ctxwardenv1.ModelInput
+	tokens  []string
+}
+
+func (f *scriptedClient) BuildModelInput(_ context.Context, req *ctxwardenv1.BuildModelInputRequest,
+	_ ...grpc.CallOption) (*ctxwardenv1.ModelInput, error) {
+	f.tokens = append(f.tokens, req.GetResumeToken())
+	in := f.answers[0]
+	f.answers = f.answers[1:]
+	return in, nil
+}
+
+func rendered(token string, prefix int, json string) *ctxwardenv1.ModelInput {
+	return &ctxwardenv1.ModelInput{SessionId: "r", ResumeToken: token, RenderedPrefixBytes: int64(prefix), RenderedJson: json}
+}
+
+// TestInputCacheSplicesRenderedJSON: rendered_json resumed at a byte offset
+// (UTF-8) of the held rendered_json, with multi-byte characters (2-byte é,
+// 3-byte €, 4-byte emoji) before and at the cut.
+func TestInputCacheSplicesRenderedJSON(t *testing.T) {
+	ctx := context.Background()
+	held := `{"messages":[{"role":"user","content":"héllo € 🙂"},{"role":"assistant","content":"ça va 👍"}`
+	end := `],"tools":[]}`
+	added := `,{"role":"user","content":"naïve → 🙃"}`
+	cut := strings.Index(held, "👍") // a byte offset in Go
+	third := held[:cut] + "😀\"}]}"
+	f := &scriptedClient{answers: []*ctxwardenv1.ModelInput{
+		rendered("t1", 0, held+end),
+		rendered("t2", len(held), added+end), // resumes after the held messages
+		rendered("t3", cut, "😀\"}]}"),        // resumes right before the emoji 👍
+		rendered("t4", len(third), ""),       // nothing new: all of it is kept
+	}}
+	cache := ctxwarden.NewInputCache(0)
+	req := &ctxwardenv1.BuildModelInputRequest{SessionId: "r", Format: ctxwardenv1.ModelInputFormat_MODEL_INPUT_FORMAT_OPENAI_CHAT}
+	for i, want := range []string{held + end, held + added + end, third, third} {
+		in, err := cache.Build(ctx, f, req)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if in.GetRenderedJson() != want || in.GetRenderedPrefixBytes() != 0 {
+			t.Fatalf("call %d: rendered_json %q (prefix %d), want %q (prefix 0)", i, in.GetRenderedJson(), in.GetRenderedPrefixBytes(), want)
+		}
+	}
+	if got := strings.Join(f.tokens, ","); got != ",t1,t2,t3" {
+		t.Errorf("tokens sent %q, want %q", got, ",t1,t2,t3")
+	}
+}
+
+// TestInputCacheRenderedPrefixBeyondHeld: an offset past the held
+// rendered_json, inside a character, or with nothing held is an error that
+// drops the held input.
+func TestInputCacheRenderedPrefixBeyondHeld(t *testing.T) {
+	ctx := context.Background()
+	held := `{"system":"é"}` // 15 bytes
+	for _, tc := range []struct {
+		prefix int
+		want   string
+	}{
+		{16, "the held rendered_json has 15 bytes"},
+		{-1, "the held rendered_json has 15 bytes"},
+		{12, "inside a UTF-8 character"}, // the second byte of é
+	} {
+		var cache ctxwarden.InputCache
+		f := &scriptedClient{answers: []*ctxwardenv1.ModelInput{rendered("t1", 0, held), rendered("t2", tc.prefix, "}")}}
+		req := &ctxwardenv1.BuildModelInputRequest{SessionId: "r"}
+		if _, err := cache.Build(ctx, f, req); err != nil {
+			t.Fatal(err)
+		}
+		_, err := cache.Build(ctx, f, req)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), fmt.Sprintf("byte %d", tc.prefix)) {
+			t.Errorf("prefix %d: err %v, want one saying %q", tc.prefix, err, tc.want)
+		}
+		if cache.Len() != 0 {
+			t.Errorf("prefix %d: the held input was not dropped", tc.prefix)
+		}
+	}
+	var cache ctxwarden.InputCache
+	f := &scriptedClient{answers: []*ctxwardenv1.ModelInput{rendered("t", 3, "}")}}
+	if _, err := cache.Build(ctx, f, &ctxwardenv1.BuildModelInputRequest{SessionId: "r"}); err == nil ||
+		!strings.Contains(err.Error(), "no input is held") {
+		t.Errorf("nothing held: err %v, want an error", err)
+	}
+}
