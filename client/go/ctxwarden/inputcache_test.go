@@ -310,3 +310,79 @@ func TestInputCacheRenderedPrefixBeyondHeld(t *testing.T) {
 		t.Errorf("nothing held: err %v, want an error", err)
 	}
 }
+
+// TestInputCacheRenderedAgentLoop runs an agent loop against a real server
+// with a rendered format (view BASIC): append a message, Build through the
+// cache, repeat. Every merged rendered_json must equal, byte for byte, a plain
+// BuildModelInput without resume_token, and every answer after the first must
+// be resumed (rendered_prefix_bytes > 0) and smaller than the whole.
+func TestInputCacheRenderedAgentLoop(t *testing.T) {
+	srv := testserver.Start(t)
+	c := dial(t, srv.Target)
+	for _, format := range []ctxwardenv1.ModelInputFormat{
+		ctxwardenv1.ModelInputFormat_MODEL_INPUT_FORMAT_ANTHROPIC_MESSAGES,
+		ctxwardenv1.ModelInputFormat_MODEL_INPUT_FORMAT_OPENAI_CHAT,
+	} {
+		format := format
+		t.Run(format.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			s, err := c.CreateSession(ctx, &ctxwardenv1.CreateSessionRequest{Session: &ctxwardenv1.Session{
+				SystemPrompt: "Be brief.",
+				Tools:        []*ctxwardenv1.ToolDefinition{{Name: "read", Description: "Read a file", ParametersJson: `{"type":"object"}`}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sid := s.GetSessionId()
+			steps := []*ctxwardenv1.Message{ctxwarden.User("read x and y, s'il te plaît 🙂")}
+			for _, f := range []string{"x", "y", "z"} {
+				steps = append(steps,
+					ctxwarden.Assistant("reading "+f, ctxwarden.ToolCall("call-"+f, "read", `{"path":"`+f+`"}`)),
+					ctxwarden.ToolResult("call-"+f, "contents of "+f+": naïve → €\n"),
+				)
+			}
+			steps = append(steps, ctxwarden.Assistant("done 👍"), ctxwarden.User("merci"), ctxwarden.Assistant("de rien"))
+
+			rec := &recordingClient{ContextServiceClient: c}
+			cache := ctxwarden.NewInputCache(0)
+			for i, m := range steps {
+				if _, err := c.AppendMessages(ctx, &ctxwardenv1.AppendMessagesRequest{SessionId: sid, Messages: []*ctxwardenv1.Message{m}}); err != nil {
+					t.Fatal(err)
+				}
+				in, err := cache.Build(ctx, rec, &ctxwardenv1.BuildModelInputRequest{SessionId: sid, Format: format})
+				if err != nil {
+					t.Fatalf("step %d: Build: %v", i, err)
+				}
+				full, err := c.BuildModelInput(ctx, &ctxwardenv1.BuildModelInputRequest{SessionId: sid, Format: format})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if full.GetRenderedJson() == "" || in.GetRenderedJson() != full.GetRenderedJson() {
+					t.Fatalf("step %d: merged rendered_json differs from the full one:\n got %s\nwant %s", i, in.GetRenderedJson(), full.GetRenderedJson())
+				}
+				a, b := proto.Clone(in).(*ctxwardenv1.ModelInput), proto.Clone(full).(*ctxwardenv1.ModelInput)
+				a.ResumeToken, b.ResumeToken = "", "" // the tokens may differ
+				if !proto.Equal(a, b) {
+					t.Errorf("step %d: merged input differs from the full one:\n got %v\nwant %v", i, a, b)
+				}
+				req, raw := rec.last()
+				if raw.GetResumeToken() == "" {
+					t.Fatalf("step %d: the rendered input has no resume_token", i)
+				}
+				if i == 0 {
+					if req.GetResumeToken() != "" || raw.GetRenderedPrefixBytes() != 0 {
+						t.Errorf("first: sent token %q, got prefix %d; want none, 0", req.GetResumeToken(), raw.GetRenderedPrefixBytes())
+					}
+					continue
+				}
+				sent, whole := len(raw.GetRenderedJson()), len(full.GetRenderedJson())
+				if req.GetResumeToken() == "" || raw.GetRenderedPrefixBytes() <= 0 || sent >= whole ||
+					int64(whole-sent) != raw.GetRenderedPrefixBytes() {
+					t.Errorf("step %d: sent token %q; answer has prefix %d and %d of %d bytes; want a token, prefix > 0, fewer bytes",
+						i, req.GetResumeToken(), raw.GetRenderedPrefixBytes(), sent, whole)
+				}
+			}
+		})
+	}
+}

@@ -135,6 +135,46 @@ describe("InputCache against a real ctxwarden server", () => {
     assert.notEqual(rendered.renderedJson, "");
   });
 
+  // Rendered resume: with a provider format (view BASIC) the server sends the
+  // rendered_json after the first rendered_prefix_bytes bytes of the held one.
+  for (const format of [ModelInputFormat.ANTHROPIC_MESSAGES, ModelInputFormat.OPENAI_CHAT]) {
+    test(`an agent loop in ${ModelInputFormat[format]}: every merged rendered_json equals the full one, resumed answers are smaller`, async () => {
+      const sessionId = await newSession();
+      const rec = recording(client);
+      const inputs = new InputCache(rec);
+      const steps = [1, 2, 3].flatMap((i) => turn(i));
+      // Multi-byte text (2-, 3- and 4-byte characters) in the history.
+      steps.push(user("naïve → 🙂 ça va?"), assistant("Très bien 👍, merci €"));
+      const encoder = new TextEncoder();
+      for (const [i, message] of steps.entries()) {
+        await client.appendMessages({ sessionId, messages: [message] });
+        const merged = await inputs.build({ sessionId, format });
+        const full = await client.buildModelInput({ sessionId, format });
+        assert.notEqual(full.renderedJson, "");
+        assert.equal(merged.renderedJson, full.renderedJson, `step ${i}: rendered_json differs`);
+        assert.deepEqual(encoder.encode(merged.renderedJson), encoder.encode(full.renderedJson));
+        assert.equal(merged.renderedPrefixBytes, 0n);
+        // Every other field as a plain call has it (the token may differ).
+        const [a, b] = [create(ModelInputSchema, { ...merged, resumeToken: "" }), create(ModelInputSchema, { ...full, resumeToken: "" })];
+        assert.ok(equals(ModelInputSchema, a, b), `step ${i}: the merged input differs from the full one`);
+        assert.notEqual(merged.resumeToken, "", `step ${i}: a rendered input has a resume_token`);
+        const answer = rec.answers.at(-1)!;
+        const request = rec.requests.at(-1)!;
+        if (i === 0) {
+          assert.equal(request.resumeToken, "");
+          assert.equal(answer.renderedPrefixBytes, 0n);
+          continue;
+        }
+        assert.equal(request.resumeToken, rec.answers.at(-2)!.resumeToken, `step ${i}: the held token was sent`);
+        assert.ok(answer.renderedPrefixBytes > 0n, `step ${i}: the answer was not resumed`);
+        const sent = encoder.encode(answer.renderedJson).length;
+        const whole = encoder.encode(full.renderedJson).length;
+        assert.ok(sent < whole, `step ${i}: the resumed answer (${sent} bytes) is not smaller than the whole (${whole})`);
+        assert.equal(BigInt(whole - sent), answer.renderedPrefixBytes);
+      }
+    });
+  }
+
   test("after a rollback the merged input still equals the full input", async () => {
     const sessionId = await newSession();
     const rec = recording(client);
