@@ -1,5 +1,6 @@
-// The helpers of @ctxwarden/client that wrap an RPC can express every field
-// of its request.
+// The helpers of @ctxwarden/client that wrap an RPC (InputCache,
+// listAllSessions, and the framework adapters CtxwardenSession and
+// ctxwardenSteps) can express every field of its request.
 //
 // The test walks the ContextService descriptor. Every RPC must be classified
 // below: wrapped by which helper(s), or called through the generated client
@@ -34,8 +35,12 @@ import {
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 
+import { ctxwardenSteps } from "../src/ai-sdk.js";
+import { CtxwardenSession } from "../src/openai-agents.js";
 import {
+  AppendModelOutputRequestSchema,
   BuildModelInputRequestSchema,
+  CreateSessionRequestSchema,
   ContextService,
   InputCache,
   ListSessionsRequestSchema,
@@ -57,7 +62,23 @@ interface Helper {
   exempt: Record<string, string>;
   /** Calls the helper so that it sends `request` (every field set). */
   call(client: CtxwardenClient, request: Message): Promise<void>;
+  /** What the recording server answers (by RPC) during the call; default: empty responses. */
+  answers?: Record<string, MessageInit>;
 }
+
+type MessageInit = Record<string, unknown>;
+
+// The reasons shared by the framework adapters.
+const NO_KEY = "the framework's interface has no idempotency key (an UNAVAILABLE append is not retried)";
+const ADAPTER_READ = "the adapter reads what it needs (the view, the format, no replay), through its InputCache";
+
+/** A BuildModelInput request's fields an adapter sets itself; the rest comes from its options. */
+const ADAPTER_BUILD_EXEMPT = {
+  format: ADAPTER_READ,
+  view: ADAPTER_READ,
+  as_of_seq: ADAPTER_READ,
+  resume_token: "sent from the held input (InputCache)",
+};
 
 /** `message` as a `schema` message (it is one: the test made it from the descriptor). */
 function narrow<Desc extends DescMessage>(schema: Desc, message: Message): MessageShape<Desc> {
@@ -88,7 +109,126 @@ const HELPERS: Helper[] = [
       }
     },
   },
+
+  // -- CtxwardenSession (@openai/agents Session): its options and arguments --
+  {
+    name: "CtxwardenSession.getItems",
+    rpc: "BuildModelInput",
+    exempt: ADAPTER_BUILD_EXEMPT,
+    async call(client, request) {
+      const { sessionId, maxOutputTokens, autoCompact } = narrow(BuildModelInputRequestSchema, request);
+      await new CtxwardenSession(client, { sessionId, maxOutputTokens, autoCompact }).getItems();
+    },
+  },
+  {
+    name: "CtxwardenSession.addItems",
+    rpc: "AppendModelOutput",
+    exempt: {
+      format: "the Agents SDK's items are OpenAI Responses items",
+      items_json: "made from addItems' items",
+      response_json: "the Agents SDK hands over items, not provider response bodies",
+      request_id: NO_KEY,
+      expected_last_seq: "Session.addItems appends unconditionally",
+      view: "the adapter reads nothing of the answer",
+    },
+    async call(client, request) {
+      const { sessionId } = narrow(AppendModelOutputRequestSchema, request);
+      await new CtxwardenSession(client, { sessionId }).addItems([{ role: "user", content: "hi" }]);
+    },
+  },
+  {
+    // The session is created from the options: clearSession makes it anew.
+    name: "CtxwardenSession.clearSession",
+    rpc: "CreateSession",
+    exempt: { request_id: NO_KEY },
+    async call(client, request) {
+      const { sessionId, session } = narrow(CreateSessionRequestSchema, request);
+      await new CtxwardenSession(client, { sessionId, ...(session !== undefined ? { session } : {}) }).clearSession();
+    },
+  },
+  {
+    name: "CtxwardenSession.clearSession",
+    rpc: "DeleteSession",
+    exempt: {},
+    async call(client, request) {
+      await new CtxwardenSession(client, { sessionId: sessionIdOf(request) }).clearSession();
+    },
+  },
+  {
+    name: "CtxwardenSession.getSessionId",
+    rpc: "GetSession",
+    exempt: {},
+    async call(client, request) {
+      await new CtxwardenSession(client, { sessionId: sessionIdOf(request) }).getSessionId();
+    },
+  },
+  {
+    name: "CtxwardenSession.popItem",
+    rpc: "ListMessages",
+    exempt: {
+      page_size: "popItem reads the newest message only",
+      page_token: "popItem reads the newest message only",
+      newest_first: "popItem reads the newest message only",
+      after_seq: "popItem reads the newest message only",
+      after_time: "popItem reads the newest message only",
+      include_rolled_back: "popItem reads the newest message only",
+    },
+    answers: { ListMessages: { messages: [{ seq: 5n }] }, GetSession: { lastSeq: 7n } },
+    async call(client, request) {
+      await new CtxwardenSession(client, { sessionId: sessionIdOf(request) }).popItem();
+    },
+  },
+  {
+    name: "CtxwardenSession.popItem",
+    rpc: "RollbackTurn",
+    exempt: {
+      to_seq: "the newest message's seq - 1",
+      expected_last_seq: "the session's last_seq (a concurrent append makes the pop fail)",
+      error_message: "a pop is no failed turn",
+      provider_error: "a pop is no failed turn",
+      request_id: NO_KEY,
+    },
+    answers: { ListMessages: { messages: [{ seq: 5n }] }, GetSession: { lastSeq: 7n } },
+    async call(client, request) {
+      await new CtxwardenSession(client, { sessionId: sessionIdOf(request) }).popItem();
+    },
+  },
+
+  // -- ctxwardenSteps (AI SDK prepareStep / onStepFinish) --------------------
+  {
+    name: "ctxwardenSteps.prepareStep",
+    rpc: "BuildModelInput",
+    exempt: ADAPTER_BUILD_EXEMPT,
+    async call(client, request) {
+      const { sessionId, maxOutputTokens, autoCompact } = narrow(BuildModelInputRequestSchema, request);
+      await ctxwardenSteps(client, { sessionId, maxOutputTokens, autoCompact }).prepareStep({ stepNumber: 1, initialMessages: [] });
+    },
+  },
+  {
+    name: "ctxwardenSteps.onStepFinish",
+    rpc: "AppendMessages",
+    exempt: {
+      messages: "made from the step's response messages (toCtxwardenMessages)",
+      request_id: NO_KEY,
+      expected_last_seq: "a step's output is appended unconditionally",
+      view: "the adapter reads nothing of the answer",
+      state_delta: "the AI SDK keeps no session state",
+    },
+    async call(client, request) {
+      await ctxwardenSteps(client, { sessionId: sessionIdOf(request) }).onStepFinish({
+        response: { messages: [{ role: "assistant", content: "hello" }] },
+      });
+    },
+  },
 ];
+
+/** The session_id field of a request (every request wrapped here has one). */
+function sessionIdOf(request: Message): string {
+  const id = (request as Message & { sessionId?: unknown }).sessionId;
+  assert.equal(typeof id, "string", `${request.$typeName} has no session_id`);
+  return id as string;
+}
+
 
 /**
  * RPCs no helper wraps: callers use the generated client's method
@@ -97,15 +237,8 @@ const HELPERS: Helper[] = [
  * that way too; they are listed with their helpers, not here.)
  */
 const DIRECT = new Set([
-  "CreateSession",
-  "GetSession",
   "UpdateSession",
-  "DeleteSession",
-  "AppendMessages",
   "StreamMessages",
-  "AppendModelOutput",
-  "ListMessages",
-  "RollbackTurn",
   "Compact",
   "PrepareCompaction",
   "CommitCompaction",
@@ -224,18 +357,25 @@ interface Recorded {
   request: Message;
 }
 
-function recordingRoutes(recorded: Recorded[]): (router: ConnectRouter) => void {
+interface Recording {
+  recorded: Recorded[];
+  /** Answers by RPC name; an RPC not named gets an empty response. */
+  answers: Record<string, MessageInit>;
+}
+
+function recordingRoutes(recording: Recording): (router: ConnectRouter) => void {
   return (router) => {
     for (const method of ContextService.methods) {
-      register(router, method, recorded);
+      register(router, method, recording);
     }
   };
 }
 
-function register(router: ConnectRouter, method: DescMethod, recorded: Recorded[]): void {
+function register(router: ConnectRouter, method: DescMethod, recording: Recording): void {
   const answer = (request: Message): Message => {
-    recorded.push({ rpc: method.name, request });
-    return create(method.output); // defaults: no next page, nothing resumed
+    recording.recorded.push({ rpc: method.name, request });
+    // By default empty: no next page, nothing resumed, no messages.
+    return create(method.output, recording.answers[method.name] ?? {});
   };
   if (isUnary(method)) {
     router.rpc(method, (request) => answer(request));
@@ -262,12 +402,13 @@ function isBiDiStreaming(method: DescMethod): method is DescMethodBiDiStreaming<
 // -- the tests ---------------------------------------------------------------------
 
 describe("helpers that wrap an RPC express every request field", () => {
-  const recorded: Recorded[] = [];
+  const recording: Recording = { recorded: [], answers: {} };
+  const recorded = recording.recorded;
   let server: Http2Server;
   let client: CtxwardenClient;
 
   before(async () => {
-    server = createServer(connectNodeAdapter({ routes: recordingRoutes(recorded) }));
+    server = createServer(connectNodeAdapter({ routes: recordingRoutes(recording) }));
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     client = createClient(`127.0.0.1:${(server.address() as AddressInfo).port}`, { retry: false });
   });
@@ -290,6 +431,7 @@ describe("helpers that wrap an RPC express every request field", () => {
 
   for (const helper of HELPERS) {
     test(`${helper.name} (${helper.rpc})`, async () => {
+      recording.answers = helper.answers ?? {};
       const method = ContextService.methods.find((m) => m.name === helper.rpc);
       assert.ok(method !== undefined, `${helper.rpc} is no RPC of ContextService`);
       const fieldNames = new Set(method.input.fields.map((f) => f.name));
