@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import sys
@@ -298,19 +299,41 @@ class BackendBench:
                 note="same session, interleaved with build_model_input",
             )
         )
-        self.incremental_inputs(sid, first, calls)
+        # The same history in a second session, for the rendered agent loop.
+        rendered_sid = create_session(self.stub, "hot-rendered")
+        append_batched(self.stub, rendered_sid, history)
+        rendered_held = self.stub.BuildModelInput(
+            pb.BuildModelInputRequest(session_id=rendered_sid, format=rendered_req.format),
+            timeout=TIMEOUT,
+        )
+        self.incremental_inputs(sid, first, rendered_sid, rendered_held, calls)
 
-    def incremental_inputs(self, sid: str, held: pb.ModelInput, calls: int) -> None:
+    def incremental_inputs(
+        self,
+        sid: str,
+        held: pb.ModelInput,
+        rendered_sid: str,
+        rendered: pb.ModelInput,
+        calls: int,
+    ) -> None:
         """The agent loop: append the new message, then ask for the input with the
-        resume token of the one held; measured: BuildModelInput alone."""
+        resume token of the one held; measured: BuildModelInput alone. The same
+        loop with a rendered format runs interleaved on a copy of the session
+        (the client splices rendered_json)."""
         conv = self.conversation(9)
         get_req = pb.GetSessionRequest(session_id=sid)
-        bmi, get, sizes = [], [], []
+        bmi, get, sizes, rendered_ns, rendered_sizes = [], [], [], [], []
         for msg in conv.alternating(calls):
-            self.stub.AppendMessages(
-                pb.AppendMessagesRequest(session_id=sid, messages=[msg]), timeout=TIMEOUT
-            )
+            for target in (sid, rendered_sid):
+                self.stub.AppendMessages(
+                    pb.AppendMessagesRequest(session_id=target, messages=[msg]), timeout=TIMEOUT
+                )
             req = pb.BuildModelInputRequest(session_id=sid, resume_token=held.resume_token)
+            rreq = pb.BuildModelInputRequest(
+                session_id=rendered_sid,
+                format=pb.MODEL_INPUT_FORMAT_ANTHROPIC_MESSAGES,
+                resume_token=rendered.resume_token,
+            )
 
             def build(req: pb.BuildModelInputRequest = req) -> pb.ModelInput:
                 return self.stub.BuildModelInput(req, timeout=TIMEOUT)
@@ -323,6 +346,35 @@ class BackendBench:
             del held.messages[delta.messages_offset :]
             held.messages.extend(delta.messages)
             held.resume_token = delta.resume_token
+            ns, rdelta = timed(functools.partial(build, rreq))
+            rendered_ns.append(ns)
+            cut = rdelta.rendered_prefix_bytes
+            assert cut > 0, "the server did not resume the rendered input"
+            rendered_sizes.append(rdelta.ByteSize())
+            whole = rendered.rendered_json.encode()[:cut] + rdelta.rendered_json.encode()
+            rendered.rendered_json = whole.decode()
+            rendered.resume_token = rdelta.resume_token
+        self.add(
+            summarize(
+                self.backend,
+                "build_model_input_incremental_rendered",
+                rendered_ns,
+                count=calls,
+                wall_ns=sum(rendered_ns),
+                unit="calls/s",
+                note=(
+                    f"Anthropic Messages JSON ({len(rendered.rendered_json) / 1e6:.2f} MB held), "
+                    f"resume_token: {statistics.median(rendered_sizes) / 1e3:.1f} KB sent; "
+                    f"/native incremental "
+                    f"{statistics.median(rendered_ns) / statistics.median(bmi):.2f}x"
+                ),
+                extra={
+                    "response_bytes_median": statistics.median(rendered_sizes),
+                    "ratio_to_native_median": statistics.median(rendered_ns)
+                    / statistics.median(bmi),
+                },
+            )
+        )
         ratio = statistics.median(bmi) / statistics.median(get)
         self.add(
             summarize(

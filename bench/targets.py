@@ -90,6 +90,19 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
         out.append(
             _check(
                 results,
+                "BuildModelInput agent loop 1,000 msgs, rendered (Anthropic) <= 1.5x native "
+                "(resume_token)",
+                b,
+                ["build_model_input_incremental_rendered"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms = {r[0].extra['ratio_to_native_median']:.2f}x native",
+                    r[0].extra["ratio_to_native_median"] <= 1.5,
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
                 "BuildModelInput hot 1,000 msgs < 2 ms and <= 3x GetSession (resume_token)",
                 b,
                 ["build_model_input_incremental"],

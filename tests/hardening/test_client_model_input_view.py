@@ -21,12 +21,19 @@ def test_sync_client_format_and_view(server_target: str) -> None:
         both = client.build_model_input(sid, format=OPENAI_CHAT, view=pb.MODEL_INPUT_VIEW_FULL)
         assert len(both.messages) == 2
         assert both.rendered_json == rendered.rendered_json
-        # incremental with a format: nothing to resume from, the input is complete each time.
+        # incremental with a format: the server sends the rendered JSON after the
+        # part held, the client splices; what comes out is the whole input.
         first = client.build_model_input(sid, format=OPENAI_CHAT, incremental=True)
-        client.append_messages(sid, [user("again")])
+        assert first.resume_token.startswith("r2.")
+        client.append_messages(sid, [user("again ✓")])
         again = client.build_model_input(sid, format=OPENAI_CHAT, incremental=True)
-        assert first.resume_token == again.resume_token == ""
+        plain = client.build_model_input(sid, format=OPENAI_CHAT)
+        assert again.rendered_json == plain.rendered_json
+        assert again.rendered_prefix_bytes == 0
         assert len(json.loads(again.rendered_json)["messages"]) == 4
+        raw = client.build_model_input(sid, format=OPENAI_CHAT, resume_token=first.resume_token)
+        assert 0 < raw.rendered_prefix_bytes < len(plain.rendered_json.encode())
+        assert len(raw.rendered_json) < len(plain.rendered_json)
 
 
 async def test_async_client_format_and_view(server_target: str) -> None:

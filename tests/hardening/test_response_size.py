@@ -178,7 +178,21 @@ def test_rendered_format_sends_the_input_once_by_default(
     )
     assert len(rendered.messages) == 0
     assert rendered.messages_offset == 0
-    assert rendered.resume_token == ""  # nothing was sent to resume from
+    # The token names the rendered JSON: asked again, only what follows the
+    # unchanged provider messages is sent, and the splice is the whole.
+    assert rendered.resume_token.startswith("r2.")
+    again = stub.BuildModelInput(
+        pb.BuildModelInputRequest(
+            session_id=five,
+            format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT,
+            resume_token=rendered.resume_token,
+        ),
+        timeout=120,
+    )
+    assert again.rendered_prefix_bytes > 0
+    assert again.ByteSize() < 1_000
+    held = rendered.rendered_json.encode()
+    assert held[: again.rendered_prefix_bytes] + again.rendered_json.encode() == held
     body = json.loads(rendered.rendered_json)
     assert [x["content"] for x in body["messages"]] == [
         _big(i).content[0].text.text for i in range(5)

@@ -11,7 +11,9 @@ class InputCache:
     """The last model input of recently used sessions, for incremental BuildModelInput.
 
     The server sends only the messages after those the client already holds
-    (ModelInput.messages_offset); this puts the held ones back in front. The
+    (ModelInput.messages_offset), or, for a rendered format, only the rendered
+    JSON after the part the client holds (ModelInput.rendered_prefix_bytes);
+    this puts the held part back in front. The
     cached input is updated in place, so the object returned for a session is
     the one the next incremental call for that session changes.
     """
@@ -29,6 +31,9 @@ class InputCache:
     ) -> context_service_pb2.ModelInput:
         offset = received.messages_offset
         held = self._inputs.pop(session_id, None)
+        if received.rendered_prefix_bytes:
+            received.rendered_json = _splice(held, received)
+            received.rendered_prefix_bytes = 0
         if offset == 0 or held is None or offset > len(held.messages):
             if offset != 0:
                 raise ValueError("the server resumed an input this client does not hold")
@@ -52,3 +57,19 @@ class InputCache:
 
     def forget(self, session_id: str) -> None:
         self._inputs.pop(session_id, None)
+
+
+def _splice(
+    held: context_service_pb2.ModelInput | None, received: context_service_pb2.ModelInput
+) -> str:
+    """The whole rendered JSON: the held one's first rendered_prefix_bytes
+    bytes (UTF-8), then what was received."""
+    cut = received.rendered_prefix_bytes
+    kept = held.rendered_json.encode() if held is not None else b""
+    if held is None or cut > len(kept):
+        raise ValueError(
+            f"the server resumed {cut} bytes of rendered JSON, but this client holds "
+            f"{'no input' if held is None else f'{len(kept)} bytes'} for the session; "
+            "the held input was dropped, the next call fetches the whole input"
+        )
+    return (kept[:cut] + received.rendered_json.encode()).decode()

@@ -22,6 +22,8 @@ from ctxwarden.api.convert import (
     new_encoding_cache,
     plan_to_pb,
     provider_error_from_pb,
+    rendered_resume_point,
+    rendered_resume_token,
     resume_offset,
     trigger_from_pb,
 )
@@ -272,7 +274,12 @@ class ContextServicer:
             int(request.format),
         )
         if not with_messages:
-            return model_input_bytes(view, with_messages=False)
+            fmt = int(request.format)
+            token = rendered_resume_token(fmt, view)
+            point = None
+            if token and request.resume_token:
+                point = rendered_resume_point(request.resume_token, fmt, view)
+            return model_input_bytes(view, with_messages=False, rendered=(token, point))
         offset = resume_offset(request.resume_token, view) if request.resume_token else 0
         encoded = model_input_bytes(view, offset, cache=self.encodings)
         sid = view.session.session_id

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ctxwarden.core.calibration import Calibration
 from ctxwarden.core.messages import Message
 from ctxwarden.core.models import lookup_model
+from ctxwarden.core.rendered import Rendered
 from ctxwarden.core.session import Session, ToolDefinition
 from ctxwarden.core.tokens import CountingProfile, Tokenizer
 from ctxwarden.core.view import Notice
@@ -55,8 +56,6 @@ class ModelInputView:
     compaction_id: str
     prefix_hash: str
     summary: str
-    rendered_json: str = ""
-    """The input in a provider's wire schema (when a format was asked for)."""
     live: bool = field(default=False, compare=False)
     """The hot session's current input (False: a one-off, such as a replay); the
     api layer keeps encodings of live inputs only."""
@@ -67,6 +66,12 @@ class ModelInputView:
     digests: Sequence[int] = field(default=(), compare=False)
     """digests[i] fingerprints the first i messages after the summary (the api
     layer turns them into resume tokens); empty: the input cannot be resumed."""
+    rendered: Rendered | None = field(default=None, compare=False)
+    """The input in a provider's wire schema (when a format was asked for)."""
+
+    @property
+    def rendered_json(self) -> str:
+        return "" if self.rendered is None else self.rendered.json
 
 
 def tools_text(tools: Iterable[ToolDefinition]) -> str:

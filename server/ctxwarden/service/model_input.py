@@ -12,10 +12,10 @@ from ctxwarden.core.errors import (
     InvalidArgument,
 )
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.render import Format, render_view
+from ctxwarden.core.render import Format, Rendered, render_view
 from ctxwarden.core.session import CompactionTrigger, effective_policy
 from ctxwarden.service.compaction import Compactor
-from ctxwarden.service.rendered_cache import RenderedCache
+from ctxwarden.service.rendered_cache import RenderedCache, plan, run
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import tokenizer_for
 
@@ -49,15 +49,34 @@ class ModelInputs:
             raise InvalidArgument(
                 f"format {fmt} is unknown", reason=ErrorReason.INVALID_FORMAT, field="format"
             ) from None
-        key = (session_id, view.session.version, int(target), max_output_tokens)
-        rendered = self.rendered.get(key) if view.live else None
-        if rendered is None:
-            rendered = await asyncio.to_thread(render_view, target, view)
-            if view.live:
-                self.rendered.put(key, rendered)
-        return replace(
-            view, rendered_json=rendered.json, notices=view.notices + tuple(rendered.notices)
-        )
+        rendered = await self._render(target, view, max_output_tokens)
+        return replace(view, notices=view.notices + tuple(rendered.notices), rendered=rendered)
+
+    async def _render(
+        self, target: Format, view: ModelInputView, max_output_tokens: int
+    ) -> Rendered:
+        """The view rendered for ``target``, continuing the session's render state."""
+        model = view.session.model
+        if not (view.live and view.digests):  # a one-off: nothing to continue or keep
+            return await asyncio.to_thread(render_view, target, view, model=model)
+        key = (view.session.session_id, int(target))
+        entry = self.rendered.take(key)
+        memo = (view.session.version, max_output_tokens)
+        if entry is not None and entry.last is not None and entry.last[0] == memo:
+            self.rendered.hits += 1
+            rendered = entry.last[1]
+        else:
+            job = plan(entry, target, view, model)
+            if job.entry is entry:
+                self.rendered.resumed += 1
+            if job.inline:
+                rendered = run(job, view)
+            else:
+                rendered = await asyncio.to_thread(run, job, view)
+            entry = job.entry
+            entry.last = (memo, rendered)
+        self.rendered.put(key, entry)
+        return rendered
 
     async def _build_model_input(
         self,

@@ -20,12 +20,11 @@ a ``Notice``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 from ctxwarden.core.messages import Message
 from ctxwarden.core.model_input import ModelInputView
-from ctxwarden.core.render._build import Job
+from ctxwarden.core.render._build import Job, Renderer
 from ctxwarden.core.render._common import (
     EMPTY_MESSAGE_OMITTED,
     FIRST_MESSAGE_INSERTED,
@@ -35,21 +34,20 @@ from ctxwarden.core.render._common import (
     PROVIDER_CONTENT_DROPPED,
     THINKING_DROPPED,
     TOOL_RESULT_IMAGES_MOVED,
-    JsonObject,
     Notes,
     ToolIds,
     anthropic_tool_id,
-    dumps,
     openai_chat_tool_id,
     openai_responses_call_id,
     passthrough,
 )
-from ctxwarden.core.render.anthropic import render_anthropic
-from ctxwarden.core.render.gemini import render_gemini
-from ctxwarden.core.render.openai_chat import render_openai_chat
-from ctxwarden.core.render.openai_responses import render_openai_responses
+from ctxwarden.core.render.anthropic import AnthropicRenderer
+from ctxwarden.core.render.gemini import GeminiRenderer
+from ctxwarden.core.render.incremental import RenderState
+from ctxwarden.core.render.openai_chat import OpenAIChatRenderer
+from ctxwarden.core.render.openai_responses import OpenAIResponsesRenderer
+from ctxwarden.core.rendered import Marks, Rendered
 from ctxwarden.core.session import ToolDefinition
-from ctxwarden.core.view import Notice
 
 __all__ = [
     "EMPTY_MESSAGE_OMITTED",
@@ -61,8 +59,12 @@ __all__ = [
     "THINKING_DROPPED",
     "TOOL_RESULT_IMAGES_MOVED",
     "Format",
+    "Marks",
+    "RenderState",
     "Rendered",
     "anthropic_tool_id",
+    "finished",
+    "new_state",
     "openai_chat_tool_id",
     "openai_responses_call_id",
     "render",
@@ -80,27 +82,26 @@ class Format(enum.IntEnum):
     GEMINI = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    json: str
-    """The request-body fragment; "" for NATIVE."""
-    notices: tuple[Notice, ...] = ()
-    """What had to change to fit the provider, in input order."""
-    tool_id_map: Mapping[str, str] = field(default_factory=dict)
-    """Rendered tool-call id -> original id, for every id that was rewritten
-    (to fit the provider's charset or length, or to keep ids unique), for
-    reading the rendered transcript back. Ids of the provider's new tool calls
-    are its own and need no mapping."""
-
-
-_Renderer = Callable[[Job], JsonObject]
-
-_RENDERERS: dict[Format, tuple[_Renderer, Callable[[str], str]]] = {
-    Format.OPENAI_CHAT: (render_openai_chat, openai_chat_tool_id),
-    Format.OPENAI_RESPONSES: (render_openai_responses, openai_responses_call_id),
-    Format.ANTHROPIC_MESSAGES: (render_anthropic, anthropic_tool_id),
-    Format.GEMINI: (render_gemini, passthrough),
+_RENDERERS: dict[Format, tuple[type[Renderer], Callable[[str], str]]] = {
+    Format.OPENAI_CHAT: (OpenAIChatRenderer, openai_chat_tool_id),
+    Format.OPENAI_RESPONSES: (OpenAIResponsesRenderer, openai_responses_call_id),
+    Format.ANTHROPIC_MESSAGES: (AnthropicRenderer, anthropic_tool_id),
+    Format.GEMINI: (GeminiRenderer, passthrough),
 }
+
+
+def new_state(
+    fmt: Format, system_prompt: str, tools: Sequence[ToolDefinition], *, model: str
+) -> RenderState:
+    """An empty rendering for ``fmt`` (not NATIVE) that messages are fed into."""
+    renderer, normalize = _RENDERERS[Format(fmt)]
+    job = Job(system_prompt, tools, model, Notes(), ToolIds(normalize))
+    return RenderState(renderer(job))
+
+
+def finished(state: RenderState, tail: Sequence[Message] = ()) -> Rendered:
+    """``state`` plus ``tail`` as a Rendered (the state is left as it was)."""
+    return state.finish(tail)
 
 
 def render(
@@ -119,11 +120,9 @@ def render(
     fmt = Format(fmt)
     if fmt is Format.NATIVE:
         return Rendered("")
-    renderer, normalize = _RENDERERS[fmt]
-    notes = Notes()
-    ids = ToolIds(normalize)
-    body = renderer(Job(system_prompt, tools, messages, model, notes, ids))
-    return Rendered(dumps(body), tuple(notes.items), dict(ids.rewritten))
+    state = new_state(fmt, system_prompt, tools, model=model)
+    state.feed(messages)
+    return finished(state)
 
 
 def render_view(fmt: Format, view: ModelInputView, *, model: str = "") -> Rendered:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import ClassVar, Self
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message
 from ctxwarden.core.render._common import (
@@ -16,6 +17,7 @@ from ctxwarden.core.render._common import (
     provider_items,
 )
 from ctxwarden.core.session import ToolDefinition
+from ctxwarden.core.view import Notice
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +26,14 @@ class Job:
 
     system_prompt: str
     tools: Sequence[ToolDefinition]
-    messages: Sequence[Message]
     model: str
     """The model about to be called (thinking goes back only to the model that made it)."""
     notes: Notes
     ids: ToolIds
+
+    def copy(self) -> Job:
+        """The same job with its own notices and ids, for a rendering that branches off."""
+        return replace(self, notes=self.notes.copy(), ids=self.ids.copy())
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,38 +70,121 @@ class Media:
         return parts
 
 
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """How a rendering ends, without changing the rendering itself."""
+
+    rest: list[JsonObject]
+    """Items after the done ones: the open turn, pending moved images, ..."""
+    notes: list[Notice]
+    """Notices of the ending (after those of the messages)."""
+    changed: tuple[int, JsonObject] | None = None
+    """A done item that ends differently (Anthropic's cache breakpoint on the last
+    user turn): its index and its final form. Items from there on may change in
+    a later rendering."""
+
+
+class Renderer:
+    """A provider rendering that grows one message at a time.
+
+    ``feed`` renders a message; items that nothing later can change move to
+    ``done`` (the caller takes them from there and serialises each once).
+    ``finish`` says how the rendering ends now without changing it, so the
+    same renderer can take more messages afterwards: an append renders only
+    the new messages. ``frame`` is the body around the item array.
+    """
+
+    key: ClassVar[str]
+    """The body key of the item array: messages, input or contents."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.done: list[JsonObject] = []
+
+    def feed(self, message: Message) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> Finish:
+        return Finish([], [])
+
+    def frame(self, notes: Notes) -> tuple[JsonObject, JsonObject]:
+        """The body's keys before and after the item array (tool notices on ``notes``)."""
+        raise NotImplementedError
+
+    def copy(self) -> Self:
+        """An independent renderer in the same state (for messages that may still change)."""
+        other = type(self).__new__(type(self))
+        other.job = self.job.copy()
+        other.done = list(self.done)
+        self._copy_into(other)
+        return other
+
+    def _copy_into(self, other: Self) -> None:
+        """Copy the subclass's own state into ``other``."""
+
+
 class Turns:
     """Anthropic/Gemini turns: roles alternate, the first turn is the user's.
 
     Consecutive messages that map to the same role are merged into one turn,
-    blocks appended in order. Every turn's ``role`` comes before its blocks,
-    so a merge only appends at the end of the JSON.
+    blocks appended in order, so only the last turn is open; the others are
+    done. When the first turn is not the user's, a user "(continued)" turn goes
+    first (its notice comes at the end, see ``finish_notes``).
     """
 
-    def __init__(self, blocks_key: str, notes: Notes) -> None:
+    def __init__(self, blocks_key: str, continued: JsonObject, needs: str) -> None:
         self._key = blocks_key
-        self._notes = notes
-        self._first_seq: int | None = None
-        self.items: list[JsonObject] = []
+        self._continued = continued
+        self._needs = needs
+        self.inserted_seq: int | None = None
+        """The seq of the first message, when a "(continued)" turn went before it."""
+        self.open: JsonObject | None = None
+        self.count = 0
+        """Turns so far, the open one included."""
+        self.last_user: tuple[int, JsonObject] | None = None
+        """The index and the turn of the last user turn."""
 
-    def add(self, role: str, blocks: list[JsonObject], message: Message) -> None:
+    def add(
+        self,
+        role: str,
+        blocks: list[JsonObject],
+        message: Message,
+        job: Job,
+        done: list[JsonObject],
+    ) -> None:
         """Append ``message``'s blocks as a ``role`` turn (an omission notice when empty)."""
         if not blocks:
-            self._notes.omitted(message)
+            job.notes.omitted(message)
             return
-        if self._first_seq is None:
-            self._first_seq = message.seq
-        if self.items and self.items[-1]["role"] == role:
-            self.items[-1][self._key].extend(blocks)
-        else:
-            self.items.append({"role": role, self._key: blocks})
+        if self.open is not None and self.open["role"] == role:
+            self.open[self._key].extend(blocks)
+            return
+        if self.open is None and role != "user":
+            continued: JsonObject = {"role": "user", self._key: [dict(self._continued)]}
+            done.append(continued)
+            self.last_user = (self.count, continued)
+            self.inserted_seq = message.seq
+            self.count += 1
+        elif self.open is not None:
+            done.append(self.open)
+        self.open = {"role": role, self._key: blocks}
+        if role == "user":
+            self.last_user = (self.count, self.open)
+        self.count += 1
 
-    def user_first(self, continued: JsonObject, needs: str) -> None:
-        """When the first turn is not the user's, put a user "(continued)" turn first."""
-        if self.items and self.items[0]["role"] != "user":
-            self.items.insert(0, {"role": "user", self._key: [continued]})
-            self._notes.add(
-                FIRST_MESSAGE_INSERTED,
-                self._first_seq or 0,
-                f"{needs}; inserted {CONTINUED_TEXT!r}",
-            )
+    def finish_notes(self) -> list[Notice]:
+        if self.inserted_seq is None:
+            return []
+        detail = f"{self._needs}; inserted {CONTINUED_TEXT!r}"
+        return [Notice(FIRST_MESSAGE_INSERTED, self.inserted_seq, detail)]
+
+    def copy(self) -> Turns:
+        other = Turns(self._key, self._continued, self._needs)
+        other.inserted_seq = self.inserted_seq
+        other.count = self.count
+        other.last_user = self.last_user
+        if self.open is not None:
+            other.open = {"role": self.open["role"], self._key: list(self.open[self._key])}
+            if self.last_user is not None and self.last_user[1] is self.open:
+                other.last_user = (self.last_user[0], other.open)
+        return other

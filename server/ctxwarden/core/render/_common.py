@@ -83,6 +83,9 @@ class Notes:
         """``message`` rendered to nothing and was left out."""
         self.add(EMPTY_MESSAGE_OMITTED, message.seq, "nothing left to send")
 
+    def copy(self) -> Notes:
+        return Notes(list(self.items))
+
 
 # -- provider items ------------------------------------------------------------
 
@@ -327,6 +330,13 @@ class ToolIds:
     def result(self, original: str) -> str:
         rendered = self._latest.get(original)
         return rendered if rendered is not None else self._normalize(original)
+
+    def copy(self) -> ToolIds:
+        other = ToolIds(self._normalize)
+        other._latest = dict(self._latest)
+        other._used = set(self._used)
+        other.rewritten = dict(self.rewritten)
+        return other
 
 
 def passthrough(original: str) -> str:

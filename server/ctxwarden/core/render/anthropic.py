@@ -32,11 +32,12 @@
 from __future__ import annotations
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
-from ctxwarden.core.render._build import Job, Media, Turns
+from ctxwarden.core.render._build import Finish, Job, Media, Renderer, Turns
 from ctxwarden.core.render._common import (
     ANTHROPIC_IMAGE_TYPES,
     CONTINUED_TEXT,
     JsonObject,
+    Notes,
     b64,
     call_arguments,
     drop_thinking,
@@ -128,27 +129,52 @@ def _tool_result(message: Message, job: Job) -> JsonObject:
     return out
 
 
-def render_anthropic(job: Job) -> JsonObject:
-    turns = Turns("content", job.notes)
-    for message in job.messages:
-        if message.role is Role.TOOL_RESULT:
-            turns.add("user", [_tool_result(message, job)], message)
-        elif message.role is Role.USER:
-            turns.add("user", _user(message, job), message)
-        else:
-            turns.add("assistant", _assistant(message, job), message)
-    turns.user_first(_text(CONTINUED_TEXT), "Anthropic needs a user message first")
-    for rendered in reversed(turns.items):
-        if rendered["role"] == "user":
-            rendered["content"][-1]["cache_control"] = _cache()
-            break
+class AnthropicRenderer(Renderer):
+    key = "messages"
 
-    body: JsonObject = {}
-    if job.system_prompt:
-        body["system"] = [{"type": "text", "text": job.system_prompt, "cache_control": _cache()}]
-    body["messages"] = turns.items
-    if job.tools:
-        tools = [tool_entry(t, "input_schema", job.notes) for t in job.tools]
-        tools[-1]["cache_control"] = _cache()
-        body["tools"] = tools
-    return body
+    def __init__(self, job: Job) -> None:
+        super().__init__(job)
+        needs = "Anthropic needs a user message first"
+        self._turns = Turns("content", _text(CONTINUED_TEXT), needs)
+
+    def feed(self, message: Message) -> None:
+        job, turns = self.job, self._turns
+        if message.role is Role.TOOL_RESULT:
+            turns.add("user", [_tool_result(message, job)], message, job, self.done)
+        elif message.role is Role.USER:
+            turns.add("user", _user(message, job), message, job, self.done)
+        else:
+            turns.add("assistant", _assistant(message, job), message, job, self.done)
+
+    def finish(self) -> Finish:
+        turns = self._turns
+        rest = [] if turns.open is None else [turns.open]
+        changed = None
+        if turns.last_user is not None:
+            # The breakpoint goes on a copy: a later user turn takes it over.
+            index, turn = turns.last_user
+            blocks = list(turn["content"])
+            blocks[-1] = {**blocks[-1], "cache_control": _cache()}
+            marked = {"role": "user", "content": blocks}
+            if turn is turns.open:
+                rest = [marked]
+            else:
+                changed = (index, marked)
+        return Finish(rest, turns.finish_notes(), changed)
+
+    def frame(self, notes: Notes) -> tuple[JsonObject, JsonObject]:
+        job = self.job
+        before: JsonObject = {}
+        if job.system_prompt:
+            before["system"] = [
+                {"type": "text", "text": job.system_prompt, "cache_control": _cache()}
+            ]
+        after: JsonObject = {}
+        if job.tools:
+            tools = [tool_entry(t, "input_schema", notes) for t in job.tools]
+            tools[-1]["cache_control"] = _cache()
+            after["tools"] = tools
+        return before, after
+
+    def _copy_into(self, other: AnthropicRenderer) -> None:
+        other._turns = self._turns.copy()

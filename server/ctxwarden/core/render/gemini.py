@@ -36,11 +36,12 @@ Field names are the REST API's (camelCase), as the google-genai SDK sends them.
 from __future__ import annotations
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
-from ctxwarden.core.render._build import Job, Media, Turns
+from ctxwarden.core.render._build import Finish, Job, Media, Renderer, Turns
 from ctxwarden.core.render._common import (
     CONTINUED_TEXT,
     GEMINI_IMAGE_TYPES,
     JsonObject,
+    Notes,
     b64,
     call_arguments,
     drop_thinking,
@@ -142,23 +143,39 @@ def _function_response(message: Message, job: Job, names: dict[str, str]) -> Jso
     return {"functionResponse": response}
 
 
-def render_gemini(job: Job) -> JsonObject:
-    turns = Turns("parts", job.notes)
-    names: dict[str, str] = {}
-    for message in job.messages:
-        if message.role is Role.TOOL_RESULT:
-            turns.add("user", [_function_response(message, job, names)], message)
-        elif message.role is Role.USER:
-            turns.add("user", _MEDIA.parts(message, job.notes), message)
-        else:
-            turns.add("model", _model_parts(message, job, names), message)
-    turns.user_first(_text(CONTINUED_TEXT), "Gemini needs a user turn first")
+class GeminiRenderer(Renderer):
+    key = "contents"
 
-    body: JsonObject = {}
-    if job.system_prompt:
-        body["systemInstruction"] = {"parts": [_text(job.system_prompt)]}
-    body["contents"] = turns.items
-    if job.tools:
-        declarations = [tool_entry(t, "parametersJsonSchema", job.notes) for t in job.tools]
-        body["tools"] = [{"functionDeclarations": declarations}]
-    return body
+    def __init__(self, job: Job) -> None:
+        super().__init__(job)
+        self._turns = Turns("parts", _text(CONTINUED_TEXT), "Gemini needs a user turn first")
+        self._names: dict[str, str] = {}
+        """Rendered call id -> tool name, for results that do not name their tool."""
+
+    def feed(self, message: Message) -> None:
+        job, turns, names = self.job, self._turns, self._names
+        if message.role is Role.TOOL_RESULT:
+            turns.add("user", [_function_response(message, job, names)], message, job, self.done)
+        elif message.role is Role.USER:
+            turns.add("user", _MEDIA.parts(message, job.notes), message, job, self.done)
+        else:
+            turns.add("model", _model_parts(message, job, names), message, job, self.done)
+
+    def finish(self) -> Finish:
+        turns = self._turns
+        return Finish([] if turns.open is None else [turns.open], turns.finish_notes())
+
+    def frame(self, notes: Notes) -> tuple[JsonObject, JsonObject]:
+        job = self.job
+        before: JsonObject = {}
+        if job.system_prompt:
+            before["systemInstruction"] = {"parts": [_text(job.system_prompt)]}
+        after: JsonObject = {}
+        if job.tools:
+            declarations = [tool_entry(t, "parametersJsonSchema", notes) for t in job.tools]
+            after["tools"] = [{"functionDeclarations": declarations}]
+        return before, after
+
+    def _copy_into(self, other: GeminiRenderer) -> None:
+        other._turns = self._turns.copy()
+        other._names = dict(self._names)

@@ -26,11 +26,12 @@ from __future__ import annotations
 from typing import Any
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
-from ctxwarden.core.render._build import Job, Media
+from ctxwarden.core.render._build import Finish, Job, Media, Renderer
 from ctxwarden.core.render._common import (
     OPENAI_IMAGE_TYPES,
     TOOL_RESULT_IMAGES_MOVED,
     JsonObject,
+    Notes,
     arguments_text,
     data_url,
     drop_provider,
@@ -115,32 +116,47 @@ def _tool_message(message: Message, job: Job, moved: list[JsonObject]) -> JsonOb
     return {"role": "tool", "tool_call_id": call_id, "content": message.text}
 
 
-def render_openai_chat(job: Job) -> JsonObject:
-    out: list[JsonObject] = []
-    if job.system_prompt:
-        out.append({"role": "system", "content": job.system_prompt})
-    moved: list[JsonObject] = []
+class OpenAIChatRenderer(Renderer):
+    key = "messages"
 
-    def flush_moved() -> None:
-        if moved:
-            out.append({"role": "user", "content": list(moved)})
-            moved.clear()
+    def __init__(self, job: Job) -> None:
+        super().__init__(job)
+        self._moved: list[JsonObject] = []
+        """Images of the tool results since the last assistant message."""
+        if job.system_prompt:
+            self.done.append({"role": "system", "content": job.system_prompt})
 
-    for message in job.messages:
+    def feed(self, message: Message) -> None:
         if message.role is Role.TOOL_RESULT:
-            out.append(_tool_message(message, job, moved))
-            continue
-        flush_moved()
-        rendered = _user(message, job) if message.role is Role.USER else _assistant(message, job)
-        if rendered is None:
-            job.notes.omitted(message)
+            self.done.append(_tool_message(message, self.job, self._moved))
+            return
+        if self._moved:
+            self.done.append(_moved_images(self._moved))
+            self._moved = []
+        if message.role is Role.USER:
+            rendered = _user(message, self.job)
         else:
-            out.append(rendered)
-    flush_moved()
-    body: JsonObject = {"messages": out}
-    if job.tools:
-        body["tools"] = [
-            {"type": "function", "function": tool_entry(t, "parameters", job.notes)}
-            for t in job.tools
-        ]
-    return body
+            rendered = _assistant(message, self.job)
+        if rendered is None:
+            self.job.notes.omitted(message)
+        else:
+            self.done.append(rendered)
+
+    def finish(self) -> Finish:
+        return Finish([_moved_images(self._moved)] if self._moved else [], [])
+
+    def frame(self, notes: Notes) -> tuple[JsonObject, JsonObject]:
+        after: JsonObject = {}
+        if self.job.tools:
+            after["tools"] = [
+                {"type": "function", "function": tool_entry(t, "parameters", notes)}
+                for t in self.job.tools
+            ]
+        return {}, after
+
+    def _copy_into(self, other: OpenAIChatRenderer) -> None:
+        other._moved = list(self._moved)
+
+
+def _moved_images(moved: list[JsonObject]) -> JsonObject:
+    return {"role": "user", "content": list(moved)}

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
-from ctxwarden.core.render._build import Job, Media
+from ctxwarden.core.render._build import Job, Media, Renderer
 from ctxwarden.core.render._common import (
     OPENAI_IMAGE_TYPES,
     JsonObject,
@@ -92,12 +92,14 @@ def _function_call_output(message: Message, job: Job) -> JsonObject:
     }
 
 
-def render_openai_responses(job: Job) -> JsonObject:
-    items: list[JsonObject] = []
-    for message in job.messages:
+class OpenAIResponsesRenderer(Renderer):
+    key = "input"
+
+    def feed(self, message: Message) -> None:
+        job = self.job
         if message.role is Role.TOOL_RESULT:
-            items.append(_function_call_output(message, job))
-            continue
+            self.done.append(_function_call_output(message, job))
+            return
         if message.role is Role.USER:
             parts = _MEDIA.parts(message, job.notes)
             rendered = [{"role": "user", "content": parts}] if parts else []
@@ -105,14 +107,16 @@ def render_openai_responses(job: Job) -> JsonObject:
             rendered = _assistant(message, job)
         if not rendered:
             job.notes.omitted(message)
-        items.extend(rendered)
-    body: JsonObject = {}
-    if job.system_prompt:
-        body["instructions"] = job.system_prompt
-    body["input"] = items
-    if job.tools:
-        body["tools"] = [_tool(t, job.notes) for t in job.tools]
-    return body
+        self.done.extend(rendered)
+
+    def frame(self, notes: Notes) -> tuple[JsonObject, JsonObject]:
+        before: JsonObject = {}
+        if self.job.system_prompt:
+            before["instructions"] = self.job.system_prompt
+        after: JsonObject = {}
+        if self.job.tools:
+            after["tools"] = [_tool(t, notes) for t in self.job.tools]
+        return before, after
 
 
 def _tool(tool: ToolDefinition, notes: Notes) -> JsonObject:
