@@ -58,6 +58,9 @@ function bytesOf(data: DataLike, what: string): Uint8Array {
         ? new Uint8Array(Buffer.from(match[2]!, "base64"))
         : new TextEncoder().encode(decodeURIComponent(match[2]!));
     }
+    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(data)) {
+      return bytesOf(new URL(data), what);
+    }
     return new Uint8Array(Buffer.from(data, "base64"));
   }
   if (data instanceof Uint8Array) {

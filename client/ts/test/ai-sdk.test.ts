@@ -121,6 +121,10 @@ describe("AI SDK helpers against a real ctxwarden server", () => {
       () => toCtxwardenMessages([{ role: "user", content: [{ type: "image", image: new URL("https://example.invalid/a.png") }] }]),
       /https: URL cannot be stored/,
     );
+    assert.throws(
+      () => toCtxwardenMessages([{ role: "user", content: [{ type: "image", image: "https://example.invalid/a.png" }] }]),
+      /https: URL cannot be stored/,
+    );
   });
 
   test("generateText with ctxwardenSteps: the steps are persisted, the next call gets the stored context", async () => {

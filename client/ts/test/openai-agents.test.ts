@@ -65,7 +65,7 @@ describe("CtxwardenSession against a real ctxwarden server", () => {
     assert.equal((await client.getSession({ sessionId: "agents-1" })).systemPrompt, "Be brief.");
   });
 
-  test("returns copies: changing what getItems or popItem returned changes nothing stored", async () => {
+  test("returns copies: changing what getItems returned changes nothing stored", async () => {
     const session = new CtxwardenSession(client);
     await session.addItems([userItem("start")]);
     const items = await session.getItems();
