@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1"
 	"google.golang.org/grpc"
@@ -17,9 +18,12 @@ const DefaultInputCacheSessions = 64
 
 // InputCache makes BuildModelInput incremental. It holds the last complete
 // ModelInput of the most recently used sessions and sends its resume_token, so
-// the server returns only the messages the client does not hold yet
-// (ModelInput.messages_offset > 0); Build puts the held ones back in front and
-// returns the same complete input a plain BuildModelInput would.
+// the server returns only what the client does not hold yet: the messages
+// after the first ModelInput.messages_offset held ones (native inputs, view
+// FULL), or the rendered_json after the first ModelInput.rendered_prefix_bytes
+// bytes of the held rendered_json (a provider format, view BASIC). Build puts
+// the held part back in front and returns the same complete input a plain
+// BuildModelInput would.
 //
 // Safe for concurrent use. The zero value is ready to use and holds
 // DefaultInputCacheSessions sessions.
@@ -45,15 +49,18 @@ func NewInputCache(capacity int) *InputCache {
 // Build calls BuildModelInput with req, whose resume_token it sets (on a copy;
 // req is not changed) to that of the input held for req.session_id, and
 // returns the complete input: the held input's first messages_offset
-// messages followed by the ones received, every other field as received,
-// messages_offset 0. The result is held for the next call.
+// messages followed by the ones received, the first rendered_prefix_bytes
+// bytes of the held rendered_json followed by the one received, every other
+// field as received, messages_offset and rendered_prefix_bytes 0. The result
+// is held for the next call.
 //
 // The returned input is shared with the cache and its messages with later
 // results for the session: treat it as read-only (proto.Clone it to change
 // it). Replays (req.as_of_seq set) are passed through without the cache. An
-// answer the held input cannot complete (messages_offset beyond it) is an
-// error; the session's input is then dropped, so the next call fetches it
-// whole.
+// answer the held input cannot complete (messages_offset beyond its
+// messages, rendered_prefix_bytes beyond its rendered_json or inside a UTF-8
+// character, or either with nothing held) is an error; the session's input
+// is then dropped, so the next call fetches it whole.
 func (c *InputCache) Build(ctx context.Context, client ctxwardenv1.ContextServiceClient,
 	req *ctxwardenv1.BuildModelInputRequest, opts ...grpc.CallOption) (*ctxwardenv1.ModelInput, error) {
 	if req.AsOfSeq != nil {
@@ -80,12 +87,37 @@ func (c *InputCache) Build(ctx context.Context, client ctxwardenv1.ContextServic
 		in.Messages = append(msgs, in.Messages...)
 		in.MessagesOffset = 0
 	}
+	if prefix := in.GetRenderedPrefixBytes(); prefix != 0 {
+		if problem := renderedPrefixProblem(held, prefix); problem != "" {
+			c.Forget(sid)
+			return nil, fmt.Errorf("ctxwarden: BuildModelInput of session %q resumed rendered_json at byte %d, but %s",
+				sid, prefix, problem)
+		}
+		in.RenderedJson = held.GetRenderedJson()[:prefix] + in.GetRenderedJson()
+		in.RenderedPrefixBytes = 0
+	}
 	if in.GetResumeToken() == "" {
 		c.Forget(sid) // not resumable (e.g. a keep_tool_results policy)
 	} else {
 		c.put(sid, in)
 	}
 	return in, nil
+}
+
+// renderedPrefixProblem says why the first prefix bytes of held's
+// rendered_json cannot be kept ("" when they can).
+func renderedPrefixProblem(held *ctxwardenv1.ModelInput, prefix int64) string {
+	if held == nil {
+		return "no input is held for the session"
+	}
+	r := held.GetRenderedJson()
+	switch {
+	case prefix < 0 || prefix > int64(len(r)):
+		return fmt.Sprintf("the held rendered_json has %d bytes", len(r))
+	case prefix < int64(len(r)) && !utf8.RuneStart(r[prefix]):
+		return "that byte is inside a UTF-8 character of the held rendered_json"
+	}
+	return ""
 }
 
 // Forget drops the input held for sessionID (e.g. after deleting the session).

@@ -222,3 +222,167 @@ func TestInputCacheDropsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("Len = %d, want 2", cache.Len())
 	}
 }
+
+// scriptedClient answers BuildModelInput with the queued answers, in order,
+// and records the resume_tokens it was sent.
+type scriptedClient struct {
+	ctxwardenv1.ContextServiceClient
+	answers []*ctxwardenv1.ModelInput
+	tokens  []string
+}
+
+func (f *scriptedClient) BuildModelInput(_ context.Context, req *ctxwardenv1.BuildModelInputRequest,
+	_ ...grpc.CallOption) (*ctxwardenv1.ModelInput, error) {
+	f.tokens = append(f.tokens, req.GetResumeToken())
+	in := f.answers[0]
+	f.answers = f.answers[1:]
+	return in, nil
+}
+
+func rendered(token string, prefix int, json string) *ctxwardenv1.ModelInput {
+	return &ctxwardenv1.ModelInput{SessionId: "r", ResumeToken: token, RenderedPrefixBytes: int64(prefix), RenderedJson: json}
+}
+
+// TestInputCacheSplicesRenderedJSON: rendered_json resumed at a byte offset
+// (UTF-8) of the held rendered_json, with multi-byte characters (2-byte é,
+// 3-byte €, 4-byte emoji) before and at the cut.
+func TestInputCacheSplicesRenderedJSON(t *testing.T) {
+	ctx := context.Background()
+	held := `{"messages":[{"role":"user","content":"héllo € 🙂"},{"role":"assistant","content":"ça va 👍"}`
+	end := `],"tools":[]}`
+	added := `,{"role":"user","content":"naïve → 🙃"}`
+	cut := strings.Index(held, "👍") // a byte offset in Go
+	third := held[:cut] + "😀\"}]}"
+	f := &scriptedClient{answers: []*ctxwardenv1.ModelInput{
+		rendered("t1", 0, held+end),
+		rendered("t2", len(held), added+end), // resumes after the held messages
+		rendered("t3", cut, "😀\"}]}"),        // resumes right before the emoji 👍
+		rendered("t4", len(third), ""),       // nothing new: all of it is kept
+	}}
+	cache := ctxwarden.NewInputCache(0)
+	req := &ctxwardenv1.BuildModelInputRequest{SessionId: "r", Format: ctxwardenv1.ModelInputFormat_MODEL_INPUT_FORMAT_OPENAI_CHAT}
+	for i, want := range []string{held + end, held + added + end, third, third} {
+		in, err := cache.Build(ctx, f, req)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if in.GetRenderedJson() != want || in.GetRenderedPrefixBytes() != 0 {
+			t.Fatalf("call %d: rendered_json %q (prefix %d), want %q (prefix 0)", i, in.GetRenderedJson(), in.GetRenderedPrefixBytes(), want)
+		}
+	}
+	if got := strings.Join(f.tokens, ","); got != ",t1,t2,t3" {
+		t.Errorf("tokens sent %q, want %q", got, ",t1,t2,t3")
+	}
+}
+
+// TestInputCacheRenderedPrefixBeyondHeld: an offset past the held
+// rendered_json, inside a character, or with nothing held is an error that
+// drops the held input.
+func TestInputCacheRenderedPrefixBeyondHeld(t *testing.T) {
+	ctx := context.Background()
+	held := `{"system":"é"}` // 15 bytes
+	for _, tc := range []struct {
+		prefix int
+		want   string
+	}{
+		{16, "the held rendered_json has 15 bytes"},
+		{-1, "the held rendered_json has 15 bytes"},
+		{12, "inside a UTF-8 character"}, // the second byte of é
+	} {
+		var cache ctxwarden.InputCache
+		f := &scriptedClient{answers: []*ctxwardenv1.ModelInput{rendered("t1", 0, held), rendered("t2", tc.prefix, "}")}}
+		req := &ctxwardenv1.BuildModelInputRequest{SessionId: "r"}
+		if _, err := cache.Build(ctx, f, req); err != nil {
+			t.Fatal(err)
+		}
+		_, err := cache.Build(ctx, f, req)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), fmt.Sprintf("byte %d", tc.prefix)) {
+			t.Errorf("prefix %d: err %v, want one saying %q", tc.prefix, err, tc.want)
+		}
+		if cache.Len() != 0 {
+			t.Errorf("prefix %d: the held input was not dropped", tc.prefix)
+		}
+	}
+	var cache ctxwarden.InputCache
+	f := &scriptedClient{answers: []*ctxwardenv1.ModelInput{rendered("t", 3, "}")}}
+	if _, err := cache.Build(ctx, f, &ctxwardenv1.BuildModelInputRequest{SessionId: "r"}); err == nil ||
+		!strings.Contains(err.Error(), "no input is held") {
+		t.Errorf("nothing held: err %v, want an error", err)
+	}
+}
+
+// TestInputCacheRenderedAgentLoop runs an agent loop against a real server
+// with a rendered format (view BASIC): append a message, Build through the
+// cache, repeat. Every merged rendered_json must equal, byte for byte, a plain
+// BuildModelInput without resume_token, and every answer after the first must
+// be resumed (rendered_prefix_bytes > 0) and smaller than the whole.
+func TestInputCacheRenderedAgentLoop(t *testing.T) {
+	srv := testserver.Start(t)
+	c := dial(t, srv.Target)
+	for _, format := range []ctxwardenv1.ModelInputFormat{
+		ctxwardenv1.ModelInputFormat_MODEL_INPUT_FORMAT_ANTHROPIC_MESSAGES,
+		ctxwardenv1.ModelInputFormat_MODEL_INPUT_FORMAT_OPENAI_CHAT,
+	} {
+		format := format
+		t.Run(format.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			s, err := c.CreateSession(ctx, &ctxwardenv1.CreateSessionRequest{Session: &ctxwardenv1.Session{
+				SystemPrompt: "Be brief.",
+				Tools:        []*ctxwardenv1.ToolDefinition{{Name: "read", Description: "Read a file", ParametersJson: `{"type":"object"}`}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sid := s.GetSessionId()
+			steps := []*ctxwardenv1.Message{ctxwarden.User("read x and y, s'il te plaît 🙂")}
+			for _, f := range []string{"x", "y", "z"} {
+				steps = append(steps,
+					ctxwarden.Assistant("reading "+f, ctxwarden.ToolCall("call-"+f, "read", `{"path":"`+f+`"}`)),
+					ctxwarden.ToolResult("call-"+f, "contents of "+f+": naïve → €\n"),
+				)
+			}
+			steps = append(steps, ctxwarden.Assistant("done 👍"), ctxwarden.User("merci"), ctxwarden.Assistant("de rien"))
+
+			rec := &recordingClient{ContextServiceClient: c}
+			cache := ctxwarden.NewInputCache(0)
+			for i, m := range steps {
+				if _, err := c.AppendMessages(ctx, &ctxwardenv1.AppendMessagesRequest{SessionId: sid, Messages: []*ctxwardenv1.Message{m}}); err != nil {
+					t.Fatal(err)
+				}
+				in, err := cache.Build(ctx, rec, &ctxwardenv1.BuildModelInputRequest{SessionId: sid, Format: format})
+				if err != nil {
+					t.Fatalf("step %d: Build: %v", i, err)
+				}
+				full, err := c.BuildModelInput(ctx, &ctxwardenv1.BuildModelInputRequest{SessionId: sid, Format: format})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if full.GetRenderedJson() == "" || in.GetRenderedJson() != full.GetRenderedJson() {
+					t.Fatalf("step %d: merged rendered_json differs from the full one:\n got %s\nwant %s", i, in.GetRenderedJson(), full.GetRenderedJson())
+				}
+				a, b := proto.Clone(in).(*ctxwardenv1.ModelInput), proto.Clone(full).(*ctxwardenv1.ModelInput)
+				a.ResumeToken, b.ResumeToken = "", "" // the tokens may differ
+				if !proto.Equal(a, b) {
+					t.Errorf("step %d: merged input differs from the full one:\n got %v\nwant %v", i, a, b)
+				}
+				req, raw := rec.last()
+				if raw.GetResumeToken() == "" {
+					t.Fatalf("step %d: the rendered input has no resume_token", i)
+				}
+				if i == 0 {
+					if req.GetResumeToken() != "" || raw.GetRenderedPrefixBytes() != 0 {
+						t.Errorf("first: sent token %q, got prefix %d; want none, 0", req.GetResumeToken(), raw.GetRenderedPrefixBytes())
+					}
+					continue
+				}
+				sent, whole := len(raw.GetRenderedJson()), len(full.GetRenderedJson())
+				if req.GetResumeToken() == "" || raw.GetRenderedPrefixBytes() <= 0 || sent >= whole ||
+					int64(whole-sent) != raw.GetRenderedPrefixBytes() {
+					t.Errorf("step %d: sent token %q; answer has prefix %d and %d of %d bytes; want a token, prefix > 0, fewer bytes",
+						i, req.GetResumeToken(), raw.GetRenderedPrefixBytes(), sent, whole)
+				}
+			}
+		})
+	}
+}

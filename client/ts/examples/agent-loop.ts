@@ -20,6 +20,7 @@ import { pathToFileURL } from "node:url";
 
 import {
   DEFAULT_TARGET,
+  InputCache,
   ModelInputFormat,
   RecoveryAction,
   StopReason,
@@ -236,8 +237,9 @@ export async function runToolLoop(client: ContextServiceClient, opts: ToolLoopOp
   await client.appendModelOutput({ sessionId, format, output: { case: "itemsJson", value: JSON.stringify(question) } });
 
   // #region tool-loop
+  const inputs = new InputCache(client); // each input resumes the last: only what is new crosses the wire
   for (let turn = 1; ; turn++) {
-    const input = await client.buildModelInput({ sessionId, format });
+    const input = await inputs.build({ sessionId, format });
     const body = JSON.stringify({ ...params, stream: stream(turn), ...JSON.parse(input.renderedJson) });
     const response = await fetch(`${baseUrl}/v1/messages`, { method: "POST", headers, body });
     const output = { case: "responseJson", value: await modelOutputJson(response) } as const;

@@ -1,7 +1,8 @@
 /**
  * Incremental BuildModelInput: keep the last complete ModelInput of recently
  * used sessions, send its resume_token, and put the held messages back in
- * front of the ones the server sends.
+ * front of the ones the server sends (or the held rendered_json's prefix in
+ * front of the rendered rest).
  *
  *     const inputs = new InputCache(client);
  *     const input = await inputs.build({ sessionId });   // always complete
@@ -34,10 +35,14 @@ export interface InputCacheOptions {
  * incremental BuildModelInput.
  *
  * `build()` fills `resume_token` with the held input's token; the server then
- * sends only the messages the client does not hold yet and
- * `ModelInput.messages_offset` says how many held messages to keep in front.
- * `build()` always returns the complete input (`messagesOffset` 0), equal to
- * what a plain `buildModelInput` would have returned. The returned input is
+ * sends only what the client does not hold yet. Native inputs (and view FULL)
+ * come back with `ModelInput.messages_offset`: how many held messages to keep
+ * in front of the ones sent. Rendered inputs (a provider `format`, view
+ * BASIC) come back with `ModelInput.rendered_prefix_bytes`: how many bytes
+ * (UTF-8) of the held `rendered_json` to keep in front of the `rendered_json`
+ * sent. `build()` always returns the complete input (`messagesOffset` and
+ * `renderedPrefixBytes` 0), equal to what a plain `buildModelInput` would have
+ * returned. The returned input is
  * also the one held for the session, and the next input may share its Message
  * objects: treat it as read-only (copy it with `clone(ModelInputSchema, input)`
  * from `@bufbuild/protobuf` before changing it).
@@ -64,7 +69,7 @@ export class InputCache {
    * BuildModelInput with the held input's resume_token; returns the complete
    * input and holds it for the next call. Rejects like `buildModelInput`, and
    * with an Error (the session then held no more) when the server resumed
-   * more messages than this cache holds.
+   * more messages, or more rendered bytes, than this cache holds.
    */
   async build(request: BuildModelInputRequestInit, options?: CallOptions): Promise<ModelInput> {
     const sessionId = request.sessionId ?? "";
@@ -84,9 +89,12 @@ export class InputCache {
   /**
    * Completes `received` (an answer to a request that carried the resume
    * token of `held`, by default the input held for `sessionId`): the first
-   * `messagesOffset` held messages, then the received ones; every other field
-   * as received; `messagesOffset` 0. Holds and returns the result. Throws if
-   * the offset is larger than the held input's message count.
+   * `messagesOffset` held messages, then the received ones; the first
+   * `renderedPrefixBytes` bytes (UTF-8) of the held `renderedJson`, then the
+   * received one; every other field as received; both offsets 0. Holds and
+   * returns the result. Throws (and drops the held input) if an offset goes
+   * past what is held: more messages than the held input has, more bytes than
+   * its rendered_json has, or a cut inside a UTF-8 character.
    */
   merge(sessionId: string, received: ModelInput, held: ModelInput | undefined = this.#inputs.get(sessionId)): ModelInput {
     const offset = received.messagesOffset;
@@ -102,6 +110,22 @@ export class InputCache {
       }
       received.messages = held.messages.slice(0, Number(offset)).concat(received.messages);
       received.messagesOffset = 0n;
+    }
+    const prefixBytes = received.renderedPrefixBytes;
+    if (prefixBytes !== 0n) {
+      // A byte offset into the UTF-8 encoding of the held rendered_json, not
+      // an index into the (UTF-16) JavaScript string.
+      const heldBytes = Buffer.from(held?.renderedJson ?? "", "utf8");
+      const problem = renderedPrefixProblem(held === undefined ? undefined : heldBytes, prefixBytes);
+      if (problem !== undefined) {
+        this.#inputs.delete(sessionId);
+        throw new Error(
+          `BuildModelInput of session ${JSON.stringify(sessionId)} answered with rendered_prefix_bytes ${prefixBytes}, ` +
+            `but ${problem}; the held input was dropped, the next call fetches the whole input`,
+        );
+      }
+      received.renderedJson = heldBytes.subarray(0, Number(prefixBytes)).toString("utf8") + received.renderedJson;
+      received.renderedPrefixBytes = 0n;
     }
     this.#inputs.delete(sessionId);
     this.#inputs.set(sessionId, received);
@@ -136,4 +160,24 @@ export class InputCache {
   sessionIds(): string[] {
     return [...this.#inputs.keys()];
   }
+}
+
+/** Why `prefixBytes` cannot cut the held rendered_json (undefined: it can). */
+function renderedPrefixProblem(heldBytes: Buffer | undefined, prefixBytes: bigint): string | undefined {
+  if (heldBytes === undefined) {
+    return "the client holds no input for it";
+  }
+  if (prefixBytes < 0n || prefixBytes > BigInt(heldBytes.length)) {
+    return `the held rendered_json has ${heldBytes.length} byte(s)`;
+  }
+  const next = heldBytes[Number(prefixBytes)];
+  if (next !== undefined && isContinuationByte(next)) {
+    return "that offset falls inside a UTF-8 character of the held rendered_json";
+  }
+  return undefined;
+}
+
+/** Whether `byte` continues a UTF-8 sequence (0b10xxxxxx) rather than starting a character. */
+function isContinuationByte(byte: number): boolean {
+  return (byte & 0xc0) === 0x80;
 }

@@ -135,6 +135,46 @@ describe("InputCache against a real ctxwarden server", () => {
     assert.notEqual(rendered.renderedJson, "");
   });
 
+  // Rendered resume: with a provider format (view BASIC) the server sends the
+  // rendered_json after the first rendered_prefix_bytes bytes of the held one.
+  for (const format of [ModelInputFormat.ANTHROPIC_MESSAGES, ModelInputFormat.OPENAI_CHAT]) {
+    test(`an agent loop in ${ModelInputFormat[format]}: every merged rendered_json equals the full one, resumed answers are smaller`, async () => {
+      const sessionId = await newSession();
+      const rec = recording(client);
+      const inputs = new InputCache(rec);
+      const steps = [1, 2, 3].flatMap((i) => turn(i));
+      // Multi-byte text (2-, 3- and 4-byte characters) in the history.
+      steps.push(user("naïve → 🙂 ça va?"), assistant("Très bien 👍, merci €"));
+      const encoder = new TextEncoder();
+      for (const [i, message] of steps.entries()) {
+        await client.appendMessages({ sessionId, messages: [message] });
+        const merged = await inputs.build({ sessionId, format });
+        const full = await client.buildModelInput({ sessionId, format });
+        assert.notEqual(full.renderedJson, "");
+        assert.equal(merged.renderedJson, full.renderedJson, `step ${i}: rendered_json differs`);
+        assert.deepEqual(encoder.encode(merged.renderedJson), encoder.encode(full.renderedJson));
+        assert.equal(merged.renderedPrefixBytes, 0n);
+        // Every other field as a plain call has it (the token may differ).
+        const [a, b] = [create(ModelInputSchema, { ...merged, resumeToken: "" }), create(ModelInputSchema, { ...full, resumeToken: "" })];
+        assert.ok(equals(ModelInputSchema, a, b), `step ${i}: the merged input differs from the full one`);
+        assert.notEqual(merged.resumeToken, "", `step ${i}: a rendered input has a resume_token`);
+        const answer = rec.answers.at(-1)!;
+        const request = rec.requests.at(-1)!;
+        if (i === 0) {
+          assert.equal(request.resumeToken, "");
+          assert.equal(answer.renderedPrefixBytes, 0n);
+          continue;
+        }
+        assert.equal(request.resumeToken, rec.answers.at(-2)!.resumeToken, `step ${i}: the held token was sent`);
+        assert.ok(answer.renderedPrefixBytes > 0n, `step ${i}: the answer was not resumed`);
+        const sent = encoder.encode(answer.renderedJson).length;
+        const whole = encoder.encode(full.renderedJson).length;
+        assert.ok(sent < whole, `step ${i}: the resumed answer (${sent} bytes) is not smaller than the whole (${whole})`);
+        assert.equal(BigInt(whole - sent), answer.renderedPrefixBytes);
+      }
+    });
+  }
+
   test("after a rollback the merged input still equals the full input", async () => {
     const sessionId = await newSession();
     const rec = recording(client);
@@ -208,6 +248,90 @@ describe("InputCache without a server", () => {
     await assert.rejects(inputs.build({ sessionId: "s" }), /messages_offset 3, but the client holds an input of 2 message/);
     assert.equal(inputs.get("s"), undefined);
     assert.throws(() => inputs.merge("other", input("other", "t", 1n, [])), /holds no input/);
+  });
+
+  // Rendered resume: rendered_json is what follows the first
+  // rendered_prefix_bytes bytes (UTF-8) of the held rendered_json.
+  const rendered = (token: string, prefixBytes: bigint, json: string): ModelInput =>
+    create(ModelInputSchema, { sessionId: "r", resumeToken: token, renderedPrefixBytes: prefixBytes, renderedJson: json });
+  const utf8Length = (text: string): bigint => BigInt(new TextEncoder().encode(text).length);
+  // Multi-byte characters before and at the cut: 2-byte é, 3-byte €, 4-byte
+  // emoji (a UTF-16 surrogate pair), so string indices and byte offsets differ.
+  const firstWhole = '{"messages":[{"role":"user","content":"héllo € 🙂"},{"role":"assistant","content":"ça va 👍"}';
+  const firstEnd = '],"tools":[]}';
+
+  test("a rendered answer is spliced at a UTF-8 byte offset of the held rendered_json", async () => {
+    const answers = [
+      rendered("t1", 0n, firstWhole + firstEnd),
+      // Resumes right after the held messages, before `]`: the cut follows 👍.
+      rendered("t2", utf8Length(firstWhole), ',{"role":"user","content":"naïve → 🙃"}' + firstEnd),
+      // Resumes inside the second message's text, right before the emoji 👍
+      // (a cut between "ça va " and the emoji).
+      rendered("t3", utf8Length(firstWhole.slice(0, firstWhole.indexOf("👍"))), "😀\"}]}"),
+    ];
+    const sent: string[] = [];
+    const inputs = new InputCache({
+      async buildModelInput(req) {
+        sent.push(req.resumeToken ?? "");
+        return answers.shift()!;
+      },
+    });
+    const request = { sessionId: "r", format: ModelInputFormat.ANTHROPIC_MESSAGES };
+    const first = await inputs.build(request);
+    assert.equal(first.renderedJson, firstWhole + firstEnd);
+
+    const second = await inputs.build(request);
+    const secondWhole = firstWhole + ',{"role":"user","content":"naïve → 🙃"}' + firstEnd;
+    assert.equal(second.renderedJson, secondWhole);
+    assert.equal(second.renderedPrefixBytes, 0n);
+    assert.equal(second.resumeToken, "t2");
+    assert.equal(inputs.get("r"), second);
+    // The offset counted bytes: as a string index it would have cut elsewhere.
+    assert.notEqual(Number(utf8Length(firstWhole)), firstWhole.length);
+
+    const third = await inputs.build(request);
+    assert.equal(third.renderedJson, firstWhole.slice(0, firstWhole.indexOf("👍")) + '😀"}]}');
+    assert.deepEqual(JSON.parse(third.renderedJson).messages.at(-1), { role: "assistant", content: "ça va 😀" });
+    assert.deepEqual(sent, ["", "t1", "t2"]);
+  });
+
+  test("rendered_prefix_bytes equal to the held length keeps all of it; both offsets in one answer", () => {
+    const inputs = new InputCache({ buildModelInput: () => Promise.reject(new Error("unused")) });
+    inputs.merge("r", create(ModelInputSchema, { ...rendered("t1", 0n, "{€}"), messages: messages("a", "b") }));
+    const merged = inputs.merge(
+      "r",
+      create(ModelInputSchema, { ...rendered("t2", 5n, ""), messagesOffset: 2n, messages: messages("c") }),
+    );
+    assert.equal(merged.renderedJson, "{€}");
+    assert.equal(merged.messages.length, 3);
+    assert.equal(merged.messagesOffset, 0n);
+    assert.equal(merged.renderedPrefixBytes, 0n);
+  });
+
+  test("a rendered offset the held input cannot complete is an Error and drops the held input", async () => {
+    const held = "{\"system\":\"é\"}"; // 15 bytes, 14 UTF-16 units
+    const cases: [bigint, RegExp][] = [
+      [utf8Length(held) + 1n, /rendered_prefix_bytes 16, but the held rendered_json has 15 byte\(s\)/],
+      [-1n, /rendered_prefix_bytes -1, but the held rendered_json has 15 byte/],
+      // Byte 12 is the second byte of é.
+      [12n, /rendered_prefix_bytes 12, but that offset falls inside a UTF-8 character/],
+    ];
+    for (const [offset, error] of cases) {
+      const answers = [rendered("t1", 0n, held), rendered("t2", offset, "]}")];
+      const inputs = new InputCache({ buildModelInput: async () => answers.shift()! });
+      await inputs.build({ sessionId: "r" });
+      await assert.rejects(inputs.build({ sessionId: "r" }), error);
+      assert.equal(inputs.get("r"), undefined, `offset ${offset}: the held input is dropped`);
+      assert.equal(inputs.size, 0);
+    }
+    // Nothing held at all.
+    const inputs = new InputCache({ buildModelInput: async () => rendered("t", 3n, "}") });
+    await assert.rejects(inputs.build({ sessionId: "r" }), /rendered_prefix_bytes 3, but the client holds no input for it/);
+    assert.throws(() => inputs.merge("other", rendered("t", 1n, "")), /holds no input/);
+    // The exact length of the held rendered_json is fine.
+    const whole = new InputCache({ buildModelInput: () => Promise.reject(new Error("unused")) });
+    whole.merge("r", rendered("t1", 0n, held));
+    assert.equal(whole.merge("r", rendered("t2", utf8Length(held), "")).renderedJson, held);
   });
 
   test("holds at most `capacity` sessions, dropping the least recently used", async () => {

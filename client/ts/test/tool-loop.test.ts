@@ -233,7 +233,9 @@ test("the example's tool loop converts nothing by hand", () => {
   assert.ok(region !== undefined, "no tool-loop region in the example");
   const code = region.replace(/\/\/.*$/gm, "");
   // Its only ctxwarden calls move provider JSON in and out.
-  assert.deepEqual(new Set(code.match(/client\.\w+/g)), new Set(["client.buildModelInput", "client.appendModelOutput"]));
+  assert.deepEqual(new Set(code.match(/client\.\w+/g)), new Set(["client.appendModelOutput"]));
+  assert.match(code, /new InputCache\(client\)/);
+  assert.match(code, /inputs\.build\(\{ sessionId, format \}\)/);
   // The rendered body is posted as it is, merged with the agent's own parameters.
   assert.deepEqual(code.match(/\w*renderedJson\)?/g), ["renderedJson)"]);
   assert.match(code, /\.\.\.JSON\.parse\(input\.renderedJson\)/);

@@ -76,9 +76,10 @@ func (l *ToolLoop) Run(ctx context.Context, c ctxwardenv1.ContextServiceClient, 
 	if maxCalls == 0 {
 		maxCalls = 10
 	}
+	inputs := ctxwarden.NewInputCache(1) // each input resumes the last: only what is new crosses the wire
 	for n := 1; n <= maxCalls; n++ {
 		stream := l.Stream != nil && l.Stream(n)
-		in, err := c.BuildModelInput(ctx, &ctxwardenv1.BuildModelInputRequest{SessionId: sid, Format: chat})
+		in, err := inputs.Build(ctx, c, &ctxwardenv1.BuildModelInputRequest{SessionId: sid, Format: chat})
 		if err != nil {
 			return sid, nil, fmt.Errorf("BuildModelInput: %w", err)
 		}

@@ -258,7 +258,7 @@ func TestToolLoopMovesJSONOnly(t *testing.T) {
 		}
 		return true
 	})
-	for _, name := range []string{"c.BuildModelInput", "c.AppendModelOutput", "ctxwarden.ModelOutput",
+	for _, name := range []string{"ctxwarden.NewInputCache", "inputs.Build", "c.AppendModelOutput", "ctxwarden.ModelOutput",
 		"ctxwarden.ModelItems", "ctxwarden.RequestBody", "ctxwarden.ReadResponse"} {
 		if !used[name] {
 			t.Errorf("toolloop.go does not use %s", name)
