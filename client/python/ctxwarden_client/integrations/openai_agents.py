@@ -1,0 +1,261 @@
+"""An OpenAI Agents SDK session stored in ctxwarden, with ctxwarden's compaction.
+
+    from agents import Agent, Runner
+    from ctxwarden_client import Client
+    from ctxwarden_client.integrations.openai_agents import CtxwardenSession
+
+    with Client("127.0.0.1:50051") as client:
+        session = CtxwardenSession("user-42", client)
+        await Runner.run(agent, "Hi", session=session)
+
+Items are stored as ctxwarden messages, one per item (see
+:mod:`ctxwarden_client.integrations.responses_items`), and :meth:`get_items`
+returns the session's effective context, not the raw history: after a
+compaction, the summary (as a user message) followed by the kept items. The
+complete history stays in ctxwarden (``ListMessages``).
+
+``run_compaction`` (the SDK's compaction-aware session protocol, called by the
+Runner after each turn) compacts when ctxwarden recommends it, or always with
+``force``: with the server's summariser (``Compact``, ``serve --summarizer``), or
+with ``summarizer=`` (your own LLM: ``PrepareCompaction`` + ``CommitCompaction``).
+
+Calls run the blocking :class:`~ctxwarden_client.Client` in a worker thread, so
+one session works from any event loop (``Runner.run_sync`` makes its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from .._errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from .._sync_client import Client
+from ..v1 import context_service_pb2 as pb
+from ..v1 import message_pb2 as m
+from ..v1 import session_pb2
+from .responses_items import item_to_message, message_to_items
+from .session_ids import session_key
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
+    from agents.memory.session import OpenAIResponsesCompactionArgs
+
+__all__ = ["CtxwardenSession", "Summarizer"]
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+Summarizer = Callable[[str, str, int], "str | Awaitable[str]"]
+"""``(system, prompt, max_tokens) -> summary``: your LLM, sync or async."""
+
+
+class CtxwardenSession:
+    """The SDK's ``Session`` and compaction-aware session protocols over ctxwarden.
+
+    ``session_id`` is the SDK's ID; the ctxwarden session is
+    ``session_key(namespace, session_id)`` (``oa:<escaped id>``, see
+    :mod:`~ctxwarden_client.integrations.session_ids`) unless
+    ``ctxwarden_session_id`` names one. It is created on the first write, from
+    ``template`` (system prompt, model, policy, tools, user and project): the
+    SDK sends its agent's instructions and tools with each model call, so they
+    are not the session's. ``client`` is not closed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        client: Client,
+        *,
+        namespace: str = "oa",
+        ctxwarden_session_id: str | None = None,
+        template: session_pb2.Session | None = None,
+        session_settings: SessionSettings | None = None,
+        summarizer: Summarizer | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.client = client
+        self.ctxwarden_session_id = ctxwarden_session_id or session_key(namespace, session_id)
+        self._template = template or session_pb2.Session()
+        self._summarizer = summarizer
+        self._lock = threading.RLock()
+        self._exists = False
+
+    # -- plumbing --------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[], _T]) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                return fn()
+
+        return await asyncio.to_thread(locked)
+
+    def _ensure(self) -> None:
+        if self._exists:
+            return
+        try:
+            self.client.get_session(self.ctxwarden_session_id)
+        except NotFoundError:
+            self._create()
+        self._exists = True
+
+    def _create(self) -> None:
+        session = session_pb2.Session()
+        session.CopyFrom(self._template)
+        try:
+            self.client.create_session(session, session_id=self.ctxwarden_session_id)
+        except AlreadyExistsError:
+            pass  # another writer made it first
+
+    def _context(self) -> list[m.Message]:
+        """The effective context's messages (summary first), [] without a session."""
+        try:
+            model_input = self.client.build_model_input(
+                self.ctxwarden_session_id, view=pb.MODEL_INPUT_VIEW_FULL
+            )
+        except NotFoundError:
+            self._exists = False
+            return []
+        return list(model_input.messages)
+
+    def _limit(self, limit: int | None) -> int | None:
+        if limit is None and self.session_settings is not None:
+            return cast("int | None", getattr(self.session_settings, "limit", None))
+        return limit
+
+    # -- Session protocol ------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The effective context as Responses items; the newest ``limit`` when given."""
+        wanted = self._limit(limit)
+
+        def read() -> list[dict[str, Any]]:
+            items = [item for msg in self._context() for item in message_to_items(msg)]
+            if wanted is None:
+                return items
+            return items[-wanted:] if wanted > 0 else []
+
+        return cast("list[TResponseInputItem]", await self._run(read))
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Appends the items, one message each, in one atomic append."""
+        plain = [_plain(item) for item in items]
+        if not plain:
+            return
+        names = {
+            i["call_id"]: i["name"]
+            for i in plain
+            if i.get("type") == "function_call" and isinstance(i.get("name"), str)
+        }
+        messages = [item_to_message(item, names) for item in plain]
+        await self._run(lambda: self._append(messages))
+
+    def _append(self, messages: list[m.Message]) -> None:
+        self._ensure()
+        try:
+            self.client.append_messages(
+                self.ctxwarden_session_id, messages, view=pb.MESSAGE_VIEW_BASIC
+            )
+        except NotFoundError:  # cleared or deleted by another writer meanwhile
+            self._create()
+            self.client.append_messages(
+                self.ctxwarden_session_id, messages, view=pb.MESSAGE_VIEW_BASIC
+            )
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Removes the newest item from the effective context and returns it.
+
+        The message is rolled back (``RollbackTurn``), so it stays in the history."""
+
+        def pop() -> dict[str, Any] | None:
+            context = [msg for msg in self._context() if msg.seq > 0]
+            if not context:
+                return None
+            last = context[-1]
+            items = message_to_items(last)
+            self.client.rollback_turn(self.ctxwarden_session_id, to_seq=last.seq - 1)
+            if len(items) > 1:  # a message of several items (another client's): keep the rest
+                self._append([item_to_message(item) for item in items[:-1]])
+            return items[-1] if items else pop()
+
+        return cast("TResponseInputItem | None", await self._run(pop))
+
+    async def clear_session(self) -> None:
+        """Empties the effective context; the history stays in ctxwarden."""
+
+        def clear() -> None:
+            try:
+                self.client.rollback_turn(self.ctxwarden_session_id, to_seq=0)
+            except NotFoundError:
+                self._exists = False
+
+        await self._run(clear)
+
+    def close(self) -> None:
+        """Nothing to release: the client belongs to the caller."""
+
+    # -- compaction-aware protocol ---------------------------------------------
+
+    async def run_compaction(self, args: OpenAIResponsesCompactionArgs | None = None) -> None:
+        """Compacts when ctxwarden recommends it (``force``: always).
+
+        Nothing to compact is not an error, nor, without ``force``, a server
+        without a summariser (logged): the Runner calls this after every turn."""
+        force = bool(args and args.get("force"))
+        sid = self.ctxwarden_session_id
+
+        def due() -> bool:
+            try:
+                basic = self.client.build_model_input(sid, view=pb.MODEL_INPUT_VIEW_BASIC)
+            except NotFoundError:
+                return False
+            return force or basic.compaction_recommended
+
+        if not await self._run(due):
+            return
+        try:
+            if self._summarizer is None:
+                await self._run(lambda: self.client.compact(sid))
+            else:
+                await self._compact_with(self._summarizer)
+        except FailedPreconditionError as exc:
+            if exc.reason == "NOTHING_TO_COMPACT":
+                return
+            if force:
+                raise
+            logger.warning("ctxwarden session %s was not compacted", sid, exc_info=True)
+
+    async def _compact_with(self, summarizer: Summarizer) -> None:
+        sid = self.ctxwarden_session_id
+        plan = await self._run(lambda: self.client.prepare_compaction(sid))
+        summary = await _answer(summarizer, plan.history_prompt)
+        prefix = ""
+        if plan.split_turn:
+            prefix = await _answer(summarizer, plan.turn_prefix_prompt)
+        await self._run(
+            lambda: self.client.commit_compaction(
+                sid, plan.plan_id, summary, turn_prefix_summary=prefix
+            )
+        )
+
+
+async def _answer(summarizer: Summarizer, prompt: pb.CompactionPrompt) -> str:
+    answer = summarizer(prompt.system, prompt.user, prompt.max_tokens)
+    if inspect.isawaitable(answer):
+        return await answer
+    return answer
+
+
+def _plain(item: object) -> dict[str, Any]:
+    """A JSON-ready dict of an item (a TypedDict already is one; SDK models are dumped)."""
+    if isinstance(item, Mapping):
+        return dict(item)
+    dump = getattr(item, "model_dump", None)
+    if callable(dump):
+        return cast("dict[str, Any]", dump(exclude_unset=True, mode="json"))
+    raise TypeError(f"not a Responses input item: {type(item).__name__}")
