@@ -40,9 +40,14 @@ from ..v1 import session_pb2
 from .responses_items import item_to_message, message_to_items
 from .session_ids import session_key
 
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-    from agents.memory import SessionSettings
     from agents.memory.session import OpenAIResponsesCompactionArgs
 
 __all__ = ["CtxwardenSession", "Summarizer"]
@@ -74,21 +79,29 @@ class CtxwardenSession:
         namespace: str = "oa",
         ctxwarden_session_id: str | None = None,
         template: session_pb2.Session | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         summarizer: Summarizer | None = None,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         self.client = client
         self.ctxwarden_session_id = ctxwarden_session_id or session_key(namespace, session_id)
         self._template = template or session_pb2.Session()
         self._summarizer = summarizer
         self._lock = threading.RLock()
         self._exists = False
+        self._closed = False
 
     # -- plumbing --------------------------------------------------------------
 
     async def _run(self, fn: Callable[[], _T]) -> _T:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
         def locked() -> _T:
             with self._lock:
                 return fn()
@@ -123,20 +136,16 @@ class CtxwardenSession:
             return []
         return list(model_input.messages)
 
-    def _limit(self, limit: int | None) -> int | None:
-        if limit is None and self.session_settings is not None:
-            return cast("int | None", getattr(self.session_settings, "limit", None))
-        return limit
-
     # -- Session protocol ------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The effective context as Responses items; the newest ``limit`` when given."""
-        wanted = self._limit(limit)
+        """The effective context as Responses items; the newest ``limit`` when given
+        (default: ``session_settings.limit``; a negative limit is no limit, as in SQLite)."""
+        wanted = resolve_session_limit(limit, self.session_settings)
 
         def read() -> list[dict[str, Any]]:
             items = [item for msg in self._context() for item in message_to_items(msg)]
-            if wanted is None:
+            if wanted is None or wanted < 0:
                 return items
             return items[-wanted:] if wanted > 0 else []
 
@@ -146,6 +155,7 @@ class CtxwardenSession:
         """Appends the items, one message each, in one atomic append."""
         plain = [_plain(item) for item in items]
         if not plain:
+            await self._run(lambda: None)  # still refused once closed
             return
         names = {
             i["call_id"]: i["name"]
@@ -197,7 +207,8 @@ class CtxwardenSession:
         await self._run(clear)
 
     def close(self) -> None:
-        """Nothing to release: the client belongs to the caller."""
+        """Refuses later calls; the client is the caller's and stays open."""
+        self._closed = True
 
     # -- compaction-aware protocol ---------------------------------------------
 
