@@ -26,73 +26,19 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from .._errors import AlreadyExistsError, NotFoundError
 from .._sync_client import Client
-from ..v1 import context_service_pb2 as pb
-from ..v1 import message_pb2 as m
 from ..v1 import session_pb2
+from ._store import SessionStore
 from .langchain_messages import from_ctxwarden, to_ctxwarden
 from .session_ids import session_key
 
 __all__ = ["CtxwardenChatMessageHistory", "CtxwardenContextMiddleware"]
 
 
-class _Store:
-    """One ctxwarden session: created on the first write, read as its effective context."""
-
-    def __init__(self, client: Client, session_id: str, template: session_pb2.Session | None):
-        self.client = client
-        self.session_id = session_id
-        self.template = template or session_pb2.Session()
-        self.exists = False
-
-    def create(self) -> None:
-        session = session_pb2.Session()
-        session.CopyFrom(self.template)
-        try:
-            self.client.create_session(session, session_id=self.session_id)
-        except AlreadyExistsError:
-            pass
-
-    def ensure(self) -> None:
-        if not self.exists:
-            try:
-                self.client.get_session(self.session_id)
-            except NotFoundError:
-                self.create()
-            self.exists = True
-
-    def append(self, messages: Sequence[m.Message]) -> None:
-        if not messages:
-            return
-        self.ensure()
-        try:
-            self.client.append_messages(self.session_id, messages, view=pb.MESSAGE_VIEW_BASIC)
-        except NotFoundError:
-            self.create()
-            self.client.append_messages(self.session_id, messages, view=pb.MESSAGE_VIEW_BASIC)
-
-    def context(self, *, auto_compact: bool = False) -> list[m.Message]:
-        try:
-            model_input = self.client.build_model_input(
-                self.session_id, auto_compact=auto_compact, view=pb.MODEL_INPUT_VIEW_FULL
-            )
-        except NotFoundError:
-            self.exists = False
-            return []
-        return list(model_input.messages)
-
-    def clear(self) -> None:
-        try:
-            self.client.rollback_turn(self.session_id, to_seq=0)
-        except NotFoundError:
-            self.exists = False
-
-
 class CtxwardenChatMessageHistory(BaseChatMessageHistory):
     """A chat history in one ctxwarden session (``session_key(namespace, session_id)``
     unless ``ctxwarden_session_id`` names it). ``messages`` is the effective context;
-    ``clear`` removes every message from it (the history stays in ctxwarden).
+    ``clear`` starts the session over (same ID and settings, no messages).
     ``template`` gives the new session's settings (model, policy, user and project)."""
 
     def __init__(
@@ -105,7 +51,7 @@ class CtxwardenChatMessageHistory(BaseChatMessageHistory):
         template: session_pb2.Session | None = None,
     ) -> None:
         self.session_id = session_id
-        self._store = _Store(
+        self._store = SessionStore(
             client, ctxwarden_session_id or session_key(namespace, session_id), template
         )
         self._lock = threading.Lock()
@@ -165,11 +111,11 @@ class CtxwardenContextMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self._stored: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def _store_for(self, request: Any) -> _Store:
+    def _store_for(self, request: Any) -> SessionStore:
         sid = self._session_id(request) if self._session_id else _thread_id()
-        return _Store(self._client, session_key(self._namespace, sid), self._template)
+        return SessionStore(self._client, session_key(self._namespace, sid), self._template)
 
-    def _persist(self, store: _Store, messages: Sequence[BaseMessage]) -> None:
+    def _persist(self, store: SessionStore, messages: Sequence[BaseMessage]) -> None:
         start = self._stored.get(store.session_id, 0)
         new = list(messages[start:]) if start <= len(messages) else list(messages)
         converted = []
@@ -181,14 +127,16 @@ class CtxwardenContextMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         store.append(converted)
         self._stored[store.session_id] = len(messages)
 
-    def _prepare(self, request: Any) -> tuple[_Store, Any]:
+    def _prepare(self, request: Any) -> tuple[SessionStore, Any]:
         store = self._store_for(request)
         with self._lock:
             self._persist(store, request.state["messages"])
-            context = [from_ctxwarden(msg) for msg in store.context(auto_compact=self._auto_compact)]
+            context = [
+                from_ctxwarden(msg) for msg in store.context(auto_compact=self._auto_compact)
+            ]
         return store, request.override(messages=context)
 
-    def _record(self, store: _Store, request: Any, response: Any) -> None:
+    def _record(self, store: SessionStore, request: Any, response: Any) -> None:
         result = getattr(response, "result", None)
         answer = list(result) if result is not None else [response]
         with self._lock:
@@ -200,9 +148,7 @@ class CtxwardenContextMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self._record(store, request, response)
         return response
 
-    async def awrap_model_call(
-        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         import asyncio
 
         store, replaced = await asyncio.to_thread(self._prepare, request)

@@ -50,7 +50,11 @@ def _content(content: object) -> tuple[list[m.ContentBlock], object]:
     blocks: list[m.ContentBlock] = []
     template: list[object] = []
     for part in content if isinstance(content, list) else []:
-        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+        if (
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        ):
             blocks.append(_text(part["text"]))
             template.append({k: v for k, v in part.items() if k != "text"})
         elif isinstance(part, str):
@@ -103,7 +107,9 @@ def to_ctxwarden(message: BaseMessage) -> m.Message:
                     )
                 )
             )
-        inner["tool_calls"] = [{k: v for k, v in c.items() if k not in ("id", "name", "args")} for c in calls]
+        inner["tool_calls"] = [
+            {k: v for k, v in c.items() if k not in ("id", "name", "args")} for c in calls
+        ]
         inner["$calls"] = True
     if not blocks:
         blocks.append(_text(""))
@@ -142,8 +148,12 @@ def _plain(message: m.Message) -> BaseMessage:
         return ToolMessage(content=text, tool_call_id=message.tool_call_id)
     if message.role == m.ROLE_ASSISTANT:
         calls = [
-            {"name": b.tool_call.name, "args": json.loads(b.tool_call.arguments_json or "{}"),
-             "id": b.tool_call.id, "type": "tool_call"}
+            {
+                "name": b.tool_call.name,
+                "args": json.loads(b.tool_call.arguments_json or "{}"),
+                "id": b.tool_call.id,
+                "type": "tool_call",
+            }
             for b in message.content
             if b.WhichOneof("block") == "tool_call"
         ]

@@ -32,19 +32,19 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .._errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
-from .._sync_client import Client
-from ..v1 import context_service_pb2 as pb
-from ..v1 import message_pb2 as m
-from ..v1 import session_pb2
-from .responses_items import item_to_message, message_to_items
-from .session_ids import session_key
-
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
     resolve_session_limit,
 )
+
+from .._errors import AbortedError, FailedPreconditionError, NotFoundError
+from .._sync_client import Client
+from ..v1 import context_service_pb2 as pb
+from ..v1 import session_pb2
+from ._store import SessionStore
+from .responses_items import item_to_message, message_to_items
+from .session_ids import session_key
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -55,6 +55,7 @@ __all__ = ["CtxwardenSession", "Summarizer"]
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
+_POP_ATTEMPTS = 20
 Summarizer = Callable[[str, str, int], "str | Awaitable[str]"]
 """``(system, prompt, max_tokens) -> summary``: your LLM, sync or async."""
 
@@ -89,11 +90,11 @@ class CtxwardenSession:
             else coerce_session_settings(session_settings)
         )
         self.client = client
-        self.ctxwarden_session_id = ctxwarden_session_id or session_key(namespace, session_id)
-        self._template = template or session_pb2.Session()
+        self._store = SessionStore(
+            client, ctxwarden_session_id or session_key(namespace, session_id), template
+        )
         self._summarizer = summarizer
         self._lock = threading.RLock()
-        self._exists = False
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------
@@ -108,33 +109,9 @@ class CtxwardenSession:
 
         return await asyncio.to_thread(locked)
 
-    def _ensure(self) -> None:
-        if self._exists:
-            return
-        try:
-            self.client.get_session(self.ctxwarden_session_id)
-        except NotFoundError:
-            self._create()
-        self._exists = True
-
-    def _create(self) -> None:
-        session = session_pb2.Session()
-        session.CopyFrom(self._template)
-        try:
-            self.client.create_session(session, session_id=self.ctxwarden_session_id)
-        except AlreadyExistsError:
-            pass  # another writer made it first
-
-    def _context(self) -> list[m.Message]:
-        """The effective context's messages (summary first), [] without a session."""
-        try:
-            model_input = self.client.build_model_input(
-                self.ctxwarden_session_id, view=pb.MODEL_INPUT_VIEW_FULL
-            )
-        except NotFoundError:
-            self._exists = False
-            return []
-        return list(model_input.messages)
+    @property
+    def ctxwarden_session_id(self) -> str:
+        return self._store.session_id
 
     # -- Session protocol ------------------------------------------------------
 
@@ -144,7 +121,7 @@ class CtxwardenSession:
         wanted = resolve_session_limit(limit, self.session_settings)
 
         def read() -> list[dict[str, Any]]:
-            items = [item for msg in self._context() for item in message_to_items(msg)]
+            items = [item for msg in self._store.context() for item in message_to_items(msg)]
             if wanted is None or wanted < 0:
                 return items
             return items[-wanted:] if wanted > 0 else []
@@ -163,48 +140,47 @@ class CtxwardenSession:
             if i.get("type") == "function_call" and isinstance(i.get("name"), str)
         }
         messages = [item_to_message(item, names) for item in plain]
-        await self._run(lambda: self._append(messages))
-
-    def _append(self, messages: list[m.Message]) -> None:
-        self._ensure()
-        try:
-            self.client.append_messages(
-                self.ctxwarden_session_id, messages, view=pb.MESSAGE_VIEW_BASIC
-            )
-        except NotFoundError:  # cleared or deleted by another writer meanwhile
-            self._create()
-            self.client.append_messages(
-                self.ctxwarden_session_id, messages, view=pb.MESSAGE_VIEW_BASIC
-            )
+        await self._run(lambda: self._store.append(messages))
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Removes the newest item from the effective context and returns it.
+        """Removes the newest item and returns it.
 
-        The message is rolled back (``RollbackTurn``), so it stays in the history."""
+        Its message is rolled back (``RollbackTurn`` with ``expected_last_seq``, so a
+        concurrent append is never rolled back with it): it leaves the effective
+        context and stays in the history."""
+        return cast("TResponseInputItem | None", await self._run(self._pop))
 
-        def pop() -> dict[str, Any] | None:
-            context = [msg for msg in self._context() if msg.seq > 0]
-            if not context:
+    def _pop(self) -> dict[str, Any] | None:
+        sid = self.ctxwarden_session_id
+        for _ in range(_POP_ATTEMPTS):
+            try:
+                last_seq = self.client.get_session(sid).last_seq
+            except NotFoundError:
+                self._store.exists = False
                 return None
-            last = context[-1]
-            items = message_to_items(last)
-            self.client.rollback_turn(self.ctxwarden_session_id, to_seq=last.seq - 1)
+            newest = next(
+                iter(self.client.list_messages(sid, page_size=1, newest_first=True)), None
+            )
+            if newest is None:
+                return None
+            try:
+                self.client.rollback_turn(sid, to_seq=newest.seq - 1, expected_last_seq=last_seq)
+            except AbortedError as exc:
+                if exc.reason == "LAST_SEQ_MISMATCH":
+                    continue  # appended to meanwhile: read the new newest item
+                raise
+            items = message_to_items(newest)
             if len(items) > 1:  # a message of several items (another client's): keep the rest
-                self._append([item_to_message(item) for item in items[:-1]])
-            return items[-1] if items else pop()
-
-        return cast("TResponseInputItem | None", await self._run(pop))
+                self._store.append([item_to_message(item) for item in items[:-1]])
+            return items[-1] if items else self._pop()
+        raise AbortedError(f"pop_item: session {sid} kept changing", reason="LAST_SEQ_MISMATCH")
 
     async def clear_session(self) -> None:
-        """Empties the effective context; the history stays in ctxwarden."""
+        """Starts the session over: ``DeleteSession``, then ``CreateSession`` with the
+        same ID and settings (system prompt, model, tools, policy, user, project; not
+        its state or pinned state)."""
 
-        def clear() -> None:
-            try:
-                self.client.rollback_turn(self.ctxwarden_session_id, to_seq=0)
-            except NotFoundError:
-                self._exists = False
-
-        await self._run(clear)
+        await self._run(self._store.clear)
 
     def close(self) -> None:
         """Refuses later calls; the client is the caller's and stays open."""

@@ -274,7 +274,9 @@ def _canonical(message: m.Message) -> list[Item]:
         content: object = text if only_text else _canonical_parts(message)
         if message.role == m.ROLE_USER:
             return [{"role": "user", "content": content}]
-        return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": content}]
+        return [
+            {"type": "function_call_output", "call_id": message.tool_call_id, "output": content}
+        ]
     items: list[Item] = []
     for block in blocks:
         kind = block.WhichOneof("block")
