@@ -30,6 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+CLIENT = ROOT / "client" / "python"
 CACHE_ENV = "CTXWARDEN_FRAMEWORK_CACHE"
 
 
@@ -46,6 +47,10 @@ class Suite:
     """When set: the source tree comes from this environment variable (a checkout at the
     pinned version's tag), for a framework whose source distribution has no tests."""
     pytest_args: tuple[str, ...] = field(default=())
+    venv: tuple[str, ...] = ()
+    """When set: the suite runs in a virtualenv of its own with these requirements
+    (plus the client), made once in the cache, for a framework whose pins conflict
+    with the test extra's."""
 
 
 SUITES = (
@@ -70,6 +75,31 @@ SUITES = (
             "tests/unit_tests/runnables/test_history.py",
         ),
         "ctxwarden_langchain",
+    ),
+    # google-adk's source distribution has no tests: CTXWARDEN_ADK_SOURCE names a tree
+    # holding tests/unittests/sessions/test_session_service.py of google/adk-python at
+    # the pinned version. google-adk 2.13.0 needs google-genai<3 and
+    # opentelemetry-sdk<=1.44, against the test extra's pins: it gets a virtualenv.
+    Suite(
+        "adk",
+        "google-adk",
+        "2.13.0",
+        ("tests/unittests/sessions/test_session_service.py",),
+        "ctxwarden_adk",
+        source_env="CTXWARDEN_ADK_SOURCE",
+        pytest_args=(
+            "-o",
+            "asyncio_mode=auto",
+            "-o",
+            "asyncio_default_fixture_loop_scope=function",
+        ),
+        venv=(
+            "google-adk==2.13.0",
+            "sqlalchemy[asyncio]>=2.0.30,<2.2",
+            "aiosqlite>=0.20",
+            "pytest==9.2.0",
+            "pytest-asyncio==1.5.0",
+        ),
     ),
 )
 
@@ -114,6 +144,32 @@ def source_tree(suite: Suite) -> Path:
         shutil.rmtree(dest, ignore_errors=True)
         top.rename(dest)
     return dest
+
+
+def python_for(suite: Suite) -> str:
+    """The interpreter of the suite: this one, or its own virtualenv's (made once)."""
+    if not suite.venv:
+        return sys.executable
+    venv = cache_dir() / f"venv-{suite.name}-{suite.version}"
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", *suite.venv],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        (venv / ".complete").touch()
+    # The client as it is in this checkout (not cached: it changes with the code).
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "-e", str(CLIENT)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return str(python)
 
 
 @dataclass
@@ -172,11 +228,11 @@ def run_suite(suite: Suite, target: str, workdir: Path, timeout: float = 900) ->
     env = {
         **os.environ,
         "CTXWARDEN_TARGET": target,
-        "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT / "client" / "python")]),
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(CLIENT)]),
     }
     proc = subprocess.run(
         [
-            sys.executable,
+            python_for(suite),
             "-m",
             "pytest",
             "-q",
