@@ -53,9 +53,8 @@ class SwappedInMemoryChatMessageHistory(CtxwardenChatMessageHistory):
 def pytest_configure(config: pytest.Config) -> None:
     import langchain_core.chat_history
 
-    langchain_core.chat_history.InMemoryChatMessageHistory = (  # type: ignore[misc]
-        SwappedInMemoryChatMessageHistory
-    )
+    chat_history = langchain_core.chat_history
+    chat_history.InMemoryChatMessageHistory = SwappedInMemoryChatMessageHistory  # type: ignore[misc,assignment]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -66,8 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
     import agents
     import agents.memory
 
-    agents.SQLiteSession = SwappedSQLiteSession  # type: ignore[misc]
-    agents.memory.SQLiteSession = SwappedSQLiteSession  # type: ignore[misc]
+    agents.SQLiteSession = SwappedSQLiteSession  # type: ignore[misc,assignment]
+    agents.memory.SQLiteSession = SwappedSQLiteSession  # type: ignore[misc,assignment]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -86,7 +86,7 @@ class SessionStore:
         fresh = session_pb2.Session()
         fresh.CopyFrom(old)
         for name in FRESH_ON_CLEAR:
-            fresh.ClearField(name)
+            fresh.ClearField(name)  # type: ignore[arg-type]
         with contextlib.suppress(NotFoundError):
             self.client.delete_session(self.session_id)
         self.create(fresh)

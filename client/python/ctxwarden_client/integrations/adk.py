@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from google.adk.errors._stale_session_error import StaleSessionError  # a ValueError
 from google.adk.errors.already_exists_error import AlreadyExistsError as AdkAlreadyExists
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -52,11 +53,6 @@ from ..builders import state_delta
 from ..v1 import session_pb2
 from .adk_events import event_timestamp, from_message, to_message
 from .session_ids import session_key, split_session_key
-
-try:  # ADK's own error for a stale writer (a ValueError), where this ADK has it
-    from google.adk.errors._stale_session_error import StaleSessionError
-except ImportError:  # pragma: no cover
-    StaleSessionError = ValueError  # type: ignore[misc,assignment]
 
 __all__ = ["CtxwardenSessionService"]
 
@@ -91,7 +87,7 @@ def _merged(stored: session_pb2.Session) -> dict[str, Any]:
     return state
 
 
-class CtxwardenSessionService(BaseSessionService):
+class CtxwardenSessionService(BaseSessionService):  # type: ignore[misc,unused-ignore]
     """ADK's ``BaseSessionService`` over ctxwarden. ``template`` gives new sessions
     their ctxwarden settings (model, policy, system prompt); ``client`` stays the
     caller's. Calls run the blocking client in a worker thread."""

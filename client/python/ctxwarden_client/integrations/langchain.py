@@ -85,7 +85,7 @@ def _thread_id() -> str:
     return str(thread)
 
 
-class CtxwardenContextMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class CtxwardenContextMiddleware(AgentMiddleware):
     """``create_agent(model, tools, middleware=[CtxwardenContextMiddleware(client)])``.
 
     The session is ``session_key(namespace, thread_id)`` of the run's

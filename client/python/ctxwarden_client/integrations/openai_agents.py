@@ -231,7 +231,7 @@ class CtxwardenSession:
         )
 
 
-async def _answer(summarizer: Summarizer, prompt: pb.CompactionPrompt) -> str:
+async def _answer(summarizer: Summarizer, prompt: pb.SummaryPrompt) -> str:
     answer = summarizer(prompt.system, prompt.user, prompt.max_tokens)
     if inspect.isawaitable(answer):
         return await answer
