@@ -91,7 +91,9 @@ class CtxwardenContextMiddleware(AgentMiddleware):
     The session is ``session_key(namespace, thread_id)`` of the run's
     ``configurable.thread_id``, or ``session_id(request)`` when given. Each state
     message is stored once (its LangChain ``id`` is the ctxwarden ``message_id``,
-    so a restarted process does not store it twice)."""
+    so it is stored once even when sent again, e.g. by a restarted process).
+    ``auto_compact=True``: the context is compacted first when it would cross
+    the threshold (needs ``serve --summarizer``)."""
 
     def __init__(
         self,
@@ -108,7 +110,7 @@ class CtxwardenContextMiddleware(AgentMiddleware):
         self._namespace = namespace
         self._template = template
         self._auto_compact = auto_compact
-        self._stored: dict[str, int] = {}
+        self._seen: dict[str, set[str]] = {}
         self._lock = threading.Lock()
 
     def _store_for(self, request: Any) -> SessionStore:
@@ -116,16 +118,17 @@ class CtxwardenContextMiddleware(AgentMiddleware):
         return SessionStore(self._client, session_key(self._namespace, sid), self._template)
 
     def _persist(self, store: SessionStore, messages: Sequence[BaseMessage]) -> None:
-        start = self._stored.get(store.session_id, 0)
-        new = list(messages[start:]) if start <= len(messages) else list(messages)
+        seen = self._seen.setdefault(store.session_id, set())
         converted = []
-        for msg in new:
+        for msg in messages:
+            if msg.id and msg.id in seen:
+                continue
             stored = to_ctxwarden(msg)
             if msg.id and len(msg.id) <= 120:
-                stored.message_id = f"lc:{msg.id}"
+                stored.message_id = f"lc:{msg.id}"  # stored once, whoever sends it again
             converted.append(stored)
         store.append(converted)
-        self._stored[store.session_id] = len(messages)
+        seen.update(msg.id for msg in messages if msg.id)
 
     def _prepare(self, request: Any) -> tuple[SessionStore, Any]:
         store = self._store_for(request)
