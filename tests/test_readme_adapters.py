@@ -20,7 +20,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _example(name: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     (block,) = [b for b in blocks if b.startswith(f"# adapter example: {name}\n")]
     return block
 
