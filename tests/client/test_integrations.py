@@ -140,3 +140,18 @@ def test_session_keys_are_reversible(first: str, rest: list[str]) -> None:
 def test_different_tuples_never_share_a_key() -> None:
     assert session_key("adk", "a:b", "c") != session_key("adk", "a", "b:c")
     assert session_key("adk", "a.3A") != session_key("adk", "a:")
+
+
+def test_an_item_ctxwarden_refuses_is_kept_verbatim(client: Client) -> None:
+    odd = {
+        "role": "user",
+        "content": [{"type": "input_image", "image_url": "data:image/x-odd;base64,AAAA"}],
+    }
+    items = [{"role": "user", "content": "look"}, odd]
+    session = CtxwardenSession(f"odd-{secrets.token_hex(4)}", client)
+
+    async def run() -> list[Any]:
+        await session.add_items(items)  # type: ignore[arg-type]
+        return await session.get_items()
+
+    assert asyncio.run(run()) == items

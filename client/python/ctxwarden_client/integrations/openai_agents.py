@@ -38,12 +38,12 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
-from .._errors import AbortedError, FailedPreconditionError, NotFoundError
+from .._errors import AbortedError, FailedPreconditionError, InvalidArgumentError, NotFoundError
 from .._sync_client import Client
 from ..v1 import context_service_pb2 as pb
 from ..v1 import session_pb2
 from ._store import SessionStore
-from .responses_items import item_to_message, message_to_items
+from .responses_items import item_to_message, message_to_items, opaque_message
 from .session_ids import session_key
 
 if TYPE_CHECKING:
@@ -129,7 +129,8 @@ class CtxwardenSession:
         return cast("list[TResponseInputItem]", await self._run(read))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Appends the items, one message each, in one atomic append."""
+        """Appends the items, one message each, in one atomic append (item by item
+        when ctxwarden refuses one in its modelled form, which is then kept verbatim)."""
         plain = [_plain(item) for item in items]
         if not plain:
             await self._run(lambda: None)  # still refused once closed
@@ -140,7 +141,20 @@ class CtxwardenSession:
             if i.get("type") == "function_call" and isinstance(i.get("name"), str)
         }
         messages = [item_to_message(item, names) for item in plain]
-        await self._run(lambda: self._store.append(messages))
+
+        def append() -> None:
+            try:
+                self._store.append(messages)
+            except InvalidArgumentError:
+                # An item ctxwarden refuses in its modelled form (e.g. an image of a type
+                # it does not take): store the items one by one, a refused one verbatim.
+                for item, message in zip(plain, messages, strict=True):
+                    try:
+                        self._store.append([message])
+                    except InvalidArgumentError:
+                        self._store.append([opaque_message(item)])
+
+        await self._run(append)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Removes the newest item and returns it.

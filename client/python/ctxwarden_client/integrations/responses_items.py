@@ -37,7 +37,7 @@ from typing import Any
 
 from ..v1 import message_pb2 as m
 
-__all__ = ["ENVELOPE_KEY", "FAMILY", "item_to_message", "message_to_items"]
+__all__ = ["ENVELOPE_KEY", "FAMILY", "item_to_message", "message_to_items", "opaque_message"]
 
 ENVELOPE_KEY = "ctxwarden.responses_item"
 """Metadata key of the envelope: the item without what its content blocks hold."""
@@ -129,7 +129,8 @@ def _message(role: m.Role.ValueType, blocks: list[m.ContentBlock], envelope: Ite
     return m.Message(role=role, content=blocks, metadata={ENVELOPE_KEY: _dumps(envelope)})
 
 
-def _opaque(item: Mapping[str, Any]) -> m.Message:
+def opaque_message(item: Mapping[str, Any]) -> m.Message:
+    """An item kept verbatim: an assistant message with the item as one PROVIDER block."""
     return m.Message(role=m.ROLE_ASSISTANT, content=[_provider(item)])
 
 
@@ -202,7 +203,7 @@ def item_to_message(item: Mapping[str, Any], tool_names: Mapping[str, str] = {})
             found.tool_name = tool_names.get(item["call_id"], "")
     elif kind == "reasoning":
         found = _reasoning(item)
-    return found if found is not None else _opaque(item)
+    return found if found is not None else opaque_message(item)
 
 
 def _split(text: str, lengths: list[int]) -> list[str] | None:
