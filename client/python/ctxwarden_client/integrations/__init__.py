@@ -1,0 +1,14 @@
+"""Drop-in adapters that put ctxwarden behind agent frameworks' own memory interfaces.
+
+Each module needs its framework (the client's extras install the tested versions):
+
+- :mod:`ctxwarden_client.integrations.openai_agents` (``ctxwarden-client[openai-agents]``):
+  ``CtxwardenSession``, an OpenAI Agents SDK session with compaction.
+- :mod:`ctxwarden_client.integrations.adk` (``ctxwarden-client[adk]``):
+  ``CtxwardenSessionService``, a Google ADK session service.
+- :mod:`ctxwarden_client.integrations.langchain` (``ctxwarden-client[langchain]``):
+  ``CtxwardenChatMessageHistory`` and ``CtxwardenContextMiddleware``.
+
+:mod:`ctxwarden_client.integrations.session_ids` (no framework needed) maps a
+framework's identifiers into one ctxwarden session ID and back.
+"""

@@ -1,0 +1,1 @@
+"""pytest plugins loaded into the frameworks' own test runs (``-p plugins.NAME``)."""

@@ -1,0 +1,63 @@
+"""pytest plugin for Google ADK's session service tests: the service is ctxwarden.
+
+The swap, and all of it: ``get_session_service`` of
+``tests/unittests/sessions/test_session_service.py`` (the function its
+parametrised ``session_service`` fixture and its stale-session tests call) returns
+a ``CtxwardenSessionService`` on the server of ``CTXWARDEN_TARGET``, whatever
+service type it is asked for. Each call gets a namespace and project prefix of its
+own, as each reference service is a fresh database. Of the fixture's four
+parameters only ``DATABASE`` is kept (the other three would run the same service
+again); the items of the others are deselected.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+import pytest
+
+from ctxwarden_client import Client
+from ctxwarden_client.integrations.adk import CtxwardenSessionService
+
+from ._skips import apply_skips
+
+MODULE = "test_session_service"
+KEPT_PARAM = "DATABASE"
+_CLIENT: Client | None = None
+
+
+def _client() -> Client:
+    global _CLIENT
+    if _CLIENT is None:
+        _CLIENT = Client(os.environ["CTXWARDEN_TARGET"])
+    return _CLIENT
+
+
+def swapped_session_service(*args: Any, **kwargs: Any) -> CtxwardenSessionService:
+    token = "t" + secrets.token_hex(6)
+    return CtxwardenSessionService(_client(), namespace=token, project_prefix=f"{token}/")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
+    outcome = yield
+    module = outcome.get_result()
+    if getattr(module_path, "stem", "") == MODULE:
+        module.obj.get_session_service = swapped_session_service
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("session_service") if callspec is not None else None
+        if param is not None and getattr(param, "name", str(param)) != KEPT_PARAM:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    apply_skips("adk", items)

@@ -1,0 +1,68 @@
+"""The README's adapter examples run as written against a real server.
+
+The ADK example runs in the ADK suite's own virtualenv (tests/frameworks/frameworks.py:
+google-adk 2.13.0 cannot share the test extra's environment).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.frameworks.frameworks import SUITES, python_for
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _example(name: str) -> str:
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    (block,) = [b for b in blocks if b.startswith(f"# adapter example: {name}\n")]
+    return block
+
+
+def _run(code: str, target: str, cwd: Path, python: str = sys.executable) -> list[str]:
+    proc = subprocess.run(
+        [python, "-c", code],
+        cwd=cwd,
+        env={**os.environ, "CTXWARDEN_TARGET": target},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def _commented(code: str) -> list[str]:
+    """The outputs the example's print lines promise in their trailing comments."""
+    return [line.rsplit("# ", 1)[1] for line in code.splitlines() if "print(" in line]
+
+
+def test_openai_agents_example(server_target: str, tmp_path: Path) -> None:
+    code = _example("openai-agents")
+    # One server for the whole run: a second run of the example continues the session.
+    code = code.replace('"user-42"', f'"user-42-{tmp_path.name}"')
+    assert _run(code, server_target, tmp_path) == ["About 2.1 million. 4"]
+
+
+def test_langchain_example(server_target: str, tmp_path: Path) -> None:
+    code = _example("langchain")
+    expected = _commented(code)
+    code = code.replace('"notes"', f'"notes-{tmp_path.name}"').replace(
+        "t-7", f"t-7-{tmp_path.name}"
+    )
+    assert _run(code, server_target, tmp_path) == expected
+
+
+@pytest.mark.frameworks
+def test_adk_example(server_target: str, tmp_path: Path) -> None:
+    code = _example("adk")
+    expected = _commented(code)
+    (adk,) = [s for s in SUITES if s.name == "adk"]
+    code = code.replace('"shop"', f'"shop-{tmp_path.name}"')
+    assert _run(code, server_target, tmp_path, python_for(adk)) == expected
