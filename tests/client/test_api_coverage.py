@@ -18,12 +18,13 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import field_mask_pb2, message_factory
+from google.protobuf import field_mask_pb2, message_factory, timestamp_pb2
 from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 
@@ -71,6 +72,14 @@ def _message_sample(full_name: str) -> tuple[object, object]:
         return error, error
     if full_name == "google.protobuf.FieldMask":
         return ["title", "labels"], field_mask_pb2.FieldMask(paths=["title", "labels"])
+    if full_name == "ctxwarden.v1.StateDelta":
+        delta = cw.state_delta({"step": 2, "gone": None}, user={"theme": "dark"})
+        return delta, delta
+    if full_name == "google.protobuf.Timestamp":
+        when = datetime(2026, 1, 2, 3, 4, 5, 600_000, tzinfo=UTC)
+        stamp = timestamp_pb2.Timestamp()
+        stamp.FromDatetime(when)
+        return when, stamp
     pytest.fail(f"no sample for a request field of type {full_name}: add one here")
 
 

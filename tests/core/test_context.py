@@ -126,12 +126,15 @@ def test_two_results_for_one_call_in_one_request() -> None:
     assert err.value.field == "messages[2].tool_call_id"
 
 
-def test_unknown_tool_call() -> None:
+def test_a_result_for_an_unknown_call_is_stored_and_left_out_of_the_view() -> None:
     ctx = new_ctx()
-    with pytest.raises(FailedPrecondition) as err:
+    ctx.apply_append(
         ctx.plan_append([user(), tool_result("nope")], now_us=1, new_message_id=iter("xy"))
-    assert err.value.reason == "UNKNOWN_TOOL_CALL"
-    assert err.value.field == "messages[1].tool_call_id"
+    )
+    assert [m.seq for m in ctx.active_messages] == [1, 2]
+    view = ctx.model_input()
+    assert [m.seq for m in view.messages] == [1]
+    assert [(n.code, n.seq) for n in view.notices] == [("ORPHANED_TOOL_RESULT_OMITTED", 2)]
 
 
 def test_successful_answer_resets_consecutive_failures() -> None:

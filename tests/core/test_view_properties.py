@@ -92,7 +92,8 @@ class Harness:
         """A call id of the wanted kind and the error reason plan_append must give."""
         open_calls, answered = self.calls()
         if kind == "unknown":
-            return f"unknown-{next(self.call_counter)}", "UNKNOWN_TOOL_CALL"
+            # Stored; the view leaves it out (ORPHANED_TOOL_RESULT_OMITTED).
+            return f"unknown-{next(self.call_counter)}", None
         pool = open_calls if kind == "open" else answered
         if not pool:
             return None
@@ -416,7 +417,8 @@ def test_rollback_without_to_seq_is_idempotent() -> None:
     assert ctx.plan_rollback(None) == []
     assert [m.seq for m in ctx.active_messages] == [1]
     assert ctx.session.consecutive_failures == 1
-    # the rolled-back call is gone: a result for it is now unknown
-    with pytest.raises(FailedPrecondition) as err:
-        ctx.plan_append([tool_result("c1", "late")], now_us=3, new_message_id=ids)
-    assert err.value.reason == "UNKNOWN_TOOL_CALL"
+    # the rolled-back call is gone: a late result for it is stored, not shown
+    ctx.apply_append(ctx.plan_append([tool_result("c1", "late")], now_us=3, new_message_id=ids))
+    view = ctx.model_input()
+    assert [m.seq for m in view.messages] == [1]
+    assert [n.code for n in view.notices] == ["ORPHANED_TOOL_RESULT_OMITTED"]

@@ -154,18 +154,17 @@ def test_failed_assistant_may_be_empty(stub: Stub, new_session: NewSession) -> N
     assert r.last_seq == 2 and r.messages[1].error_message == "503 overloaded"
 
 
-def test_unknown_tool_call_is_failed_precondition(stub: Stub, new_session: NewSession) -> None:
+def test_result_for_an_unknown_call_is_stored_and_left_out_of_the_input(
+    stub: Stub, new_session: NewSession
+) -> None:
     sid = new_session().session_id
     append(stub, sid, user("q"), assistant(calls=[("c1", "read", {})]))
-    expect_error(
-        grpc.StatusCode.FAILED_PRECONDITION,
-        "UNKNOWN_TOOL_CALL",
-        append,
-        stub,
-        sid,
-        result("nope", "x"),
-    )
+    stray = append(stub, sid, result("nope", "x")).messages[0]
+    assert stray.seq == 3
     append(stub, sid, result("c1", "ok"))
+    mi = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid))
+    assert [x.seq for x in mi.messages] == [1, 2, 4]
+    assert [(n.code, n.seq) for n in mi.notices] == [("ORPHANED_TOOL_RESULT_OMITTED", 3)]
     expect_error(
         grpc.StatusCode.FAILED_PRECONDITION,
         "TOOL_CALL_ALREADY_ANSWERED",
@@ -248,17 +247,22 @@ def test_stream_error_ends_stream_nothing_half_written(stub: Stub, new_session: 
     sid = new_session().session_id
     reqs = [
         pb.AppendMessagesRequest(session_id=sid, messages=[user("a")]),
-        pb.AppendMessagesRequest(session_id=sid, messages=[user("b"), result("nope", "x")]),
+        pb.AppendMessagesRequest(
+            session_id=sid, messages=[user("b"), assistant(calls=[("c1", "ls", {})])]
+        ),
+        pb.AppendMessagesRequest(
+            session_id=sid, messages=[user("c"), result("c1", "x"), result("c1", "twice")]
+        ),
         pb.AppendMessagesRequest(session_id=sid, messages=[user("never")]),
     ]
     call = stub.StreamMessages(iter(reqs), timeout=30)
-    first = next(call)
-    assert first.last_seq == 1
+    assert next(call).last_seq == 1
+    assert next(call).last_seq == 3
     with pytest.raises(grpc.RpcError) as info:
         next(call)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     listed = stub.ListMessages(pb.ListMessagesRequest(session_id=sid, include_rolled_back=True))
-    assert [x.content[0].text.text for x in listed.messages] == ["a"]
+    assert [x.seq for x in listed.messages] == [1, 2, 3]
 
 
 def test_roundtrip_of_every_field(stub: Stub, new_session: NewSession) -> None:

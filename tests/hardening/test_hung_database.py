@@ -18,6 +18,7 @@ from grpc_health.v1 import health as health_aio
 from ctxwarden.core.errors import Unavailable
 from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
 from ctxwarden.service.manager import SessionManager
+from ctxwarden.service.pages import MessageFilter
 from tests.support.inproc import new_session, replica, user_msg
 from tests.support.mariadb import PrivateMariaDB
 from tests.support.server import migrate_database
@@ -77,7 +78,7 @@ async def test_a_hung_database_is_unavailable_within_the_timeouts(
         # Once it answers again, every session works and nothing was half-written.
         for sid in sids:
             result = await m.append(sid, [user_msg("after")], None, None)
-            listed, _ = await m.list_messages(sid, 0, "", False)
+            listed, _ = await m.list_messages(sid, 0, "", MessageFilter())
             assert listed[0].text == "before"
             assert listed[-1].text == "after"
             assert result.last_seq == len(listed)

@@ -13,6 +13,7 @@ from ctxwarden.core.messages import Usage
 from ctxwarden.core.session import Session
 from ctxwarden.service.hot import HotSessions
 from ctxwarden.service.manager import IdempotencyKey
+from ctxwarden.service.pages import MessageFilter
 from ctxwarden.store.repository import purge_deleted
 from tests.support.inproc import assistant_msg, new_session, replica, user_msg
 
@@ -79,7 +80,7 @@ async def test_purging_a_deleted_session_keeps_a_look_alike_live_sessions_record
         assert await purge_deleted(m.store, deleted_before_us=2**62) >= 1
         again = await m.append(live, [user_msg("stay")], None, key)
         assert again.last_seq == first.last_seq == 1  # replayed, not applied twice
-        listed, _ = await m.list_messages(live, 0, "", False)
+        listed, _ = await m.list_messages(live, 0, "", MessageFilter())
         assert [msg.text for msg in listed] == ["stay"]
 
 

@@ -15,6 +15,7 @@ from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
 from ctxwarden.core.session import Session
 from ctxwarden.service.manager import SessionManager
+from ctxwarden.service.pages import MessageFilter
 from ctxwarden.store.errors import StoreRejected
 from ctxwarden.store.models import MessageRow
 from tests.support.inproc import assistant_msg, new_session, replica, user_msg
@@ -51,7 +52,7 @@ async def test_escape_heavy_messages_are_stored_at_their_own_size(
         stored = await _stored_size(m, sid)
         assert size <= stored <= size + 200  # no escaping blow-up
         m.hot.evict(sid)
-        listed, _ = await m.list_messages(sid, 1, "", False)
+        listed, _ = await m.list_messages(sid, 1, "", MessageFilter())
         assert listed[0].text == text
 
 
@@ -131,7 +132,7 @@ async def test_message_pages_read_no_more_than_their_byte_budget(backend_url: st
         pages: list[list[str]] = []
         token = ""
         while True:
-            rows, token = await m.list_messages(sid, 1000, token, False)
+            rows, token = await m.list_messages(sid, 1000, token, MessageFilter())
             pages.append([r.text[0] for r in rows])
             if not token:
                 break

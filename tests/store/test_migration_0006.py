@@ -52,6 +52,7 @@ def _legacy_rows(url: str) -> None:
         )
     )
     values.pop("version")
+    values.pop("state_json")  # from 0007 on
     values["compaction_id"] = ""
     values["stored_bytes"] = 123
     body = {

@@ -2,7 +2,8 @@
 
 The server code names every reason it sends as an ``ErrorReason`` member (no
 string literals), the README's table of reasons lists exactly the catalogue
-with each reason's status code, and no member is left unused.
+with each reason's status code, and no member is left unused (but the retired
+ones, which no code may send).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import grpc
 
 from ctxwarden.core import errors
-from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.reasons import RETIRED, ErrorReason
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "server" / "ctxwarden"
@@ -203,8 +204,11 @@ def _static_code(call: ast.Call, helpers: dict[str, str]) -> str:
 
 
 def test_every_catalogue_member_is_used() -> None:
-    unused = set(ErrorReason.__members__) - set(_used())
+    retired = {member.name for member in RETIRED}
+    unused = set(ErrorReason.__members__) - set(_used()) - retired
     assert not unused, f"reasons no server code sends: {sorted(unused)}"
+    still_sent = retired & set(_used())
+    assert not still_sent, f"retired reasons still sent: {sorted(still_sent)}"
 
 
 def _readme_table() -> dict[str, set[str]]:

@@ -18,7 +18,8 @@ const _ = grpc.SupportPackageIsVersion7
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type ContextServiceClient interface {
-	// Creates a session. Errors: ALREADY_EXISTS when session_id is taken,
+	// Creates a session. Errors: ALREADY_EXISTS when session_id is taken by a
+	// live session (the ID of a deleted session makes a new, empty session),
 	// INVALID_ARGUMENT for a malformed field.
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*Session, error)
 	// Returns a session. Errors: NOT_FOUND (also for a deleted session).
@@ -47,8 +48,8 @@ type ContextServiceClient interface {
 	// (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
 	// element) with nothing stored; otherwise those of AppendMessages.
 	AppendModelOutput(ctx context.Context, in *AppendModelOutputRequest, opts ...grpc.CallOption) (*AppendMessagesResponse, error)
-	// Lists the complete history in seq order, in pages bounded by count and
-	// by size (see ListMessagesRequest.page_size).
+	// Lists the complete history in seq order (or newest first), in pages
+	// bounded by count and by size (see ListMessagesRequest.page_size).
 	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
 	// Returns exactly what to send to the model next. Same state, same bytes.
 	// Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is
@@ -272,7 +273,8 @@ func (c *contextServiceClient) CountTokens(ctx context.Context, in *CountTokensR
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility
 type ContextServiceServer interface {
-	// Creates a session. Errors: ALREADY_EXISTS when session_id is taken,
+	// Creates a session. Errors: ALREADY_EXISTS when session_id is taken by a
+	// live session (the ID of a deleted session makes a new, empty session),
 	// INVALID_ARGUMENT for a malformed field.
 	CreateSession(context.Context, *CreateSessionRequest) (*Session, error)
 	// Returns a session. Errors: NOT_FOUND (also for a deleted session).
@@ -301,8 +303,8 @@ type ContextServiceServer interface {
 	// (reason INVALID_MODEL_OUTPUT, field = the JSON path of the offending
 	// element) with nothing stored; otherwise those of AppendMessages.
 	AppendModelOutput(context.Context, *AppendModelOutputRequest) (*AppendMessagesResponse, error)
-	// Lists the complete history in seq order, in pages bounded by count and
-	// by size (see ListMessagesRequest.page_size).
+	// Lists the complete history in seq order (or newest first), in pages
+	// bounded by count and by size (see ListMessagesRequest.page_size).
 	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
 	// Returns exactly what to send to the model next. Same state, same bytes.
 	// Errors: RESOURCE_EXHAUSTED (reason RESPONSE_TOO_LARGE) when the input is

@@ -31,8 +31,10 @@ from ._sync_client import Client
 from ._sync_stream import MessageStream
 from .builders import (
     assistant,
+    history_only,
     image,
     provider_error,
+    state_delta,
     tool_call,
     tool_definition,
     tool_result,
@@ -60,10 +62,12 @@ __all__ = [
     "assistant",
     "context_service_pb2",
     "error_from_rpc_error",
+    "history_only",
     "image",
     "message_pb2",
     "provider_error",
     "session_pb2",
+    "state_delta",
     "tool_call",
     "tool_definition",
     "tool_result",

@@ -6,17 +6,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, Unpack
 
 import grpc
 import grpc.aio
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from . import _calls, _defaults, _pagination
 from ._async_rpc import AsyncRpc
 from ._async_stream import AsyncMessageStream
-from ._calls import MessagesArg, SessionFields
+from ._calls import MessagesArg, SessionFields, StateDeltaArg
 from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
@@ -101,11 +103,13 @@ class AsyncClient(AsyncRpc):
         *,
         session_id: str = "",
         request_id: str = "",
+        state: Mapping[str, object] | None = None,
         timeout: float | None = None,
         **session_fields: Unpack[SessionFields],
     ) -> session_pb2.Session:
-        """Creates a session from ``session`` or from Session fields as keywords."""
-        call = _calls.create_session(session, session_id, request_id, session_fields)
+        """Creates a session from ``session`` or from Session fields as keywords;
+        ``state``: its initial JSON object state."""
+        call = _calls.create_session(session, session_id, request_id, session_fields, state)
         return await self._call(call, timeout)
 
     async def get_session(
@@ -155,13 +159,17 @@ class AsyncClient(AsyncRpc):
         expected_last_seq: int | None = None,
         request_id: str = "",
         view: context_service_pb2.MessageView.ValueType = _defaults.DEFAULT_MESSAGE_VIEW,
+        state_delta: StateDeltaArg = None,
         timeout: float | None = None,
     ) -> context_service_pb2.AppendMessagesResponse:
         """Appends one message or a sequence of messages, durably.
 
         ``view=MESSAGE_VIEW_BASIC`` leaves the content out of the stored messages
-        the response carries (seq, message_id and token_count are still there)."""
-        call = _calls.append_messages(session_id, messages, expected_last_seq, request_id, view)
+        the response carries (seq, message_id and token_count are still there).
+        ``state_delta`` (:func:`state_delta`) changes states atomically with it."""
+        call = _calls.append_messages(
+            session_id, messages, expected_last_seq, request_id, view, state_delta
+        )
         return await self._call(call, timeout)
 
     async def append_model_output(
@@ -217,13 +225,25 @@ class AsyncClient(AsyncRpc):
         page_size: int = 0,
         *,
         page_token: str = "",
+        newest_first: bool = False,
+        after_seq: int | None = None,
+        after_time: datetime | Timestamp | None = None,
         timeout: float | None = None,
     ) -> AsyncIterator[message_pb2.Message]:
         """Iterates over the session's history in seq order, fetching pages lazily.
 
         ``page_token`` starts at that page (a ``next_page_token`` of an earlier
-        ListMessages with the same other fields) instead of the first one."""
-        pages = _pagination.list_messages(session_id, include_rolled_back, page_size, page_token)
+        ListMessages with the same other fields) instead of the first one.
+        ``newest_first``: newest first; ``after_seq``, ``after_time``: only later ones."""
+        pages = _pagination.list_messages(
+            session_id,
+            include_rolled_back,
+            page_size,
+            page_token,
+            newest_first,
+            after_seq,
+            after_time,
+        )
         async for item in self._pages(pages, timeout):
             yield item
 
@@ -279,13 +299,17 @@ class AsyncClient(AsyncRpc):
         error_message: str = "",
         request_id: str = "",
         provider_error: context_service_pb2.ProviderError | None = None,
+        expected_last_seq: int | None = None,
         timeout: float | None = None,
     ) -> context_service_pb2.RollbackTurnResponse:
         """Rolls back the trailing failed turn (or everything after ``to_seq``).
 
         ``provider_error``: the provider's raw error (see :func:`provider_error`),
-        classified by its codes and retry headers before ``error_message``."""
-        call = _calls.rollback_turn(session_id, to_seq, error_message, request_id, provider_error)
+        classified by its codes and retry headers before ``error_message``.
+        ``expected_last_seq``: only if it is the last_seq (else AbortedError)."""
+        call = _calls.rollback_turn(
+            session_id, to_seq, error_message, request_id, provider_error, expected_last_seq
+        )
         return await self._call(call, timeout)
 
     # -- compaction ----------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 import grpc.aio
 
-from ._calls import MessagesArg
+from ._calls import MessagesArg, StateDeltaArg
 from ._defaults import DEFAULT_MESSAGE_VIEW, or_default
 from ._errors import CtxwardenError
 from ._streaming import (
@@ -155,17 +155,18 @@ class AsyncMessageStream:
         expected_last_seq: int | None = None,
         request_id: str = "",
         view: context_service_pb2.MessageView.ValueType = DEFAULT_MESSAGE_VIEW,
+        state_delta: StateDeltaArg = None,
         timeout: float | None = None,
     ) -> AppendMessagesResponse:
         """Sends one append and waits for its response.
 
         Pass either a prepared ``AppendMessagesRequest`` or ``session_id`` and
         ``messages`` (plus the optional request fields: ``expected_last_seq``,
-        ``request_id``, ``view``). Waits first for a free slot when
+        ``request_id``, ``view``, ``state_delta``). Waits first for a free slot when
         ``max_in_flight`` requests are unanswered.
         """
         request = stream_request(
-            session_id_or_request, messages, expected_last_seq, request_id, view
+            session_id_or_request, messages, expected_last_seq, request_id, view, state_delta
         )
         return await self._within(or_default(timeout, self._send_timeout), self._send(request))
 

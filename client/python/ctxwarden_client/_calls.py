@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Generic, TypedDict, TypeVar
 
 import grpc
-from google.protobuf import empty_pb2, field_mask_pb2
+from google.protobuf import empty_pb2, field_mask_pb2, json_format
 
 from ._input_cache import InputCache
 from .v1 import context_service_pb2 as pb
@@ -70,12 +70,22 @@ def as_messages(messages: MessagesArg) -> list[message_pb2.Message]:
 
 
 def create_session(
-    session: session_pb2.Session | None, session_id: str, request_id: str, fields: SessionFields
+    session: session_pb2.Session | None,
+    session_id: str,
+    request_id: str,
+    fields: SessionFields,
+    state: Mapping[str, object] | None = None,
 ) -> Call[pb.CreateSessionRequest, session_pb2.Session]:
+    """``state``: the session's initial JSON object state (Session.state)."""
     if session is not None and fields:
         raise TypeError("pass either a Session or session fields as keywords, not both")
     if session is None:
         session = session_pb2.Session(**fields)
+    if state is not None:
+        copy = session_pb2.Session()
+        copy.CopyFrom(session)
+        json_format.ParseDict(dict(state), copy.state)
+        session = copy
     request = pb.CreateSessionRequest(session=session, session_id=session_id, request_id=request_id)
     return Call(lambda stub: stub.CreateSession, request, safe=bool(request_id))
 
@@ -103,18 +113,38 @@ def delete_session(session_id: str) -> Call[pb.DeleteSessionRequest, empty_pb2.E
 # -- messages ----------------------------------------------------------------
 
 
+StateDeltaArg = pb.StateDelta | Mapping[str, Mapping[str, object]] | None
+"""A StateDelta, or a mapping with any of the keys "session", "user", "project"."""
+
+
+def as_state_delta(delta: StateDeltaArg) -> pb.StateDelta | None:
+    if delta is None or isinstance(delta, pb.StateDelta):
+        return delta
+    unknown = set(delta) - {"session", "user", "project"}
+    if unknown:
+        raise TypeError(f"state_delta keys are session, user, project; not {sorted(unknown)}")
+    out = pb.StateDelta()
+    for name, part in delta.items():
+        json_format.ParseDict(dict(part), getattr(out, name))
+    return out
+
+
 def append_request(
     session_id: str,
     messages: MessagesArg,
     expected_last_seq: int | None,
     request_id: str,
     view: pb.MessageView.ValueType,
+    state_delta: StateDeltaArg = None,
 ) -> pb.AppendMessagesRequest:
     request = pb.AppendMessagesRequest(
         session_id=session_id, messages=as_messages(messages), request_id=request_id, view=view
     )
     if expected_last_seq is not None:
         request.expected_last_seq = expected_last_seq
+    delta = as_state_delta(state_delta)
+    if delta is not None:
+        request.state_delta.CopyFrom(delta)
     return request
 
 
@@ -124,8 +154,9 @@ def append_messages(
     expected_last_seq: int | None,
     request_id: str,
     view: pb.MessageView.ValueType,
+    state_delta: StateDeltaArg = None,
 ) -> Call[pb.AppendMessagesRequest, pb.AppendMessagesResponse]:
-    request = append_request(session_id, messages, expected_last_seq, request_id, view)
+    request = append_request(session_id, messages, expected_last_seq, request_id, view, state_delta)
     return Call(lambda stub: stub.AppendMessages, request, safe=bool(request_id))
 
 
@@ -208,12 +239,15 @@ def rollback_turn(
     error_message: str,
     request_id: str,
     provider_error: pb.ProviderError | None = None,
+    expected_last_seq: int | None = None,
 ) -> Call[pb.RollbackTurnRequest, pb.RollbackTurnResponse]:
     request = pb.RollbackTurnRequest(
         session_id=session_id, error_message=error_message, request_id=request_id
     )
     if to_seq is not None:
         request.to_seq = to_seq
+    if expected_last_seq is not None:
+        request.expected_last_seq = expected_last_seq
     if provider_error is not None:
         request.provider_error.CopyFrom(provider_error)
     return Call(lambda stub: stub.RollbackTurn, request, safe=bool(request_id))

@@ -7,7 +7,10 @@ Both clients walk a :class:`Pages` the same way; only fetching a page differs
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Generic, Protocol, TypeVar
+
+from google.protobuf import timestamp_pb2
 
 from ._calls import Call
 from .v1 import context_service_pb2 as pb
@@ -64,15 +67,35 @@ def list_sessions(
 
 
 def list_messages(
-    session_id: str, include_rolled_back: bool, page_size: int, page_token: str
+    session_id: str,
+    include_rolled_back: bool,
+    page_size: int,
+    page_token: str,
+    newest_first: bool = False,
+    after_seq: int | None = None,
+    after_time: datetime | timestamp_pb2.Timestamp | None = None,
 ) -> Pages[pb.ListMessagesRequest, pb.ListMessagesResponse, message_pb2.Message]:
+    """``after_time``: a Timestamp, or a datetime (a naive one is taken as UTC)."""
+    when: timestamp_pb2.Timestamp | None = None
+    if isinstance(after_time, datetime):
+        when = timestamp_pb2.Timestamp()
+        utc = after_time if after_time.tzinfo else after_time.replace(tzinfo=UTC)
+        when.FromDatetime(utc)
+    elif after_time is not None:
+        when = after_time
+
     def call_for(token: str) -> Call[pb.ListMessagesRequest, pb.ListMessagesResponse]:
         request = pb.ListMessagesRequest(
             session_id=session_id,
             page_size=page_size,
             page_token=token,
             include_rolled_back=include_rolled_back,
+            newest_first=newest_first,
         )
+        if after_seq is not None:
+            request.after_seq = after_seq
+        if when is not None:
+            request.after_time.CopyFrom(when)
         return Call(lambda stub: stub.ListMessages, request, safe=True)
 
     return Pages(call_for, lambda page: page.messages, page_token)

@@ -14,7 +14,7 @@ from typing import Generic, Protocol, TypeVar
 
 import grpc
 
-from ._calls import MessagesArg, append_request, as_messages
+from ._calls import MessagesArg, StateDeltaArg, append_request, as_messages
 from ._errors import CtxwardenError, error_from_rpc_error, make_error
 from .v1 import context_service_pb2 as pb
 
@@ -46,12 +46,16 @@ def stream_request(
     expected_last_seq: int | None,
     request_id: str,
     view: pb.MessageView.ValueType,
+    state_delta: StateDeltaArg = None,
 ) -> pb.AppendMessagesRequest:
     if isinstance(session_id_or_request, pb.AppendMessagesRequest):
-        if as_messages(messages) or expected_last_seq is not None or request_id or view:
+        given = as_messages(messages) or expected_last_seq is not None or request_id or view
+        if given or state_delta is not None:
             raise TypeError("pass either an AppendMessagesRequest or its fields, not both")
         return session_id_or_request
-    return append_request(session_id_or_request, messages, expected_last_seq, request_id, view)
+    return append_request(
+        session_id_or_request, messages, expected_last_seq, request_id, view, state_delta
+    )
 
 
 class Pending(Generic[FutureT]):

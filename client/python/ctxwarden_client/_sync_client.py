@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from . import _calls, _defaults, _pagination
-from ._calls import Call, MessagesArg, SessionFields
+from ._calls import Call, MessagesArg, SessionFields, StateDeltaArg
 from ._client_base import ClientBase
 from ._pagination import Pages
 from ._retry import retry_delay
@@ -107,11 +109,13 @@ class Client(ClientBase):
         *,
         session_id: str = "",
         request_id: str = "",
+        state: Mapping[str, object] | None = None,
         timeout: float | None = None,
         **session_fields: Unpack[SessionFields],
     ) -> session_pb2.Session:
-        """Creates a session from ``session`` or from Session fields as keywords."""
-        call = _calls.create_session(session, session_id, request_id, session_fields)
+        """Creates a session from ``session`` or from Session fields as keywords;
+        ``state``: its initial JSON object state."""
+        call = _calls.create_session(session, session_id, request_id, session_fields, state)
         return self._call(call, timeout)
 
     def get_session(self, session_id: str, *, timeout: float | None = None) -> session_pb2.Session:
@@ -158,13 +162,17 @@ class Client(ClientBase):
         expected_last_seq: int | None = None,
         request_id: str = "",
         view: context_service_pb2.MessageView.ValueType = _defaults.DEFAULT_MESSAGE_VIEW,
+        state_delta: StateDeltaArg = None,
         timeout: float | None = None,
     ) -> context_service_pb2.AppendMessagesResponse:
         """Appends one message or a sequence of messages, durably.
 
         ``view=MESSAGE_VIEW_BASIC`` leaves the content out of the stored messages
-        the response carries (seq, message_id and token_count are still there)."""
-        call = _calls.append_messages(session_id, messages, expected_last_seq, request_id, view)
+        the response carries (seq, message_id and token_count are still there).
+        ``state_delta`` (:func:`state_delta`) changes states atomically with it."""
+        call = _calls.append_messages(
+            session_id, messages, expected_last_seq, request_id, view, state_delta
+        )
         return self._call(call, timeout)
 
     def append_model_output(
@@ -219,13 +227,25 @@ class Client(ClientBase):
         page_size: int = 0,
         *,
         page_token: str = "",
+        newest_first: bool = False,
+        after_seq: int | None = None,
+        after_time: datetime | Timestamp | None = None,
         timeout: float | None = None,
     ) -> Iterator[message_pb2.Message]:
         """Iterates over the session's history in seq order, fetching pages lazily.
 
         ``page_token`` starts at that page (a ``next_page_token`` of an earlier
-        ListMessages with the same other fields) instead of the first one."""
-        pages = _pagination.list_messages(session_id, include_rolled_back, page_size, page_token)
+        ListMessages with the same other fields) instead of the first one.
+        ``newest_first``: newest first; ``after_seq``, ``after_time``: only later ones."""
+        pages = _pagination.list_messages(
+            session_id,
+            include_rolled_back,
+            page_size,
+            page_token,
+            newest_first,
+            after_seq,
+            after_time,
+        )
         yield from self._pages(pages, timeout)
 
     def build_model_input(
@@ -280,13 +300,17 @@ class Client(ClientBase):
         error_message: str = "",
         request_id: str = "",
         provider_error: context_service_pb2.ProviderError | None = None,
+        expected_last_seq: int | None = None,
         timeout: float | None = None,
     ) -> context_service_pb2.RollbackTurnResponse:
         """Rolls back the trailing failed turn (or everything after ``to_seq``).
 
         ``provider_error``: the provider's raw error (see :func:`provider_error`),
-        classified by its codes and retry headers before ``error_message``."""
-        call = _calls.rollback_turn(session_id, to_seq, error_message, request_id, provider_error)
+        classified by its codes and retry headers before ``error_message``.
+        ``expected_last_seq``: only if it is the last_seq (else AbortedError)."""
+        call = _calls.rollback_turn(
+            session_id, to_seq, error_message, request_id, provider_error, expected_last_seq
+        )
         return self._call(call, timeout)
 
     # -- compaction ----------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Self
 
-from ._calls import MessagesArg
+from ._calls import MessagesArg, StateDeltaArg
 from ._defaults import DEFAULT_MESSAGE_VIEW, or_default
 from ._errors import CtxwardenError
 from ._streaming import (
@@ -122,16 +122,17 @@ class MessageStream:
         expected_last_seq: int | None = None,
         request_id: str = "",
         view: context_service_pb2.MessageView.ValueType = DEFAULT_MESSAGE_VIEW,
+        state_delta: StateDeltaArg = None,
         timeout: float | None = None,
     ) -> AppendMessagesResponse:
         """Sends one append and blocks until its response arrives.
 
         Pass either a prepared ``AppendMessagesRequest`` or ``session_id`` and
         ``messages`` (plus the optional request fields: ``expected_last_seq``,
-        ``request_id``, ``view``).
+        ``request_id``, ``view``, ``state_delta``).
         """
         request = stream_request(
-            session_id_or_request, messages, expected_last_seq, request_id, view
+            session_id_or_request, messages, expected_last_seq, request_id, view, state_delta
         )
         deadline, effective = self._deadline_for(timeout)
         future = self._submit(request, deadline, effective)

@@ -197,3 +197,47 @@ def provider_error(
     return context_service_pb2.ProviderError(
         http_status=http_status, body=text, headers=dict(headers or {})
     )
+
+
+def history_only(
+    message: message_pb2.Message | None = None,
+    *,
+    role: message_pb2.Role.ValueType = message_pb2.ROLE_USER,
+    metadata: Mapping[str, str] | None = None,
+    message_id: str = "",
+) -> message_pb2.Message:
+    """A message the model never sees (``MESSAGE_VISIBILITY_HISTORY_ONLY``): stored
+    and listed, left out of every model input, summary and token count.
+
+    ``history_only(assistant("..."))`` marks a copy of a built message;
+    ``history_only(metadata={...})`` is an item with no content, only metadata
+    (``role`` defaults to user)."""
+    if message is None:
+        message = Message(role=role, message_id=message_id, metadata=metadata)
+    else:
+        copy = Message()
+        copy.CopyFrom(message)
+        message = copy
+        if metadata:
+            message.metadata.update(metadata)
+        if message_id:
+            message.message_id = message_id
+    message.visibility = message_pb2.MESSAGE_VISIBILITY_HISTORY_ONLY
+    return message
+
+
+def state_delta(
+    session: Mapping[str, object] | None = None,
+    *,
+    user: Mapping[str, object] | None = None,
+    project: Mapping[str, object] | None = None,
+) -> context_service_pb2.StateDelta:
+    """Changes of JSON object states for ``append_messages(state_delta=...)``: the
+    session's own, the one shared by the user's sessions in the project, and the
+    one shared by the project's sessions. A key set to ``None`` is deleted, any
+    other key is set."""
+    delta = context_service_pb2.StateDelta()
+    for name, part in (("session", session), ("user", user), ("project", project)):
+        if part is not None:
+            getattr(delta, name).update(dict(part))
+    return delta

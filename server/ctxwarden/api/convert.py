@@ -24,6 +24,7 @@ from ctxwarden.core.messages import (
     Role,
     StopReason,
     Usage,
+    Visibility,
 )
 from ctxwarden.core.model_input import ModelInputView, TokenCountMethod
 from ctxwarden.core.provider_errors import ProviderError
@@ -112,6 +113,17 @@ def _block_from_pb(b: msg_pb.ContentBlock, field: str) -> ContentBlock:
     )
 
 
+def visibility_from_pb(value: int) -> Visibility | None:
+    """UNSPECIFIED means MODEL; None for a value this server does not know."""
+    if value == msg_pb.MESSAGE_VISIBILITY_UNSPECIFIED:
+        return Visibility.MODEL
+    return Visibility(value) if value in Visibility._value2member_map_ else None
+
+
+def visibility_to_pb(visibility: Visibility) -> msg_pb.MessageVisibility.ValueType:
+    return msg_pb.MessageVisibility.Value(f"MESSAGE_VISIBILITY_{visibility.name}")
+
+
 def message_from_pb(m: msg_pb.Message, field: str) -> Message:
     if m.role not in (msg_pb.ROLE_USER, msg_pb.ROLE_ASSISTANT, msg_pb.ROLE_TOOL_RESULT):
         raise InvalidArgument(
@@ -124,6 +136,13 @@ def message_from_pb(m: msg_pb.Message, field: str) -> Message:
             f"{field}.stop_reason {m.stop_reason} is unknown",
             reason=ErrorReason.INVALID_STOP_REASON,
             field=f"{field}.stop_reason",
+        )
+    visibility = visibility_from_pb(m.visibility)
+    if visibility is None:
+        raise InvalidArgument(
+            f"{field}.visibility {m.visibility} is unknown",
+            reason=ErrorReason.INVALID_VISIBILITY,
+            field=f"{field}.visibility",
         )
     u = m.usage
     return Message(
@@ -148,6 +167,7 @@ def message_from_pb(m: msg_pb.Message, field: str) -> Message:
         tool_name=sys.intern(m.tool_name),
         is_error=m.is_error,
         metadata=dict(m.metadata) if m.metadata else EMPTY_METADATA,
+        visibility=visibility,
     )
 
 
@@ -191,6 +211,8 @@ def message_to_pb(m: Message) -> msg_pb.Message:
         token_count=m.token_count,
         metadata=dict(m.metadata),
     )
+    if m.history_only:
+        out.visibility = visibility_to_pb(m.visibility)
     if m.create_time_us:
         out.create_time.CopyFrom(timestamp(m.create_time_us))
     if m.usage is not None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ctxwarden.api.convert_state import dict_to_struct, struct_to_dict
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
@@ -80,12 +83,18 @@ def session_from_pb(s: ses_pb.Session) -> Session:
         policy=policy_from_pb(s.policy),
         pinned_state=s.pinned_state,
         labels=dict(s.labels),
+        state=struct_to_dict(s.state, "session.state") if s.HasField("state") else {},
     )
 
 
-def session_to_pb(s: Session) -> ses_pb.Session:
+def session_to_pb(
+    s: Session,
+    user_state: Mapping[str, Any] | None = None,
+    project_state: Mapping[str, Any] | None = None,
+) -> ses_pb.Session:
+    """``user_state`` and ``project_state``: the shared states (GetSession only)."""
     p = s.policy
-    return ses_pb.Session(
+    out = ses_pb.Session(
         session_id=outer_id(s.session_id),
         user_id=s.user_id,
         project_id=s.project_id,
@@ -104,6 +113,13 @@ def session_to_pb(s: Session) -> ses_pb.Session:
         create_time=timestamp(s.create_time_us),
         update_time=timestamp(s.update_time_us),
     )
+    if s.state:
+        out.state.CopyFrom(dict_to_struct(s.state))
+    if user_state:
+        out.user_state.CopyFrom(dict_to_struct(user_state))
+    if project_state:
+        out.project_state.CopyFrom(dict_to_struct(project_state))
+    return out
 
 
 def tool_to_pb(t: ToolDefinition) -> ses_pb.ToolDefinition:

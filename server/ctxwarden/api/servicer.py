@@ -27,6 +27,7 @@ from ctxwarden.api.convert import (
     resume_offset,
     trigger_from_pb,
 )
+from ctxwarden.api.convert_requests import append_response, message_filter, state_delta_from_pb
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
@@ -42,8 +43,7 @@ from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.service.manager import IdempotencyKey, SessionManager, message_page_token
-from ctxwarden.service.results import AppendResult
+from ctxwarden.service.manager import IdempotencyKey, SessionManager
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
 
@@ -97,16 +97,6 @@ def _key(request: Any) -> IdempotencyKey | None:
     return IdempotencyKey(request_id, digest)
 
 
-def _append_response(result: AppendResult, view: int) -> pb.AppendMessagesResponse:
-    if view == pb.MESSAGE_VIEW_BASIC:
-        stored = [message_to_pb(replace(m, content=())) for m in result.messages]
-    else:
-        stored = [message_to_pb(m) for m in result.messages]
-    return pb.AppendMessagesResponse(
-        messages=stored, last_seq=result.last_seq, context_tokens=result.context_tokens
-    )
-
-
 class ContextServicer:
     def __init__(
         self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
@@ -131,7 +121,8 @@ class ContextServicer:
 
     @unary
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> ses_pb.Session:
-        return session_to_pb(await self.manager.get_session(inner_id(request.session_id)))
+        found = await self.manager.get_session_with_state(inner_id(request.session_id))
+        return session_to_pb(found.session, found.user_state, found.project_state)
 
     @unary
     async def ListSessions(
@@ -199,9 +190,13 @@ class ContextServicer:
         _check_decoded(request)
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append(
-            inner_id(request.session_id), self._messages(request), expected, _key(request)
+            inner_id(request.session_id),
+            self._messages(request),
+            expected,
+            _key(request),
+            state_delta_from_pb(request),
         )
-        return _append_response(result, request.view)
+        return append_response(result, request.view)
 
     @unary
     async def AppendModelOutput(
@@ -218,7 +213,7 @@ class ContextServicer:
             expected_last_seq=expected,
             key=_key(request),
         )
-        return _append_response(result, request.view)
+        return append_response(result, request.view)
 
     @unary
     async def AppendMessages(
@@ -253,14 +248,15 @@ class ContextServicer:
         self, request: pb.ListMessagesRequest, context: Any
     ) -> pb.ListMessagesResponse:
         sid = inner_id(request.session_id)
+        wanted = message_filter(request)
         rows, token = await self.manager.list_messages(
-            sid, request.page_size, request.page_token, request.include_rolled_back
+            sid, request.page_size, request.page_token, wanted
         )
         messages = [message_to_pb(m) for m in rows]
         keep = page_length(messages)
         if keep < len(messages):  # bounded by bytes too: the rest is the next page
             del messages[keep:]
-            token = message_page_token(sid, request.include_rolled_back, rows[keep - 1].seq)
+            token = wanted.token(sid, rows[keep - 1].seq)
         return pb.ListMessagesResponse(messages=messages, next_page_token=token)
 
     # -- model input and rollback ---------------------------------------------
@@ -297,12 +293,14 @@ class ContextServicer:
     ) -> pb.RollbackTurnResponse:
         to_seq = request.to_seq if request.HasField("to_seq") else None
         provider = request.provider_error if request.HasField("provider_error") else None
+        expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.rollback(
             inner_id(request.session_id),
             to_seq,
             request.error_message,
             _key(request),
             None if provider is None else provider_error_from_pb(provider),
+            expected_last_seq=expected,
         )
         retry = Duration()
         retry.FromNanoseconds(int(result.retry_after_seconds * 1e9))

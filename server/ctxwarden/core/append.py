@@ -40,16 +40,15 @@ class CallState:
 
 
 def answer_call(calls: dict[str, CallState], tool_call_id: str, i: int) -> None:
-    """Mark the call a tool result (``messages[i]``) answers; it must be open."""
+    """Mark the call a tool result (``messages[i]``) answers.
+
+    A result whose call is not active (rolled back, compacted away, never
+    appended) is stored all the same: the view leaves it out with the notice
+    ORPHANED_TOOL_RESULT_OMITTED. A second result for an active call is refused.
+    """
     call = calls.get(tool_call_id)
     if call is None:
-        raise FailedPrecondition(
-            f"messages[{i}].tool_call_id {tool_call_id!r} matches no "
-            "active tool call in this session; append the assistant message "
-            "with that call first",
-            reason=ErrorReason.UNKNOWN_TOOL_CALL,
-            field=f"messages[{i}].tool_call_id",
-        )
+        return
     if call.answered:
         raise FailedPrecondition(
             f"messages[{i}]: tool call {tool_call_id!r} already has a result",

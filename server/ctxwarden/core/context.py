@@ -172,7 +172,8 @@ class SessionContext:
         return entry.original
 
     def count(self, message: Message) -> int:
-        return self.profile.message(message)
+        """The message's token count (0: the model never sees a history-only one)."""
+        return 0 if message.history_only else self.profile.message(message)
 
     # -- append -----------------------------------------------------------
 
@@ -211,13 +212,14 @@ class SessionContext:
             if dup is not None:
                 out.append(dup)
                 continue
-            if incoming.role is Role.TOOL_RESULT:
+            if incoming.role is Role.TOOL_RESULT and not incoming.history_only:
                 answer_call(calls, incoming.tool_call_id, i)
-                if not incoming.tool_name:
-                    incoming = replace(incoming, tool_name=calls[incoming.tool_call_id].name)
+                call = calls.get(incoming.tool_call_id)
+                if not incoming.tool_name and call is not None:
+                    incoming = replace(incoming, tool_name=call.name)
             seq += 1
             message = self._admit(incoming, seq, incoming.message_id or next(ids), now_us)
-            if message.role is Role.ASSISTANT:
+            if message.role is Role.ASSISTANT and not message.history_only:
                 for block in message.tool_calls:
                     calls[block.tool_call_id] = CallState(seq, False, block.tool_name)
                 if usable(message):
@@ -262,6 +264,8 @@ class SessionContext:
         self._entries.append(make_entry(message, self.policy, self.profile))
         if self._by_message_id is not None:
             self._by_message_id[message.message_id] = message
+        if message.history_only:
+            return  # no call, no answer: the model never sees it
         if message.role is Role.ASSISTANT:
             for block in message.tool_calls:
                 self._calls[block.tool_call_id] = CallState(message.seq, False, block.tool_name)

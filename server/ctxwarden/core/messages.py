@@ -31,6 +31,14 @@ class MessageState(enum.IntEnum):
     ROLLED_BACK = 2
 
 
+class Visibility(enum.IntEnum):
+    """Whether the model sees a message (stored as these integers)."""
+
+    MODEL = 1
+    HISTORY_ONLY = 2
+    """Stored and listed, never in a model input, a summary or a token count."""
+
+
 class ContentKind(enum.IntEnum):
     TEXT = 1
     IMAGE = 2
@@ -126,6 +134,12 @@ class Message:
     calibration: tuple[float, int] | None = None
     """Server-side: the session's (ratio, samples) right after this message was
     appended, when the message changed it. Kept for exact replay."""
+    visibility: Visibility = Visibility.MODEL
+
+    @property
+    def history_only(self) -> bool:
+        """Stored and listed, but never shown to the model (see Visibility)."""
+        return self.visibility is Visibility.HISTORY_ONLY
 
     @property
     def failed(self) -> bool:

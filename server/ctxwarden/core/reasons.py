@@ -23,7 +23,7 @@ class ErrorReason(enum.StrEnum):
     MISSING_FIELD = "MISSING_FIELD"
     """A required field is empty (e.g. messages, update_mask, plan_id, summary)."""
     INVALID_SESSION_ID = "INVALID_SESSION_ID"
-    """A session ID is not 1-128 characters of [A-Za-z0-9._:-]."""
+    """A session ID is not 1-255 characters of [A-Za-z0-9._:-]."""
     INVALID_KEY = "INVALID_KEY"
     """A message_id or request_id is not 1-128 printable ASCII characters."""
     INVALID_JSON = "INVALID_JSON"
@@ -40,6 +40,8 @@ class ErrorReason(enum.StrEnum):
     """A message's role is unset or unknown."""
     INVALID_STOP_REASON = "INVALID_STOP_REASON"
     """A message's stop_reason is unknown."""
+    INVALID_VISIBILITY = "INVALID_VISIBILITY"
+    """A message's visibility is unknown."""
     INVALID_USAGE = "INVALID_USAGE"
     """A message's usage has a negative or implausibly large token count."""
     DUPLICATE_MESSAGE_ID = "DUPLICATE_MESSAGE_ID"
@@ -54,6 +56,8 @@ class ErrorReason(enum.StrEnum):
     """A field, the tools or the labels exceed their size or count limit."""
     FIELD_TOO_LONG = "FIELD_TOO_LONG"
     """A session's user_id, project_id or model is longer than 128 characters."""
+    STATE_TOO_LARGE = "STATE_TOO_LARGE"
+    """A session, user or project state would exceed 64 KiB encoded as JSON."""
     INVALID_LABEL = "INVALID_LABEL"
     """A session label has an empty key."""
     INVALID_POLICY = "INVALID_POLICY"
@@ -107,7 +111,8 @@ class ErrorReason(enum.StrEnum):
     # -- FAILED_PRECONDITION: the session's state does not allow it ----------------
 
     UNKNOWN_TOOL_CALL = "UNKNOWN_TOOL_CALL"
-    """A tool result answers no active tool call of the session."""
+    """Retired, no longer sent: a tool result that answers no active tool call is
+    stored, and the model input leaves it out (ORPHANED_TOOL_RESULT_OMITTED)."""
     TOOL_CALL_ALREADY_ANSWERED = "TOOL_CALL_ALREADY_ANSWERED"
     """A tool result answers a tool call that already has a result."""
     NOTHING_TO_COMPACT = "NOTHING_TO_COMPACT"
@@ -175,4 +180,7 @@ class ErrorReason(enum.StrEnum):
     """An unexpected server error; the server log has details."""
 
 
-__all__ = ["ErrorReason"]
+RETIRED = frozenset({ErrorReason.UNKNOWN_TOOL_CALL})
+"""Members the server no longer sends (kept: a value is never reused)."""
+
+__all__ = ["RETIRED", "ErrorReason"]

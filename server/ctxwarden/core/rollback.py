@@ -20,7 +20,7 @@ def trailing_failed_turn(active: Sequence[Message]) -> list[int]:
     window_start = len(active)
     for i in range(len(active) - 1, -1, -1):
         m = active[i]
-        if m.failed or m.role is Role.TOOL_RESULT:
+        if m.failed or m.role is Role.TOOL_RESULT or m.history_only:
             window_start = i
             continue
         break
@@ -31,7 +31,8 @@ def trailing_failed_turn(active: Sequence[Message]) -> list[int]:
     return [
         m.seq
         for m in active[window_start:]
-        if m.failed or (m.role is Role.TOOL_RESULT and m.tool_call_id in failed_calls)
+        if not m.history_only
+        and (m.failed or (m.role is Role.TOOL_RESULT and m.tool_call_id in failed_calls))
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxwarden.core.models import lookup_model
 
@@ -86,6 +87,8 @@ class Session:
     version: int = 0
     """Advanced by every change of the session (appends too); the store
     compares-and-sets it, so a replica never writes or serves a stale copy."""
+    state: Mapping[str, Any] = field(default_factory=dict)
+    """The session's JSON object state (see core.state)."""
 
     @property
     def etag(self) -> str:

@@ -18,9 +18,10 @@ from ctxwarden.core.messages import (
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
 
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+MAX_SESSION_ID_LENGTH = 255
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")
 INTERNAL_SESSION_ID_RE = re.compile(
-    r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,63}~)?[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+    r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,63}~)?[A-Za-z0-9][A-Za-z0-9._:-]{0,254}"
 )
 """Internally a tenant's session IDs carry a ``TENANT~`` prefix (see api.tenancy)."""
 KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
@@ -43,7 +44,7 @@ def check_session_id(session_id: str, field: str = "session_id", *, internal: bo
     pattern = INTERNAL_SESSION_ID_RE if internal else SESSION_ID_RE
     if not pattern.fullmatch(session_id):
         raise InvalidArgument(
-            f"{field} {session_id[:140]!r} is malformed: use 1-128 characters of "
+            f"{field} {session_id[:270]!r} is malformed: use 1-255 characters of "
             "[A-Za-z0-9._:-], starting with a letter or digit",
             reason=ErrorReason.INVALID_SESSION_ID,
             field=field,
@@ -170,7 +171,7 @@ def check_message(message: Message, field: str) -> None:
     """One incoming message: its characters, its content blocks, its usage."""
     check_key(message.message_id, f"{field}.message_id")
     _check_message_strings(message, field)
-    if not message.content and not message.failed:
+    if not message.content and not message.failed and not message.history_only:
         raise InvalidArgument(
             f"{field}.content is empty; only an assistant message that ended in "
             "STOP_REASON_ERROR or STOP_REASON_ABORTED may have no content",
@@ -178,7 +179,7 @@ def check_message(message: Message, field: str) -> None:
             field=f"{field}.content",
         )
     _check_blocks(message, field)
-    if message.role is Role.TOOL_RESULT and not message.tool_call_id:
+    if message.role is Role.TOOL_RESULT and not message.tool_call_id and not message.history_only:
         raise InvalidArgument(
             f"{field}.tool_call_id is required for a tool result",
             reason=ErrorReason.MISSING_FIELD,

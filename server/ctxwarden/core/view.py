@@ -1,6 +1,7 @@
 """The model-input view: what the model sees, derived from stored messages.
 
-Nothing here changes storage. The view leaves out failed assistant messages,
+Nothing here changes storage. The view leaves out history-only messages
+(silently: the client asked for that) and failed assistant messages,
 gives every tool call exactly one result right after its assistant message
 (a synthetic error result when none arrived in time), drops tool results that
 have no call to answer, and cuts oversized tool output to a preview.
@@ -104,6 +105,8 @@ def make_entry(
     message: Message, policy: EffectivePolicy, tokenizer: Tokenizer | CountingProfile
 ) -> ViewEntry:
     """The view entry of a stored message; tool output over budget is truncated."""
+    if message.history_only:
+        return ViewEntry(message, 0)
     if message.role is not Role.TOOL_RESULT:
         return ViewEntry(message, message.token_count)
     text = message.text
@@ -171,7 +174,11 @@ def build_view(
     """
     stub_before = -1
     if keep_tool_results > 0 and stub is not None:
-        results = [i for i, e in enumerate(entries) if e.message.role is Role.TOOL_RESULT]
+        results = [
+            i
+            for i, e in enumerate(entries)
+            if e.message.role is Role.TOOL_RESULT and not e.message.history_only
+        ]
         if len(results) > keep_tool_results:
             stub_before = results[-keep_tool_results]
     builder = ViewBuilder(synthetic_tokens, chain=False)
@@ -229,6 +236,8 @@ class ViewBuilder:
     def feed(self, entry: ViewEntry) -> None:
         self.fed += 1
         message = entry.message
+        if message.history_only:
+            return  # stored for the history, never shown: no notice, no call closed
         if message.role is Role.TOOL_RESULT:
             if self._open.pop(message.tool_call_id, None) is None:
                 self._notices.append(

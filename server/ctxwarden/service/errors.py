@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ctxwarden.core.errors import InvalidArgument, ResourceExhausted, Unavailable
 from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.state import too_large
 from ctxwarden.store.errors import QuotaExceeded, StoreRejected, StoreUnavailable, TooLarge
 
 
@@ -30,6 +31,8 @@ def store_error(exc: Exception) -> Exception:
         return Unavailable(
             "the database is unavailable; retry shortly", reason=ErrorReason.DATABASE_UNAVAILABLE
         )
+    if isinstance(exc, TooLarge) and exc.field.startswith("state_delta."):
+        return too_large(exc.field, exc.size)
     if isinstance(exc, TooLarge):
         return InvalidArgument(
             f"{exc.field} is {exc.size:,} bytes as stored; the limit is {exc.limit:,} bytes",

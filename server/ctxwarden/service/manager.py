@@ -18,7 +18,7 @@ from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
 from ctxwarden.service.model_output import ModelOutputs
-from ctxwarden.service.pages import message_page_token
+from ctxwarden.service.pages import MessageFilter, message_page_token
 from ctxwarden.service.results import AppendResult, IdempotencyKey, RollbackResult
 from ctxwarden.service.rollback import Rollbacks
 from ctxwarden.service.runtime import SessionRuntime
@@ -46,6 +46,7 @@ class SessionManager:
         messages = Messages(runtime)
         self.create_session = sessions.create_session
         self.get_session = runtime.get_session
+        self.get_session_with_state = sessions.get_session_with_state
         self.list_sessions = sessions.list_sessions
         self.update_session = sessions.update_session
         self.delete_session = sessions.delete_session
@@ -76,6 +77,7 @@ class SessionManager:
 __all__ = [
     "AppendResult",
     "IdempotencyKey",
+    "MessageFilter",
     "RollbackResult",
     "SessionManager",
     "message_page_token",

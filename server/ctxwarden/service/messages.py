@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxwarden import ids
@@ -17,6 +17,7 @@ from ctxwarden.core.errors import (
 )
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.state import MAX_STATE_BYTES, StateDelta, merge_state, state_size, too_large
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import (
     check_key,
@@ -24,20 +25,14 @@ from ctxwarden.core.validation import (
     check_session_id,
 )
 from ctxwarden.service.errors import store_error
-from ctxwarden.service.pages import (
-    LIST_PAGE_BYTES,
-    clamp_page_size,
-    decode_token,
-    message_page_token,
-    token_int,
-)
+from ctxwarden.service.pages import LIST_PAGE_BYTES, MessageFilter, clamp_page_size
 from ctxwarden.service.results import (
     AppendResult,
     IdempotencyKey,
 )
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.store.errors import DuplicateKey, TooLarge
-from ctxwarden.store.repository import RequestScope
+from ctxwarden.store.repository import RequestScope, StateOwner
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +50,8 @@ class _Attempt:
     """One AppendMessages call's state across its tries."""
 
     ctx: SessionContext
+    delta: StateDelta = field(default_factory=StateDelta)
+    """The request's state changes (applied with the messages)."""
     stored_dups: dict[str, Message] = field(default_factory=dict)
     """Messages found stored by message_id although older than the kept history."""
 
@@ -73,18 +70,22 @@ class Messages:
         messages: Sequence[Message],
         expected_last_seq: int | None,
         key: IdempotencyKey | None,
+        delta: StateDelta | None = None,
     ) -> AppendResult:
         """Plan on the hot copy under the session's lock, write through the group
         commit, install what was written. A try that finds the copy stale (another
         replica appended, or a message_id is stored older than the kept history)
-        plans again on the current state; three tries at most."""
-        check_messages(messages, self.rt.settings.limits.max_messages_per_request)
+        plans again on the current state; three tries at most. An append with a
+        state ``delta`` (it may have no messages) is a transaction of its own."""
+        delta = delta or StateDelta()
+        if messages or delta.empty:
+            check_messages(messages, self.rt.settings.limits.max_messages_per_request)
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
         scope = RequestScope("AppendMessages", session_id, tenant_of(session_id))
         async with self.rt.hot.lock(session_id):
-            state = _Attempt(await self.rt.context_locked(session_id))
+            state = _Attempt(await self.rt.context_locked(session_id), delta)
             for first in (True, False, False):
                 result = await self._try(state, messages, expected_last_seq, scope, key, first)
                 if result is not None:
@@ -104,7 +105,7 @@ class Messages:
         ctx = state.ctx
         try:
             plan = await self._plan(ctx, messages, state.stored_dups)
-            if not plan.new:
+            if not plan.new and state.delta.empty:
                 return AppendResult(plan.messages, ctx.session.last_seq, ctx.context_tokens)
             last_seq = ctx.session.last_seq
             if expected_last_seq is not None and expected_last_seq != last_seq:
@@ -142,6 +143,12 @@ class Messages:
             "last_seq": plan.last_seq,
             "context_tokens": plan.context_tokens,
         }
+        delta = state.delta
+        if delta.session is not None:
+            merged = merge_state(ctx.session.state, delta.session)
+            if state_size(merged) > MAX_STATE_BYTES:
+                raise too_large("state_delta.session", state_size(merged))
+            plan = replace(plan, session=replace(plan.session, state=merged))
         try:
             op = self.rt.store.messages.encode_append(
                 plan.session,
@@ -151,8 +158,17 @@ class Messages:
             )
         except TooLarge as exc:
             raise store_error(exc) from None
+        s = ctx.session
+        owner = StateOwner(tenant_of(sid), s.project_id, s.user_id)
+
+        async def write() -> None:
+            if delta.empty:
+                await self.rt.store.messages.append(op)
+            else:
+                await self.rt.store.states.append(op, owner, delta)
+
         try:
-            written = await self.rt.write(sid, lambda: self.rt.store.messages.append(op))
+            written = await self.rt.write(sid, write)
         except DuplicateKey:
             return await self._after_duplicate(state, messages, scope, key)
         if not written:
@@ -221,31 +237,33 @@ class Messages:
         )
 
     async def list_messages(
-        self, session_id: str, page_size: int, page_token: str, include_rolled_back: bool
+        self, session_id: str, page_size: int, page_token: str, wanted: MessageFilter
     ) -> tuple[list[Message], str]:
+        """A page of the history; ``wanted.newest_first`` reads it from the end."""
         await self.rt.get_session(session_id)
         size = clamp_page_size(page_size, 100)
-        after = 0
-        if page_token:
-            tok = decode_token(page_token)
-            if tok.get("s") != session_id or tok.get("r") != include_rolled_back:
-                raise InvalidArgument(
-                    "page_token was issued for a different session or filter",
-                    reason=ErrorReason.INVALID_PAGE_TOKEN,
-                    field="page_token",
-                )
-            after = token_int(tok, "a")
+        if wanted.after_seq is not None and wanted.after_seq < 0:
+            raise InvalidArgument(
+                "after_seq must be >= 0", reason=ErrorReason.INVALID_SEQ, field="after_seq"
+            )
+        cursor = wanted.cursor(session_id, page_token)
+        after = wanted.after_seq or 0
+        before = 0
+        if wanted.newest_first:
+            before = cursor
+        else:
+            after = max(after, cursor)
         page = await self.rt.db(
             lambda: self.rt.store.messages.page(
                 session_id,
                 after_seq=after,
                 limit=size,
-                include_rolled_back=include_rolled_back,
+                include_rolled_back=wanted.include_rolled_back,
                 max_bytes=LIST_PAGE_BYTES,
+                newest_first=wanted.newest_first,
+                before_seq=before,
+                after_time_us=wanted.after_time_us,
             )
         )
         rows = page.messages
-        token = (
-            message_page_token(session_id, include_rolled_back, rows[-1].seq) if page.more else ""
-        )
-        return rows, token
+        return rows, wanted.token(session_id, rows[-1].seq) if page.more else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ctxwarden.core.errors import InvalidArgument
@@ -35,7 +36,7 @@ def decode_token(token: str) -> dict[str, Any]:
         raise _invalid_token() from None
 
 
-_TOKEN_ID = re.compile(r"[\x21-\x7e]{1,200}")
+_TOKEN_ID = re.compile(r"[\x21-\x7e]{1,400}")
 """IDs in tokens (session and compaction IDs) are printable ASCII, like the columns."""
 
 
@@ -67,6 +68,47 @@ LIST_PAGE_BYTES = 4 * 1024 * 1024
 """A ListMessages page reads at most this much message data (plus one message)."""
 
 
+@dataclass(frozen=True, slots=True)
+class MessageFilter:
+    """What a ListMessages request asks for besides its page: a page token is
+    bound to the session and to all of these."""
+
+    include_rolled_back: bool = False
+    newest_first: bool = False
+    after_seq: int | None = None
+    after_time_us: int = 0
+
+    def bound(self, session_id: str) -> dict[str, Any]:
+        key: dict[str, Any] = {"s": session_id, "r": self.include_rolled_back}
+        # Tokens of plain requests stay as they were (the three keys).
+        if self.newest_first:
+            key["n"] = True
+        if self.after_seq is not None:
+            key["f"] = self.after_seq
+        if self.after_time_us:
+            key["t"] = self.after_time_us
+        return key
+
+    def token(self, session_id: str, last_seq: int) -> str:
+        """The next_page_token after the page that ended with ``last_seq``."""
+        return encode_token({**self.bound(session_id), "a": last_seq})
+
+    def cursor(self, session_id: str, page_token: str) -> int:
+        """The last seq of the previous page (0: first page); a token of another
+        session or other filters is INVALID_PAGE_TOKEN."""
+        if not page_token:
+            return 0
+        tok = decode_token(page_token)
+        cursor = token_int(tok, "a")
+        if {k: v for k, v in tok.items() if k != "a"} != self.bound(session_id):
+            raise InvalidArgument(
+                "page_token was issued for a different session or filter",
+                reason=ErrorReason.INVALID_PAGE_TOKEN,
+                field="page_token",
+            )
+        return cursor
+
+
 def message_page_token(session_id: str, include_rolled_back: bool, after_seq: int) -> str:
-    """ListMessages' next_page_token: the page after ``after_seq``."""
-    return encode_token({"s": session_id, "r": include_rolled_back, "a": after_seq})
+    """ListMessages' next_page_token of a plain (ascending, unfiltered) listing."""
+    return MessageFilter(include_rolled_back).token(session_id, after_seq)

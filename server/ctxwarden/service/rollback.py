@@ -7,7 +7,9 @@ from dataclasses import replace
 
 from ctxwarden import ids
 from ctxwarden.core.context import SessionContext
+from ctxwarden.core.errors import Aborted
 from ctxwarden.core.provider_errors import ProviderError, classify_provider_error
+from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.recovery import Recovery, decide, decide_recovery
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.tenancy import tenant_of
@@ -43,9 +45,13 @@ class Rollbacks:
         error_message: str,
         key: IdempotencyKey | None,
         provider_error: ProviderError | None = None,
+        *,
+        expected_last_seq: int | None = None,
     ) -> RollbackResult:
         """RollbackTurn. ``provider_error`` (the provider's raw error) is classified
-        by the provider's codes and headers, before ``error_message``."""
+        by the provider's codes and headers, before ``error_message``. With
+        ``expected_last_seq`` nothing is rolled back unless it is the session's
+        last_seq (LAST_SEQ_MISMATCH, as AppendMessages)."""
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
@@ -55,6 +61,14 @@ class Rollbacks:
             stored = await self.rt.replay(scope, key)
             if stored is not None:
                 return rollback_from_outcome(stored.outcome)
+            last_seq = ctx.session.last_seq
+            if expected_last_seq is not None and expected_last_seq != last_seq:
+                raise Aborted(
+                    f"expected_last_seq {expected_last_seq} does not match the "
+                    f"session's last_seq {last_seq}; nothing was rolled back",
+                    reason=ErrorReason.LAST_SEQ_MISMATCH,
+                    metadata={"last_seq": str(last_seq)},
+                )
             if ctx.crosses_checkpoint(to_seq):
                 assert to_seq is not None
                 return await self._rollback_across(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxwarden import ids
@@ -17,7 +17,7 @@ from ctxwarden.core.errors import (
 )
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
-from ctxwarden.core.tenancy import scoped_id, visible_id
+from ctxwarden.core.tenancy import scoped_id, tenant_of, visible_id
 from ctxwarden.core.validation import (
     check_key,
     check_session_fields,
@@ -36,9 +36,16 @@ from ctxwarden.service.results import (
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import check_client_tokenizer, tokenizer_for
 from ctxwarden.store.errors import DuplicateKey
-from ctxwarden.store.repository import RequestScope
+from ctxwarden.store.repository import RequestScope, StateOwner
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWithState:
+    session: Session
+    user_state: Mapping[str, Any]
+    project_state: Mapping[str, Any]
 
 
 class Sessions:
@@ -82,7 +89,7 @@ class Sessions:
         ctx.session = fresh
         scope = RequestScope("CreateSession", tenant_id=tenant)
         try:
-            await self.rt.db(
+            created = await self.rt.db(
                 lambda: self.rt.store.sessions.create(
                     fresh, self.rt.record(scope, key, {"session_id": sid})
                 )
@@ -96,9 +103,19 @@ class Sessions:
                 reason=ErrorReason.SESSION_ALREADY_EXISTS,
                 metadata={"session_id": visible_id(sid)},
             ) from None
+        # A deleted session's ID made a new one: the version continues after it.
+        fresh = ctx.session = replace(fresh, version=created.version)
         ctx.checked_at = self.rt.clock()
         self.rt.hot.put(sid, ctx)
         return fresh
+
+    async def get_session_with_state(self, session_id: str) -> SessionWithState:
+        """GetSession: the session and the states it shares with its user's and
+        its project's other sessions."""
+        session = await self.rt.get_session(session_id)
+        owner = StateOwner(tenant_of(session_id), session.project_id, session.user_id)
+        shared = await self.rt.db(lambda: self.rt.store.states.get(owner))
+        return SessionWithState(session, shared.user, shared.project)
 
     async def list_sessions(
         self, user_id: str, project_id: str, page_size: int, page_token: str, tenant: str = ""

@@ -24,6 +24,7 @@ from ctxwarden.core.messages import (
     Role,
     StopReason,
     Usage,
+    Visibility,
 )
 from ctxwarden.core.session import (
     Checkpoint,
@@ -32,6 +33,7 @@ from ctxwarden.core.session import (
     Session,
     ToolDefinition,
 )
+from ctxwarden.core.state import decode_state, encode_state
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
 
@@ -91,6 +93,8 @@ def message_data(m: Message) -> bytes:
         ]
     if m.metadata:
         body["metadata"] = dict(sorted(m.metadata.items()))
+    if m.history_only:
+        body["v"] = int(m.visibility)
     data: bytes = msgpack.packb(body, use_bin_type=True)
     return data
 
@@ -166,6 +170,7 @@ def message_from_row(row: MessageRow | Any) -> Message:
         create_time_us=row.create_time_us,
         metadata=body.get("metadata") or EMPTY_METADATA,
         calibration=None if samples is None or ratio is None else (float(ratio), int(samples)),
+        visibility=Visibility(body.get("v", Visibility.MODEL)),
     )
 
 
@@ -204,6 +209,7 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "update_time_us": s.update_time_us,
         "delete_time_us": s.delete_time_us,
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
+        "state_json": encode_state(s.state) if s.state else None,
         "version": s.version,
     }
 
@@ -308,6 +314,7 @@ def session_from_row(row: SessionRow | Any) -> Session:
         update_time_us=row.update_time_us,
         delete_time_us=row.delete_time_us,
         version=getattr(row, "version", 0),
+        state=decode_state(getattr(row, "state_json", None)),
         **_calibration(getattr(row, "calibration_json", "")),
     )
 

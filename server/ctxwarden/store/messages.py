@@ -182,20 +182,32 @@ class MessageRepository:
         limit: int,
         include_rolled_back: bool,
         max_bytes: int = 0,
+        newest_first: bool = False,
+        before_seq: int = 0,
+        after_time_us: int = 0,
     ) -> MessagePage:
-        """Up to ``limit`` messages after ``after_seq`` and whether more follow.
+        """Up to ``limit`` messages with ``after_seq < seq`` (and ``seq < before_seq``
+        when set, and created after ``after_time_us`` when set), and whether more
+        follow. Ascending by seq, or descending with ``newest_first``: the primary
+        key (session_id, seq) is read from the end, so the newest N messages cost
+        O(N) whatever the length of the history.
 
         With ``max_bytes`` the page also stops before its stored bodies pass that
         many bytes (always at least one message): the sizes are read first, so a
         page of huge messages never loads more than it returns.
         """
         where = [M.c.session_id == session_id, M.c.seq > after_seq]
+        if before_seq > 0:
+            where.append(M.c.seq < before_seq)
+        if after_time_us > 0:
+            where.append(M.c.create_time_us > after_time_us)
         if not include_rolled_back:
             where.append(M.c.state == int(MessageState.ACTIVE))
+        order = M.c.seq.desc() if newest_first else M.c.seq
         async with self.engine.connect() as conn:
             if max_bytes <= 0:
                 rows = (
-                    await conn.execute(select(M).where(*where).order_by(M.c.seq).limit(limit + 1))
+                    await conn.execute(select(M).where(*where).order_by(order).limit(limit + 1))
                 ).all()
                 return MessagePage([message_from_row(r) for r in rows[:limit]], len(rows) > limit)
             size = func.coalesce(func.length(M.c.data), 0) + func.coalesce(func.length(M.c.body), 0)
@@ -203,7 +215,7 @@ class MessageRepository:
                 await conn.execute(
                     select(M.c.seq, size.label("size"))
                     .where(*where)
-                    .order_by(M.c.seq)
+                    .order_by(order)
                     .limit(limit + 1)
                 )
             ).all()
@@ -215,7 +227,6 @@ class MessageRepository:
                 if i > 0 and total > max_bytes:
                     break
                 last = r.seq
-            rows = (
-                await conn.execute(select(M).where(*where, M.c.seq <= last).order_by(M.c.seq))
-            ).all()
-        return MessagePage([message_from_row(r) for r in rows], sizes[-1].seq > last)
+            bound = M.c.seq >= last if newest_first else M.c.seq <= last
+            rows = (await conn.execute(select(M).where(*where, bound).order_by(order))).all()
+        return MessagePage([message_from_row(r) for r in rows], sizes[-1].seq != last)

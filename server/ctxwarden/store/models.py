@@ -44,8 +44,10 @@ def text_col(length: int) -> TypeEngine[str]:
     )
 
 
-SESSION_KEY_LENGTH = 200
-"""Internal session keys: ``TENANT~`` (up to 65) + a client session ID (up to 128)."""
+SESSION_KEY_LENGTH = 400
+"""Internal session keys: ``TENANT~`` (up to 65) + a client session ID (up to 255),
+and a deleted incarnation's key (that + ``#`` + its delete time, see
+store/sessions.py). ASCII, so every key stays far within MariaDB's index limit."""
 
 
 class Base(DeclarativeBase):
@@ -87,6 +89,8 @@ class SessionRow(Base):
         ascii_id(64), default='{"n":0,"r":1.0}', server_default='{"n":0,"r":1.0}'
     )
     """Reported/estimated token ratio and sample count (core.calibration)."""
+    state_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
+    """The session's JSON object state (NULL: empty)."""
     version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     """Advanced by every change of the session (append, rollback, settings,
     compaction, delete); every write compares-and-sets it, and replicas compare
@@ -204,3 +208,26 @@ class TenantRow(Base):
     stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     """Stored bytes of the live sessions (messages, settings revisions,
     checkpoints, idempotency records)."""
+
+
+class UserStateRow(Base):
+    """The JSON object state shared by the sessions of one (tenant, project, user)."""
+
+    __tablename__ = "user_states"
+
+    tenant_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(text_col(128), primary_key=True)
+    user_id: Mapped[str] = mapped_column(text_col(128), primary_key=True)
+    state_json: Mapped[str] = mapped_column(long_text())
+    update_time_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class ProjectStateRow(Base):
+    """The JSON object state shared by the sessions of one (tenant, project)."""
+
+    __tablename__ = "project_states"
+
+    tenant_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(text_col(128), primary_key=True)
+    state_json: Mapped[str] = mapped_column(long_text())
+    update_time_us: Mapped[int] = mapped_column(BigInteger)

@@ -25,6 +25,7 @@ from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, RequestRepository, RequestScope, StoredRequest
 from ctxwarden.store.restore import Snapshot, load_snapshot, replay_snapshot
 from ctxwarden.store.sessions import SessionRepository, StoredVersion
+from ctxwarden.store.states import SharedStates, StateOwner, StateRepository
 from ctxwarden.store.version_reader import VersionReader
 
 
@@ -66,6 +67,7 @@ class Store:
         self.checkpoints = CheckpointRepository(engine, self.gate, self.quota)
         self.plans = PlanRepository(engine, self.gate)
         self.requests = RequestRepository(engine)
+        self.states = StateRepository(engine, self.gate, self.quota)
 
     async def close(self) -> None:
         await self.versions.close()
@@ -108,7 +110,9 @@ async def purge_deleted(
 __all__ = [
     "RequestRecord",
     "RequestScope",
+    "SharedStates",
     "Snapshot",
+    "StateOwner",
     "Store",
     "StoredPlan",
     "StoredRequest",

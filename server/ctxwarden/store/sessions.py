@@ -7,7 +7,7 @@ so a replica holding a stale copy can never write over another's change.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import OperationalError
@@ -25,7 +25,7 @@ from ctxwarden.store.errors import MYSQL_CONFLICT, boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, compare_and_set, record_bytes, record_values
-from ctxwarden.store.tables import M, R, S, V
+from ctxwarden.store.tables import C, M, P, R, S, V
 from ctxwarden.store.version_reader import VersionReader
 
 
@@ -33,6 +33,16 @@ from ctxwarden.store.version_reader import VersionReader
 class StoredVersion:
     version: int
     deleted: bool
+
+
+RETIRED_SEPARATOR = "#"
+"""Never part of a session ID (see core.validation), so a retired key never
+collides with one a client can name."""
+
+
+def retired_key(session_id: str, delete_time_us: int) -> str:
+    """Where a deleted incarnation's rows go when its ID is used again."""
+    return f"{session_id}{RETIRED_SEPARATOR}{delete_time_us}"
 
 
 def _is_deadlock(exc: OperationalError) -> bool:
@@ -50,9 +60,17 @@ class SessionRepository:
         self.versions = versions
 
     @boundary
-    async def create(self, session: Session, record: RequestRecord | None) -> None:
-        """Insert a session. Raises DuplicateKey if the ID or request is taken,
-        QuotaExceeded if the tenant's quota is used up (nothing is written)."""
+    async def create(self, session: Session, record: RequestRecord | None) -> Session:
+        """Insert a session; returns it as stored. Raises DuplicateKey if the ID
+        (of a live session) or the request is taken, QuotaExceeded if the tenant's
+        quota is used up (nothing is written).
+
+        A deleted session with the same ID is moved out of the way first: its
+        rows (and those of its messages, checkpoints, plans, revisions and
+        idempotency records) get the key ``ID#DELETE_TIME``, which no request
+        can name, so they stay for audit and purge but are never visible again.
+        The new session's version continues after the deleted one's, so no
+        replica mistakes its copy of the old session for the new one."""
         stored = None if record is None else record_values(record)
         added = revision_bytes(session)
         if stored is not None:
@@ -61,17 +79,41 @@ class SessionRepository:
             try:
                 async with self.gate.begin() as conn:
                     await self.quota.claim_session(conn, tenant_of(session.session_id), added)
+                    created = await self._retire_deleted(conn, session)
                     await conn.execute(
-                        insert(S).values(**session_row_values(session), stored_bytes=added)
+                        insert(S).values(**session_row_values(created), stored_bytes=added)
                     )
-                    await self._revision(conn, session)
+                    await self._revision(conn, created)
                     if stored is not None:
                         await conn.execute(insert(R).values(**stored))
-                return
+                return created
             except OperationalError as exc:
                 # Two tenants' first sessions can deadlock on the new counter rows.
                 if attempt == 2 or not _is_deadlock(exc):
                     raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    async def _retire_deleted(conn: AsyncConnection, session: Session) -> Session:
+        """Move a deleted incarnation of ``session``'s ID to its retired key;
+        returns ``session`` with the version to create it with."""
+        sid = session.session_id
+        row = (
+            await conn.execute(
+                select(S.c.version, S.c.delete_time_us)
+                .where(S.c.session_id == sid, S.c.delete_time_us > 0)
+                .with_for_update()
+            )
+        ).first()
+        if row is None:
+            return session  # none, or a live one: the INSERT raises DuplicateKey
+        retired = retired_key(sid, int(row.delete_time_us))
+        for table in (M, C, P, V, R):
+            await conn.execute(
+                update(table).where(table.c.session_id == sid).values(session_id=retired)
+            )
+        await conn.execute(update(S).where(S.c.session_id == sid).values(session_id=retired))
+        return replace(session, version=max(session.version, int(row.version) + 1))
 
     @staticmethod
     async def _revision(conn: AsyncConnection, session: Session) -> None:

@@ -13,10 +13,12 @@ from ctxwarden.store.models import (
     CompactionPlanRow,
     CompactionRow,
     MessageRow,
+    ProjectStateRow,
     RequestRow,
     SessionRevisionRow,
     SessionRow,
     TenantRow,
+    UserStateRow,
 )
 
 S = cast(Table, SessionRow.__table__)
@@ -33,3 +35,7 @@ R = cast(Table, RequestRow.__table__)
 """request_records (idempotency)"""
 T = cast(Table, TenantRow.__table__)
 """tenants (quota counters)"""
+US = cast(Table, UserStateRow.__table__)
+"""user_states (state shared by a user's sessions in a project)"""
+PS = cast(Table, ProjectStateRow.__table__)
+"""project_states (state shared by a project's sessions)"""

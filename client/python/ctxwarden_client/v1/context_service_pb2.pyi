@@ -10,6 +10,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -210,7 +211,9 @@ class CreateSessionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
-    """Optional client-chosen ID (1-128 characters of [A-Za-z0-9._:-])."""
+    """Optional client-chosen ID (1-255 characters of [A-Za-z0-9._:-], starting
+    with a letter or digit). The ID of a deleted session may be used again.
+    """
     request_id: _builtins.str
     """Optional idempotency key (AIP-155): a repeated request_id returns the
     first result without creating another session.
@@ -387,6 +390,7 @@ class AppendMessagesRequest(_message.Message):
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     VIEW_FIELD_NUMBER: _builtins.int
+    STATE_DELTA_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     expected_last_seq: _builtins.int
@@ -404,7 +408,13 @@ class AppendMessagesRequest(_message.Message):
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]:
         """Messages to append, in order (at most 1000 by default). Output-only
-        fields are ignored.
+        fields are ignored. May be empty when state_delta is set.
+        """
+
+    @_builtins.property
+    def state_delta(self) -> Global___StateDelta:
+        """Changes of the session's, the user's and the project's state, applied in
+        the same transaction as the messages (once per request_id).
         """
 
     def __init__(
@@ -415,16 +425,61 @@ class AppendMessagesRequest(_message.Message):
         expected_last_seq: _builtins.int | None = ...,
         request_id: _builtins.str = ...,
         view: Global___MessageView.ValueType = ...,
+        state_delta: Global___StateDelta | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq", "state_delta", b"state_delta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq", "messages", b"messages", "request_id", b"request_id", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "expected_last_seq", b"expected_last_seq", "messages", b"messages", "request_id", b"request_id", "session_id", b"session_id", "state_delta", b"state_delta", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_last_seq: _TypeAlias = _typing.Literal["expected_last_seq"]  # noqa: Y015
     _WhichOneofArgType__expected_last_seq: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_last_seq) -> _WhichOneofReturnType__expected_last_seq | None: ...
 
 Global___AppendMessagesRequest: _TypeAlias = AppendMessagesRequest  # noqa: Y015
+
+@_typing.final
+class StateDelta(_message.Message):
+    """Changes to JSON object states (see Session.state, user_state, project_state).
+    In each: a key set to a JSON null is deleted, any other key is set to its
+    value (a shallow merge). Each state stays at most 64 KiB encoded (else
+    INVALID_ARGUMENT, reason STATE_TOO_LARGE, and nothing is written).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    PROJECT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> _struct_pb2.Struct:
+        """Changes of the session's own state (Session.state)."""
+
+    @_builtins.property
+    def user(self) -> _struct_pb2.Struct:
+        """Changes of the state shared by the sessions of the session's tenant,
+        project_id and user_id (Session.user_state).
+        """
+
+    @_builtins.property
+    def project(self) -> _struct_pb2.Struct:
+        """Changes of the state shared by the sessions of the session's tenant and
+        project_id (Session.project_state).
+        """
+
+    def __init__(
+        self,
+        *,
+        session: _struct_pb2.Struct | None = ...,
+        user: _struct_pb2.Struct | None = ...,
+        project: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["project", b"project", "session", b"session", "user", b"user"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["project", b"project", "session", b"session", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateDelta: _TypeAlias = StateDelta  # noqa: Y015
 
 @_typing.final
 class AppendModelOutputRequest(_message.Message):
@@ -529,6 +584,9 @@ class ListMessagesRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     INCLUDE_ROLLED_BACK_FIELD_NUMBER: _builtins.int
+    NEWEST_FIRST_FIELD_NUMBER: _builtins.int
+    AFTER_SEQ_FIELD_NUMBER: _builtins.int
+    AFTER_TIME_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     page_size: _builtins.int
@@ -540,6 +598,18 @@ class ListMessagesRequest(_message.Message):
     """next_page_token of a previous call with the same other fields; empty for the first page."""
     include_rolled_back: _builtins.bool
     """Include messages removed by RollbackTurn."""
+    newest_first: _builtins.bool
+    """Pages run from the newest message backwards (descending seq): page_size N
+    gives the newest N messages, newest first, reading only those.
+    """
+    after_seq: _builtins.int
+    """When set, only messages with seq > after_seq (ascending unless
+    newest_first). E.g. the last_seq an agent already holds.
+    """
+    @_builtins.property
+    def after_time(self) -> _timestamp_pb2.Timestamp:
+        """When set, only messages whose create_time is after it."""
+
     def __init__(
         self,
         *,
@@ -547,18 +617,23 @@ class ListMessagesRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         include_rolled_back: _builtins.bool = ...,
+        newest_first: _builtins.bool = ...,
+        after_seq: _builtins.int | None = ...,
+        after_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq", "after_time", b"after_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_rolled_back", b"include_rolled_back", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq", "after_time", b"after_time", "include_rolled_back", b"include_rolled_back", "newest_first", b"newest_first", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__after_seq: _TypeAlias = _typing.Literal["after_seq"]  # noqa: Y015
+    _WhichOneofArgType__after_seq: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after_seq) -> _WhichOneofReturnType__after_seq | None: ...
 
 Global___ListMessagesRequest: _TypeAlias = ListMessagesRequest  # noqa: Y015
 
 @_typing.final
 class ListMessagesResponse(_message.Message):
-    """One page of the history, in seq order."""
+    """One page of the history, in seq order (descending with newest_first)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -876,6 +951,7 @@ class RollbackTurnRequest(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PROVIDER_ERROR_FIELD_NUMBER: _builtins.int
+    EXPECTED_LAST_SEQ_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     to_seq: _builtins.int
@@ -887,6 +963,12 @@ class RollbackTurnRequest(_message.Message):
     """The provider error to classify; default: the last failed message's."""
     request_id: _builtins.str
     """Optional idempotency key: a repeated request_id returns the first result."""
+    expected_last_seq: _builtins.int
+    """When set, the rollback applies only if the session's last_seq equals it;
+    otherwise ABORTED (reason LAST_SEQ_MISMATCH) and nothing is rolled back.
+    With to_seq = last_seq - 1 it removes exactly the newest message, whatever
+    its role (a framework's pop_item).
+    """
     @_builtins.property
     def provider_error(self) -> Global___ProviderError:
         """The provider's raw error, classified by the provider's own codes and the
@@ -901,13 +983,19 @@ class RollbackTurnRequest(_message.Message):
         error_message: _builtins.str = ...,
         request_id: _builtins.str = ...,
         provider_error: Global___ProviderError | None = ...,
+        expected_last_seq: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq", "provider_error", b"provider_error", "to_seq", b"to_seq"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "_to_seq", b"_to_seq", "expected_last_seq", b"expected_last_seq", "provider_error", b"provider_error", "to_seq", b"to_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq", "error_message", b"error_message", "provider_error", b"provider_error", "request_id", b"request_id", "session_id", b"session_id", "to_seq", b"to_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq", "_to_seq", b"_to_seq", "error_message", b"error_message", "expected_last_seq", b"expected_last_seq", "provider_error", b"provider_error", "request_id", b"request_id", "session_id", b"session_id", "to_seq", b"to_seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expected_last_seq: _TypeAlias = _typing.Literal["expected_last_seq"]  # noqa: Y015
+    _WhichOneofArgType__expected_last_seq: _TypeAlias = _typing.Literal["_expected_last_seq", b"_expected_last_seq"]  # noqa: Y015
     _WhichOneofReturnType__to_seq: _TypeAlias = _typing.Literal["to_seq"]  # noqa: Y015
     _WhichOneofArgType__to_seq: _TypeAlias = _typing.Literal["_to_seq", b"_to_seq"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_last_seq) -> _WhichOneofReturnType__expected_last_seq | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__to_seq) -> _WhichOneofReturnType__to_seq | None: ...
 
 Global___RollbackTurnRequest: _TypeAlias = RollbackTurnRequest  # noqa: Y015

@@ -137,7 +137,8 @@ class ContextServiceServicer:
     """
 
     def CreateSession(self, request, context):
-        """Creates a session. Errors: ALREADY_EXISTS when session_id is taken,
+        """Creates a session. Errors: ALREADY_EXISTS when session_id is taken by a
+        live session (the ID of a deleted session makes a new, empty session),
         INVALID_ARGUMENT for a malformed field.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -206,8 +207,8 @@ class ContextServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMessages(self, request, context):
-        """Lists the complete history in seq order, in pages bounded by count and
-        by size (see ListMessagesRequest.page_size).
+        """Lists the complete history in seq order (or newest first), in pages
+        bounded by count and by size (see ListMessagesRequest.page_size).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

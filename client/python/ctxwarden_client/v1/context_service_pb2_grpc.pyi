@@ -41,7 +41,8 @@ class ContextServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ContextServiceAsyncStub: ...
     CreateSession: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CreateSessionRequest, _session_pb2.Session]
-    """Creates a session. Errors: ALREADY_EXISTS when session_id is taken,
+    """Creates a session. Errors: ALREADY_EXISTS when session_id is taken by a
+    live session (the ID of a deleted session makes a new, empty session),
     INVALID_ARGUMENT for a malformed field.
     """
     GetSession: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetSessionRequest, _session_pb2.Session]
@@ -75,8 +76,8 @@ class ContextServiceStub:
     element) with nothing stored; otherwise those of AppendMessages.
     """
     ListMessages: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListMessagesRequest, _context_service_pb2.ListMessagesResponse]
-    """Lists the complete history in seq order, in pages bounded by count and
-    by size (see ListMessagesRequest.page_size).
+    """Lists the complete history in seq order (or newest first), in pages
+    bounded by count and by size (see ListMessagesRequest.page_size).
     """
     BuildModelInput: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.BuildModelInputRequest, _context_service_pb2.ModelInput]
     """Returns exactly what to send to the model next. Same state, same bytes.
@@ -131,7 +132,8 @@ class ContextServiceAsyncStub(ContextServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateSession: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CreateSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
-    """Creates a session. Errors: ALREADY_EXISTS when session_id is taken,
+    """Creates a session. Errors: ALREADY_EXISTS when session_id is taken by a
+    live session (the ID of a deleted session makes a new, empty session),
     INVALID_ARGUMENT for a malformed field.
     """
     GetSession: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
@@ -165,8 +167,8 @@ class ContextServiceAsyncStub(ContextServiceStub):
     element) with nothing stored; otherwise those of AppendMessages.
     """
     ListMessages: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListMessagesRequest, _context_service_pb2.ListMessagesResponse]  # type: ignore[assignment]
-    """Lists the complete history in seq order, in pages bounded by count and
-    by size (see ListMessagesRequest.page_size).
+    """Lists the complete history in seq order (or newest first), in pages
+    bounded by count and by size (see ListMessagesRequest.page_size).
     """
     BuildModelInput: _aio.UnaryUnaryMultiCallable[_context_service_pb2.BuildModelInputRequest, _context_service_pb2.ModelInput]  # type: ignore[assignment]
     """Returns exactly what to send to the model next. Same state, same bytes.
@@ -224,7 +226,8 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.CreateSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
-        """Creates a session. Errors: ALREADY_EXISTS when session_id is taken,
+        """Creates a session. Errors: ALREADY_EXISTS when session_id is taken by a
+        live session (the ID of a deleted session makes a new, empty session),
         INVALID_ARGUMENT for a malformed field.
         """
 
@@ -306,8 +309,8 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.ListMessagesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.ListMessagesResponse, _abc.Awaitable[_context_service_pb2.ListMessagesResponse]]:
-        """Lists the complete history in seq order, in pages bounded by count and
-        by size (see ListMessagesRequest.page_size).
+        """Lists the complete history in seq order (or newest first), in pages
+        bounded by count and by size (see ListMessagesRequest.page_size).
         """
 
     @_abc_1.abstractmethod

@@ -112,6 +112,42 @@ MESSAGE_STATE_ROLLED_BACK: MessageState.ValueType  # 2
 """Removed by RollbackTurn. Kept in storage; listed only with include_rolled_back."""
 Global___MessageState: _TypeAlias = MessageState  # noqa: Y015
 
+class _MessageVisibility:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MessageVisibilityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MessageVisibility.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MESSAGE_VISIBILITY_UNSPECIFIED: _MessageVisibility.ValueType  # 0
+    """Same as MESSAGE_VISIBILITY_MODEL."""
+    MESSAGE_VISIBILITY_MODEL: _MessageVisibility.ValueType  # 1
+    """Part of the model input (when active and in the effective context)."""
+    MESSAGE_VISIBILITY_HISTORY_ONLY: _MessageVisibility.ValueType  # 2
+    """Stored and listed by ListMessages, but never sent to the model: left out
+    of BuildModelInput (every format, replays too) and of compaction
+    summaries without a notice, and counted in no tokens (token_count 0). It
+    never separates a tool call from its result, and it is never a
+    compaction cut point. Its content may be empty (metadata only), e.g. a
+    framework's bookkeeping item.
+    """
+
+class MessageVisibility(_MessageVisibility, metaclass=_MessageVisibilityEnumTypeWrapper):
+    """Whether the model sees a message."""
+
+MESSAGE_VISIBILITY_UNSPECIFIED: MessageVisibility.ValueType  # 0
+"""Same as MESSAGE_VISIBILITY_MODEL."""
+MESSAGE_VISIBILITY_MODEL: MessageVisibility.ValueType  # 1
+"""Part of the model input (when active and in the effective context)."""
+MESSAGE_VISIBILITY_HISTORY_ONLY: MessageVisibility.ValueType  # 2
+"""Stored and listed by ListMessages, but never sent to the model: left out
+of BuildModelInput (every format, replays too) and of compaction
+summaries without a notice, and counted in no tokens (token_count 0). It
+never separates a tool call from its result, and it is never a
+compaction cut point. Its content may be empty (metadata only), e.g. a
+framework's bookkeeping item.
+"""
+Global___MessageVisibility: _TypeAlias = MessageVisibility  # noqa: Y015
+
 @_typing.final
 class TextContent(_message.Message):
     """Plain text."""
@@ -384,6 +420,7 @@ class Message(_message.Message):
     TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    VISIBILITY_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Output only. Position in the session, dense from 1."""
     message_id: _builtins.str
@@ -413,10 +450,13 @@ class Message(_message.Message):
     """Output only. Tokens this message costs, counted once at append with the
     session's tokenizer.
     """
+    visibility: Global___MessageVisibility.ValueType
+    """Whether the model sees the message. UNSPECIFIED means MODEL."""
     @_builtins.property
     def content(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContentBlock]:
         """Required, except for an assistant message that ended in
-        STOP_REASON_ERROR or STOP_REASON_ABORTED.
+        STOP_REASON_ERROR or STOP_REASON_ABORTED and for a message with
+        visibility MESSAGE_VISIBILITY_HISTORY_ONLY.
         """
 
     @_builtins.property
@@ -450,10 +490,11 @@ class Message(_message.Message):
         token_count: _builtins.int = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        visibility: Global___MessageVisibility.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "error_message", b"error_message", "is_error", b"is_error", "message_id", b"message_id", "metadata", b"metadata", "model", b"model", "provider", b"provider", "role", b"role", "seq", b"seq", "state", b"state", "stop_reason", b"stop_reason", "token_count", b"token_count", "tool_call_id", b"tool_call_id", "tool_name", b"tool_name", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_time", b"create_time", "error_message", b"error_message", "is_error", b"is_error", "message_id", b"message_id", "metadata", b"metadata", "model", b"model", "provider", b"provider", "role", b"role", "seq", b"seq", "state", b"state", "stop_reason", b"stop_reason", "token_count", b"token_count", "tool_call_id", b"tool_call_id", "tool_name", b"tool_name", "usage", b"usage", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

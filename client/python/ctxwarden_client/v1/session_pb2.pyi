@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
@@ -153,10 +154,14 @@ class Session(_message.Message):
     ETAG_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    USER_STATE_FIELD_NUMBER: _builtins.int
+    PROJECT_STATE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
-    """Unique ID: client-chosen (1-128 characters of [A-Za-z0-9._:-], starting
+    """Unique ID: client-chosen (1-255 characters of [A-Za-z0-9._:-], starting
     with a letter or digit) or server-made (sortable by creation time). Output
-    only except in CreateSessionRequest.session_id.
+    only except in CreateSessionRequest.session_id. The ID of a deleted
+    session may be used again: CreateSession then makes a new, empty session.
     """
     user_id: _builtins.str
     """Owner of the session, for listing. Free-form, up to 128 characters."""
@@ -202,6 +207,27 @@ class Session(_message.Message):
     def update_time(self) -> _timestamp_pb2.Timestamp:
         """Output only. Last change of settings or history."""
 
+    @_builtins.property
+    def state(self) -> _struct_pb2.Struct:
+        """A JSON object of this session's own state (e.g. a framework's session
+        state), at most 64 KiB encoded. Set initially by CreateSession, changed by
+        AppendMessagesRequest.state_delta; otherwise output only.
+        """
+
+    @_builtins.property
+    def user_state(self) -> _struct_pb2.Struct:
+        """Output only. The JSON object state shared by every session of the same
+        tenant, project_id and user_id (changed by AppendMessagesRequest.state_delta).
+        Returned by GetSession only (empty in other responses).
+        """
+
+    @_builtins.property
+    def project_state(self) -> _struct_pb2.Struct:
+        """Output only. The JSON object state shared by every session of the same
+        tenant and project_id (changed by AppendMessagesRequest.state_delta).
+        Returned by GetSession only (empty in other responses).
+        """
+
     def __init__(
         self,
         *,
@@ -220,10 +246,13 @@ class Session(_message.Message):
         etag: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        state: _struct_pb2.Struct | None = ...,
+        user_state: _struct_pb2.Struct | None = ...,
+        project_state: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "policy", b"policy", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "policy", b"policy", "project_state", b"project_state", "state", b"state", "update_time", b"update_time", "user_state", b"user_state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "session_id", b"session_id", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "project_state", b"project_state", "session_id", b"session_id", "state", b"state", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id", "user_state", b"user_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3,7 +3,8 @@
 Walk back from the newest message adding stored token counts until
 ``keep_recent_tokens`` is reached, then cut at the nearest valid cut point
 at or after that message. Valid cut points are user and assistant messages,
-never a tool result, so a call and its result always stay together. This
+never a tool result or a history-only message, so a call and its result
+always stay together. This
 matches pi-mono's ``findCutPoint`` for the same transcript and budget, with
 two deliberate differences: a pending tool call (no result yet) and
 everything after it is always kept, and when the budget runs out inside the
@@ -33,11 +34,15 @@ def _pending_call_index(messages: Sequence[Message]) -> int | None:
     """Index of the last assistant message if some of its calls have no result yet."""
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
-        if m.role is Role.TOOL_RESULT or m.failed:
-            continue  # failed messages are not in the view; look past them
+        if m.role is Role.TOOL_RESULT or m.failed or m.history_only:
+            continue  # failed and history-only messages are not in the view
         if m.role is not Role.ASSISTANT or not m.tool_calls:
             return None
-        answered = {r.tool_call_id for r in messages[i + 1 :]}
+        answered = {
+            r.tool_call_id
+            for r in messages[i + 1 :]
+            if r.role is Role.TOOL_RESULT and not r.history_only
+        }
         pending = any(c.tool_call_id not in answered for c in m.tool_calls)
         return i if pending else None
     return None
@@ -45,13 +50,19 @@ def _pending_call_index(messages: Sequence[Message]) -> int | None:
 
 def _turn_start(messages: Sequence[Message], index: int) -> int:
     for i in range(index, -1, -1):
-        if messages[i].role is Role.USER:
+        if messages[i].role is Role.USER and not messages[i].history_only:
             return i
     return -1
 
 
+def is_cut_point(message: Message) -> bool:
+    """User and assistant messages the model sees; never a tool result, never a
+    history-only message (one may sit between a tool call and its result)."""
+    return message.role is not Role.TOOL_RESULT and not message.history_only
+
+
 def find_cut_point(messages: Sequence[Message], keep_recent_tokens: int) -> CutPoint:
-    cut_points = [i for i, m in enumerate(messages) if m.role is not Role.TOOL_RESULT]
+    cut_points = [i for i, m in enumerate(messages) if is_cut_point(m)]
     if not cut_points:
         return CutPoint(0, -1, False)
     cut = cut_points[0]

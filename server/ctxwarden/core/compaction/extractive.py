@@ -116,12 +116,12 @@ def _call_text(name: str, arguments_json: str) -> str:
 
 
 def _usable(messages: Iterable[Message], facts: _Facts) -> list[Message]:
-    """Drops rolled-back messages, failed assistant messages and the results
-    of their calls; records the failures' error messages."""
+    """Drops rolled-back and history-only messages, failed assistant messages
+    and the results of their calls; records the failures' error messages."""
     kept: list[Message] = []
     failed_calls: set[str] = set()
     for m in messages:
-        if m.state is MessageState.ROLLED_BACK:
+        if m.state is MessageState.ROLLED_BACK or m.history_only:
             continue
         if m.failed:
             failed_calls.update(c.tool_call_id for c in m.tool_calls)

@@ -28,7 +28,7 @@ def collect_file_ops(
     writers = set(tools.write) | set(tools.edit)
     readers = set(tools.read)
     for m in messages:
-        if m.failed:
+        if m.failed or m.history_only:
             continue
         for call in m.tool_calls:
             if call.tool_name not in readers and call.tool_name not in writers:

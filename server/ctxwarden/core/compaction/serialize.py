@@ -44,12 +44,15 @@ def _provider_labels(m: Message) -> str:
 
 
 def serialize_messages(messages: Iterable[Message]) -> str:
-    """Failed assistant messages and the results of their calls are skipped,
+    """History-only messages, failed assistant messages and the results of their
+    calls are skipped,
     images are dropped, tool results are capped at 2,000 characters, provider
     items ctxwarden does not model are one label each (``provider_label``)."""
     lines: list[str] = []
     failed_calls: set[str] = set()
     for m in messages:
+        if m.history_only:
+            continue  # never shown to the model, so never summarised
         if m.failed:
             failed_calls.update(c.tool_call_id for c in m.tool_calls)
             continue

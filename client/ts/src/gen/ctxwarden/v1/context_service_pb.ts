@@ -9,14 +9,14 @@ import { file_ctxwarden_v1_message } from "./message_pb.js";
 import type { Session, SessionSchema, ToolDefinition } from "./session_pb.js";
 import { file_ctxwarden_v1_session } from "./session_pb.js";
 import type { Duration, EmptySchema, FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Message } from "@bufbuild/protobuf";
+import { file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file ctxwarden/v1/context_service.proto.
  */
 export const file_ctxwarden_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJjdHh3YXJkZW4vdjEvY29udGV4dF9zZXJ2aWNlLnByb3RvEgxjdHh3YXJkZW4udjEiZgoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoHc2Vzc2lvbhgBIAEoCzIVLmN0eHdhcmRlbi52MS5TZXNzaW9uEhIKCnNlc3Npb25faWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJImEKE0xpc3RTZXNzaW9uc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn0KFFVwZGF0ZVNlc3Npb25SZXF1ZXN0EiYKB3Nlc3Npb24YASABKAsyFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSDAoEZXRhZxgDIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIscBChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCghtZXNzYWdlcxgCIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCRInCgR2aWV3GAUgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3QhQKEl9leHBlY3RlZF9sYXN0X3NlcSKKAgoYQXBwZW5kTW9kZWxPdXRwdXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSLgoGZm9ybWF0GAIgASgOMh4uY3R4d2FyZGVuLnYxLk1vZGVsSW5wdXRGb3JtYXQSFwoNcmVzcG9uc2VfanNvbhgDIAEoCUgAEhQKCml0ZW1zX2pzb24YBCABKAlIABISCgpyZXF1ZXN0X2lkGAUgASgJEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAYgASgDSAGIAQESJwoEdmlldxgHIAEoDjIZLmN0eHdhcmRlbi52MS5NZXNzYWdlVmlld0IICgZvdXRwdXRCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxImsKFkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USJwoIbWVzc2FnZXMYASADKAsyFS5jdHh3YXJkZW4udjEuTWVzc2FnZRIQCghsYXN0X3NlcRgCIAEoAxIWCg5jb250ZXh0X3Rva2VucxgDIAEoAyJtChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGwoTaW5jbHVkZV9yb2xsZWRfYmFjaxgEIAEoCCJYChRMaXN0TWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSL1AQoWQnVpbGRNb2RlbElucHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKEW1heF9vdXRwdXRfdG9rZW5zGAIgASgDEhQKDGF1dG9fY29tcGFjdBgDIAEoCBIuCgZmb3JtYXQYBCABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIWCglhc19vZl9zZXEYBSABKANIAIgBARIUCgxyZXN1bWVfdG9rZW4YBiABKAkSKgoEdmlldxgHIAEoDjIcLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0Vmlld0IMCgpfYXNfb2Zfc2VxIrkCCg5Ub2tlbkJyZWFrZG93bhIVCg1zeXN0ZW1fdG9rZW5zGAEgASgDEhQKDHRvb2xzX3Rva2VucxgCIAEoAxIWCg5zdW1tYXJ5X3Rva2VucxgDIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMSFgoOY29udGV4dF93aW5kb3cYBiABKAMSHAoUY29tcGFjdGlvbl90aHJlc2hvbGQYByABKAMSEQoJZXN0aW1hdGVkGAggASgIEh0KFWFuY2hvcmVkX3RvdGFsX3Rva2VucxgJIAEoAxIcChRlc3RpbWF0ZV9lcnJvcl9yYXRpbxgKIAEoARIuCgZtZXRob2QYCyABKA4yHi5jdHh3YXJkZW4udjEuVG9rZW5Db3VudE1ldGhvZCIzCgZOb3RpY2USDAoEY29kZRgBIAEoCRILCgNzZXEYAiABKAMSDgoGZGV0YWlsGAMgASgJIs4DCgpNb2RlbElucHV0EhIKCnNlc3Npb25faWQYASABKAkSFQoNc3lzdGVtX3Byb21wdBgCIAEoCRIrCgV0b29scxgDIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhInCghtZXNzYWdlcxgEIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEiwKBnRva2VucxgFIAEoCzIcLmN0eHdhcmRlbi52MS5Ub2tlbkJyZWFrZG93bhIeChZjb21wYWN0aW9uX3JlY29tbWVuZGVkGAYgASgIEhYKDmZpcnN0X2tlcHRfc2VxGAcgASgDEhAKCGxhc3Rfc2VxGAggASgDEhUKDWNvbXBhY3Rpb25faWQYCSABKAkSEwoLcHJlZml4X2hhc2gYCiABKAkSJQoHbm90aWNlcxgLIAMoCzIULmN0eHdhcmRlbi52MS5Ob3RpY2USDwoHc3VtbWFyeRgMIAEoCRIVCg1yZW5kZXJlZF9qc29uGA0gASgJEhQKDHJlc3VtZV90b2tlbhgOIAEoCRIXCg9tZXNzYWdlc19vZmZzZXQYDyABKAMSHQoVcmVuZGVyZWRfcHJlZml4X2J5dGVzGBAgASgDIqkBChNSb2xsYmFja1R1cm5SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEwoGdG9fc2VxGAIgASgDSACIAQESFQoNZXJyb3JfbWVzc2FnZRgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEjMKDnByb3ZpZGVyX2Vycm9yGAUgASgLMhsuY3R4d2FyZGVuLnYxLlByb3ZpZGVyRXJyb3JCCQoHX3RvX3NlcSKdAQoNUHJvdmlkZXJFcnJvchITCgtodHRwX3N0YXR1cxgBIAEoBRIMCgRib2R5GAIgASgJEjkKB2hlYWRlcnMYAyADKAsyKC5jdHh3YXJkZW4udjEuUHJvdmlkZXJFcnJvci5IZWFkZXJzRW50cnkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEingEKFFJvbGxiYWNrVHVyblJlc3BvbnNlEhgKEHJvbGxlZF9iYWNrX3NlcXMYASADKAMSLAoGYWN0aW9uGAIgASgOMhwuY3R4d2FyZGVuLnYxLlJlY292ZXJ5QWN0aW9uEi4KC3JldHJ5X2FmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSKFAwoKQ29tcGFjdGlvbhIVCg1jb21wYWN0aW9uX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDwoHc3VtbWFyeRgDIAEoCRIbChN0dXJuX3ByZWZpeF9zdW1tYXJ5GAQgASgJEhYKDmZpcnN0X2tlcHRfc2VxGAUgASgDEhUKDXRva2Vuc19iZWZvcmUYBiABKAMSFAoMdG9rZW5zX2FmdGVyGAcgASgDEhIKCnNwbGl0X3R1cm4YCCABKAgSEgoKcmVhZF9maWxlcxgJIAMoCRIWCg5tb2RpZmllZF9maWxlcxgKIAMoCRISCgpzdW1tYXJpemVyGAsgASgJEjAKB3RyaWdnZXIYDCABKA4yHy5jdHh3YXJkZW4udjEuQ29tcGFjdGlvblRyaWdnZXISLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnN1cGVyc2VkZWQYDiABKAgSDgoGYXRfc2VxGA8gASgDIpwBCg5Db21wYWN0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGluc3RydWN0aW9ucxgCIAEoCRIaChJrZWVwX3JlY2VudF90b2tlbnMYAyABKAMSEgoKcmVxdWVzdF9pZBgEIAEoCRIwCgd0cmlnZ2VyGAUgASgOMh8uY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25UcmlnZ2VyIkEKDVN1bW1hcnlQcm9tcHQSDgoGc3lzdGVtGAEgASgJEgwKBHVzZXIYAiABKAkSEgoKbWF4X3Rva2VucxgDIAEoAyJgChhQcmVwYXJlQ29tcGFjdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxpbnN0cnVjdGlvbnMYAiABKAkSGgoSa2VlcF9yZWNlbnRfdG9rZW5zGAMgASgDIukCCg5Db21wYWN0aW9uUGxhbhIPCgdwbGFuX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFgoOZmlyc3Rfa2VwdF9zZXEYAyABKAMSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxISCgpzcGxpdF90dXJuGAUgASgIEhgKEHByZXZpb3VzX3N1bW1hcnkYBiABKAkSMwoOaGlzdG9yeV9wcm9tcHQYByABKAsyGy5jdHh3YXJkZW4udjEuU3VtbWFyeVByb21wdBI3ChJ0dXJuX3ByZWZpeF9wcm9tcHQYCCABKAsyGy5jdHh3YXJkZW4udjEuU3VtbWFyeVByb21wdBIvCgtleHBpcmVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoTc3VtbWFyaXplZF9mcm9tX3NlcRgKIAEoAxIZChFzdW1tYXJpemVkX3RvX3NlcRgLIAEoAyJsChdDb21taXRDb21wYWN0aW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3BsYW5faWQYAiABKAkSDwoHc3VtbWFyeRgDIAEoCRIbChN0dXJuX3ByZWZpeF9zdW1tYXJ5GAQgASgJIlMKFkxpc3RDb21wYWN0aW9uc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJhChdMaXN0Q29tcGFjdGlvbnNSZXNwb25zZRItCgtjb21wYWN0aW9ucxgBIAMoCzIYLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJWChRHZXRUb29sT3V0cHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoAxIOCgZvZmZzZXQYAyABKAMSDQoFbGltaXQYBCABKAMiZwoVR2V0VG9vbE91dHB1dFJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAkSEwoLdG90YWxfYnl0ZXMYAiABKAMSEwoLdG90YWxfbGluZXMYAyABKAMSEwoLbmV4dF9vZmZzZXQYBCABKAMimgEKEkNvdW50VG9rZW5zUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbml6ZXIYAiABKAkSJwoIbWVzc2FnZXMYAyADKAsyFS5jdHh3YXJkZW4udjEuTWVzc2FnZRIrCgV0b29scxgEIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhIMCgR0ZXh0GAUgASgJIpABChNDb3VudFRva2Vuc1Jlc3BvbnNlEhQKDHRvdGFsX3Rva2VucxgBIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgCIAMoAxIRCgl0b2tlbml6ZXIYAyABKAkSDQoFZXhhY3QYBCABKAgSFAoMdG9vbHNfdG9rZW5zGAUgASgDEhMKC3RleHRfdG9rZW5zGAYgASgDKloKC01lc3NhZ2VWaWV3EhwKGE1FU1NBR0VfVklFV19VTlNQRUNJRklFRBAAEhUKEU1FU1NBR0VfVklFV19GVUxMEAESFgoSTUVTU0FHRV9WSUVXX0JBU0lDEAIqaQoOTW9kZWxJbnB1dFZpZXcSIAocTU9ERUxfSU5QVVRfVklFV19VTlNQRUNJRklFRBAAEhkKFU1PREVMX0lOUFVUX1ZJRVdfRlVMTBABEhoKFk1PREVMX0lOUFVUX1ZJRVdfQkFTSUMQAirsAQoQTW9kZWxJbnB1dEZvcm1hdBIiCh5NT0RFTF9JTlBVVF9GT1JNQVRfVU5TUEVDSUZJRUQQABIdChlNT0RFTF9JTlBVVF9GT1JNQVRfTkFUSVZFEAESIgoeTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9DSEFUEAISJwojTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9SRVNQT05TRVMQAxIpCiVNT0RFTF9JTlBVVF9GT1JNQVRfQU5USFJPUElDX01FU1NBR0VTEAQSHQoZTU9ERUxfSU5QVVRfRk9STUFUX0dFTUlOSRAFKpcBChBUb2tlbkNvdW50TWV0aG9kEiIKHlRPS0VOX0NPVU5UX01FVEhPRF9VTlNQRUNJRklFRBAAEhwKGFRPS0VOX0NPVU5UX01FVEhPRF9FWEFDVBABEh8KG1RPS0VOX0NPVU5UX01FVEhPRF9BTkNIT1JFRBACEiAKHFRPS0VOX0NPVU5UX01FVEhPRF9FU1RJTUFURUQQAyqNAQoOUmVjb3ZlcnlBY3Rpb24SHwobUkVDT1ZFUllfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGQoVUkVDT1ZFUllfQUNUSU9OX1JFVFJZEAESJQohUkVDT1ZFUllfQUNUSU9OX0NPTVBBQ1RfQU5EX1JFVFJZEAISGAoUUkVDT1ZFUllfQUNUSU9OX0ZBSUwQAyqZAQoRQ29tcGFjdGlvblRyaWdnZXISIgoeQ09NUEFDVElPTl9UUklHR0VSX1VOU1BFQ0lGSUVEEAASHQoZQ09NUEFDVElPTl9UUklHR0VSX01BTlVBTBABEiAKHENPTVBBQ1RJT05fVFJJR0dFUl9USFJFU0hPTEQQAhIfChtDT01QQUNUSU9OX1RSSUdHRVJfT1ZFUkZMT1cQAzK1CwoOQ29udGV4dFNlcnZpY2USSgoNQ3JlYXRlU2Vzc2lvbhIiLmN0eHdhcmRlbi52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uEkQKCkdldFNlc3Npb24SHy5jdHh3YXJkZW4udjEuR2V0U2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJVCgxMaXN0U2Vzc2lvbnMSIS5jdHh3YXJkZW4udjEuTGlzdFNlc3Npb25zUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJKCg1VcGRhdGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLlVwZGF0ZVNlc3Npb25SZXF1ZXN0GhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SSwoNRGVsZXRlU2Vzc2lvbhIiLmN0eHdhcmRlbi52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJbCg5BcHBlbmRNZXNzYWdlcxIjLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJfCg5TdHJlYW1NZXNzYWdlcxIjLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZSgBMAESYQoRQXBwZW5kTW9kZWxPdXRwdXQSJi5jdHh3YXJkZW4udjEuQXBwZW5kTW9kZWxPdXRwdXRSZXF1ZXN0GiQuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USVQoMTGlzdE1lc3NhZ2VzEiEuY3R4d2FyZGVuLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaIi5jdHh3YXJkZW4udjEuTGlzdE1lc3NhZ2VzUmVzcG9uc2USUQoPQnVpbGRNb2RlbElucHV0EiQuY3R4d2FyZGVuLnYxLkJ1aWxkTW9kZWxJbnB1dFJlcXVlc3QaGC5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dBJVCgxSb2xsYmFja1R1cm4SIS5jdHh3YXJkZW4udjEuUm9sbGJhY2tUdXJuUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5Sb2xsYmFja1R1cm5SZXNwb25zZRJBCgdDb21wYWN0EhwuY3R4d2FyZGVuLnYxLkNvbXBhY3RSZXF1ZXN0GhguY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb24SWQoRUHJlcGFyZUNvbXBhY3Rpb24SJi5jdHh3YXJkZW4udjEuUHJlcGFyZUNvbXBhY3Rpb25SZXF1ZXN0GhwuY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25QbGFuElMKEENvbW1pdENvbXBhY3Rpb24SJS5jdHh3YXJkZW4udjEuQ29tbWl0Q29tcGFjdGlvblJlcXVlc3QaGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhJeCg9MaXN0Q29tcGFjdGlvbnMSJC5jdHh3YXJkZW4udjEuTGlzdENvbXBhY3Rpb25zUmVxdWVzdBolLmN0eHdhcmRlbi52MS5MaXN0Q29tcGFjdGlvbnNSZXNwb25zZRJYCg1HZXRUb29sT3V0cHV0EiIuY3R4d2FyZGVuLnYxLkdldFRvb2xPdXRwdXRSZXF1ZXN0GiMuY3R4d2FyZGVuLnYxLkdldFRvb2xPdXRwdXRSZXNwb25zZRJSCgtDb3VudFRva2VucxIgLmN0eHdhcmRlbi52MS5Db3VudFRva2Vuc1JlcXVlc3QaIS5jdHh3YXJkZW4udjEuQ291bnRUb2tlbnNSZXNwb25zZUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_ctxwarden_v1_message, file_ctxwarden_v1_session, file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
+  fileDesc("CiJjdHh3YXJkZW4vdjEvY29udGV4dF9zZXJ2aWNlLnByb3RvEgxjdHh3YXJkZW4udjEiZgoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoHc2Vzc2lvbhgBIAEoCzIVLmN0eHdhcmRlbi52MS5TZXNzaW9uEhIKCnNlc3Npb25faWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJImEKE0xpc3RTZXNzaW9uc1JlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn0KFFVwZGF0ZVNlc3Npb25SZXF1ZXN0EiYKB3Nlc3Npb24YASABKAsyFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSDAoEZXRhZxgDIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIvYBChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCghtZXNzYWdlcxgCIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCRInCgR2aWV3GAUgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3Ei0KC3N0YXRlX2RlbHRhGAYgASgLMhguY3R4d2FyZGVuLnYxLlN0YXRlRGVsdGFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIocBCgpTdGF0ZURlbHRhEigKB3Nlc3Npb24YASABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiUKBHVzZXIYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EigKB3Byb2plY3QYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IooCChhBcHBlbmRNb2RlbE91dHB1dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIuCgZmb3JtYXQYAiABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIXCg1yZXNwb25zZV9qc29uGAMgASgJSAASFAoKaXRlbXNfanNvbhgEIAEoCUgAEhIKCnJlcXVlc3RfaWQYBSABKAkSHgoRZXhwZWN0ZWRfbGFzdF9zZXEYBiABKANIAYgBARInCgR2aWV3GAcgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3QggKBm91dHB1dEIUChJfZXhwZWN0ZWRfbGFzdF9zZXEiawoWQXBwZW5kTWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhAKCGxhc3Rfc2VxGAIgASgDEhYKDmNvbnRleHRfdG9rZW5zGAMgASgDItkBChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGwoTaW5jbHVkZV9yb2xsZWRfYmFjaxgEIAEoCBIUCgxuZXdlc3RfZmlyc3QYBSABKAgSFgoJYWZ0ZXJfc2VxGAYgASgDSACIAQESLgoKYWZ0ZXJfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDAoKX2FmdGVyX3NlcSJYChRMaXN0TWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSL1AQoWQnVpbGRNb2RlbElucHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKEW1heF9vdXRwdXRfdG9rZW5zGAIgASgDEhQKDGF1dG9fY29tcGFjdBgDIAEoCBIuCgZmb3JtYXQYBCABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIWCglhc19vZl9zZXEYBSABKANIAIgBARIUCgxyZXN1bWVfdG9rZW4YBiABKAkSKgoEdmlldxgHIAEoDjIcLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0Vmlld0IMCgpfYXNfb2Zfc2VxIrkCCg5Ub2tlbkJyZWFrZG93bhIVCg1zeXN0ZW1fdG9rZW5zGAEgASgDEhQKDHRvb2xzX3Rva2VucxgCIAEoAxIWCg5zdW1tYXJ5X3Rva2VucxgDIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMSFgoOY29udGV4dF93aW5kb3cYBiABKAMSHAoUY29tcGFjdGlvbl90aHJlc2hvbGQYByABKAMSEQoJZXN0aW1hdGVkGAggASgIEh0KFWFuY2hvcmVkX3RvdGFsX3Rva2VucxgJIAEoAxIcChRlc3RpbWF0ZV9lcnJvcl9yYXRpbxgKIAEoARIuCgZtZXRob2QYCyABKA4yHi5jdHh3YXJkZW4udjEuVG9rZW5Db3VudE1ldGhvZCIzCgZOb3RpY2USDAoEY29kZRgBIAEoCRILCgNzZXEYAiABKAMSDgoGZGV0YWlsGAMgASgJIs4DCgpNb2RlbElucHV0EhIKCnNlc3Npb25faWQYASABKAkSFQoNc3lzdGVtX3Byb21wdBgCIAEoCRIrCgV0b29scxgDIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhInCghtZXNzYWdlcxgEIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEiwKBnRva2VucxgFIAEoCzIcLmN0eHdhcmRlbi52MS5Ub2tlbkJyZWFrZG93bhIeChZjb21wYWN0aW9uX3JlY29tbWVuZGVkGAYgASgIEhYKDmZpcnN0X2tlcHRfc2VxGAcgASgDEhAKCGxhc3Rfc2VxGAggASgDEhUKDWNvbXBhY3Rpb25faWQYCSABKAkSEwoLcHJlZml4X2hhc2gYCiABKAkSJQoHbm90aWNlcxgLIAMoCzIULmN0eHdhcmRlbi52MS5Ob3RpY2USDwoHc3VtbWFyeRgMIAEoCRIVCg1yZW5kZXJlZF9qc29uGA0gASgJEhQKDHJlc3VtZV90b2tlbhgOIAEoCRIXCg9tZXNzYWdlc19vZmZzZXQYDyABKAMSHQoVcmVuZGVyZWRfcHJlZml4X2J5dGVzGBAgASgDIt8BChNSb2xsYmFja1R1cm5SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEwoGdG9fc2VxGAIgASgDSACIAQESFQoNZXJyb3JfbWVzc2FnZRgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEjMKDnByb3ZpZGVyX2Vycm9yGAUgASgLMhsuY3R4d2FyZGVuLnYxLlByb3ZpZGVyRXJyb3ISHgoRZXhwZWN0ZWRfbGFzdF9zZXEYBiABKANIAYgBAUIJCgdfdG9fc2VxQhQKEl9leHBlY3RlZF9sYXN0X3NlcSKdAQoNUHJvdmlkZXJFcnJvchITCgtodHRwX3N0YXR1cxgBIAEoBRIMCgRib2R5GAIgASgJEjkKB2hlYWRlcnMYAyADKAsyKC5jdHh3YXJkZW4udjEuUHJvdmlkZXJFcnJvci5IZWFkZXJzRW50cnkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEingEKFFJvbGxiYWNrVHVyblJlc3BvbnNlEhgKEHJvbGxlZF9iYWNrX3NlcXMYASADKAMSLAoGYWN0aW9uGAIgASgOMhwuY3R4d2FyZGVuLnYxLlJlY292ZXJ5QWN0aW9uEi4KC3JldHJ5X2FmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSKFAwoKQ29tcGFjdGlvbhIVCg1jb21wYWN0aW9uX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDwoHc3VtbWFyeRgDIAEoCRIbChN0dXJuX3ByZWZpeF9zdW1tYXJ5GAQgASgJEhYKDmZpcnN0X2tlcHRfc2VxGAUgASgDEhUKDXRva2Vuc19iZWZvcmUYBiABKAMSFAoMdG9rZW5zX2FmdGVyGAcgASgDEhIKCnNwbGl0X3R1cm4YCCABKAgSEgoKcmVhZF9maWxlcxgJIAMoCRIWCg5tb2RpZmllZF9maWxlcxgKIAMoCRISCgpzdW1tYXJpemVyGAsgASgJEjAKB3RyaWdnZXIYDCABKA4yHy5jdHh3YXJkZW4udjEuQ29tcGFjdGlvblRyaWdnZXISLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnN1cGVyc2VkZWQYDiABKAgSDgoGYXRfc2VxGA8gASgDIpwBCg5Db21wYWN0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGluc3RydWN0aW9ucxgCIAEoCRIaChJrZWVwX3JlY2VudF90b2tlbnMYAyABKAMSEgoKcmVxdWVzdF9pZBgEIAEoCRIwCgd0cmlnZ2VyGAUgASgOMh8uY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25UcmlnZ2VyIkEKDVN1bW1hcnlQcm9tcHQSDgoGc3lzdGVtGAEgASgJEgwKBHVzZXIYAiABKAkSEgoKbWF4X3Rva2VucxgDIAEoAyJgChhQcmVwYXJlQ29tcGFjdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxpbnN0cnVjdGlvbnMYAiABKAkSGgoSa2VlcF9yZWNlbnRfdG9rZW5zGAMgASgDIukCCg5Db21wYWN0aW9uUGxhbhIPCgdwbGFuX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFgoOZmlyc3Rfa2VwdF9zZXEYAyABKAMSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxISCgpzcGxpdF90dXJuGAUgASgIEhgKEHByZXZpb3VzX3N1bW1hcnkYBiABKAkSMwoOaGlzdG9yeV9wcm9tcHQYByABKAsyGy5jdHh3YXJkZW4udjEuU3VtbWFyeVByb21wdBI3ChJ0dXJuX3ByZWZpeF9wcm9tcHQYCCABKAsyGy5jdHh3YXJkZW4udjEuU3VtbWFyeVByb21wdBIvCgtleHBpcmVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoTc3VtbWFyaXplZF9mcm9tX3NlcRgKIAEoAxIZChFzdW1tYXJpemVkX3RvX3NlcRgLIAEoAyJsChdDb21taXRDb21wYWN0aW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3BsYW5faWQYAiABKAkSDwoHc3VtbWFyeRgDIAEoCRIbChN0dXJuX3ByZWZpeF9zdW1tYXJ5GAQgASgJIlMKFkxpc3RDb21wYWN0aW9uc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJhChdMaXN0Q29tcGFjdGlvbnNSZXNwb25zZRItCgtjb21wYWN0aW9ucxgBIAMoCzIYLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJWChRHZXRUb29sT3V0cHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoAxIOCgZvZmZzZXQYAyABKAMSDQoFbGltaXQYBCABKAMiZwoVR2V0VG9vbE91dHB1dFJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAkSEwoLdG90YWxfYnl0ZXMYAiABKAMSEwoLdG90YWxfbGluZXMYAyABKAMSEwoLbmV4dF9vZmZzZXQYBCABKAMimgEKEkNvdW50VG9rZW5zUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbml6ZXIYAiABKAkSJwoIbWVzc2FnZXMYAyADKAsyFS5jdHh3YXJkZW4udjEuTWVzc2FnZRIrCgV0b29scxgEIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhIMCgR0ZXh0GAUgASgJIpABChNDb3VudFRva2Vuc1Jlc3BvbnNlEhQKDHRvdGFsX3Rva2VucxgBIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgCIAMoAxIRCgl0b2tlbml6ZXIYAyABKAkSDQoFZXhhY3QYBCABKAgSFAoMdG9vbHNfdG9rZW5zGAUgASgDEhMKC3RleHRfdG9rZW5zGAYgASgDKloKC01lc3NhZ2VWaWV3EhwKGE1FU1NBR0VfVklFV19VTlNQRUNJRklFRBAAEhUKEU1FU1NBR0VfVklFV19GVUxMEAESFgoSTUVTU0FHRV9WSUVXX0JBU0lDEAIqaQoOTW9kZWxJbnB1dFZpZXcSIAocTU9ERUxfSU5QVVRfVklFV19VTlNQRUNJRklFRBAAEhkKFU1PREVMX0lOUFVUX1ZJRVdfRlVMTBABEhoKFk1PREVMX0lOUFVUX1ZJRVdfQkFTSUMQAirsAQoQTW9kZWxJbnB1dEZvcm1hdBIiCh5NT0RFTF9JTlBVVF9GT1JNQVRfVU5TUEVDSUZJRUQQABIdChlNT0RFTF9JTlBVVF9GT1JNQVRfTkFUSVZFEAESIgoeTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9DSEFUEAISJwojTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9SRVNQT05TRVMQAxIpCiVNT0RFTF9JTlBVVF9GT1JNQVRfQU5USFJPUElDX01FU1NBR0VTEAQSHQoZTU9ERUxfSU5QVVRfRk9STUFUX0dFTUlOSRAFKpcBChBUb2tlbkNvdW50TWV0aG9kEiIKHlRPS0VOX0NPVU5UX01FVEhPRF9VTlNQRUNJRklFRBAAEhwKGFRPS0VOX0NPVU5UX01FVEhPRF9FWEFDVBABEh8KG1RPS0VOX0NPVU5UX01FVEhPRF9BTkNIT1JFRBACEiAKHFRPS0VOX0NPVU5UX01FVEhPRF9FU1RJTUFURUQQAyqNAQoOUmVjb3ZlcnlBY3Rpb24SHwobUkVDT1ZFUllfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGQoVUkVDT1ZFUllfQUNUSU9OX1JFVFJZEAESJQohUkVDT1ZFUllfQUNUSU9OX0NPTVBBQ1RfQU5EX1JFVFJZEAISGAoUUkVDT1ZFUllfQUNUSU9OX0ZBSUwQAyqZAQoRQ29tcGFjdGlvblRyaWdnZXISIgoeQ09NUEFDVElPTl9UUklHR0VSX1VOU1BFQ0lGSUVEEAASHQoZQ09NUEFDVElPTl9UUklHR0VSX01BTlVBTBABEiAKHENPTVBBQ1RJT05fVFJJR0dFUl9USFJFU0hPTEQQAhIfChtDT01QQUNUSU9OX1RSSUdHRVJfT1ZFUkZMT1cQAzK1CwoOQ29udGV4dFNlcnZpY2USSgoNQ3JlYXRlU2Vzc2lvbhIiLmN0eHdhcmRlbi52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uEkQKCkdldFNlc3Npb24SHy5jdHh3YXJkZW4udjEuR2V0U2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJVCgxMaXN0U2Vzc2lvbnMSIS5jdHh3YXJkZW4udjEuTGlzdFNlc3Npb25zUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJKCg1VcGRhdGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLlVwZGF0ZVNlc3Npb25SZXF1ZXN0GhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SSwoNRGVsZXRlU2Vzc2lvbhIiLmN0eHdhcmRlbi52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJbCg5BcHBlbmRNZXNzYWdlcxIjLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJfCg5TdHJlYW1NZXNzYWdlcxIjLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZSgBMAESYQoRQXBwZW5kTW9kZWxPdXRwdXQSJi5jdHh3YXJkZW4udjEuQXBwZW5kTW9kZWxPdXRwdXRSZXF1ZXN0GiQuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USVQoMTGlzdE1lc3NhZ2VzEiEuY3R4d2FyZGVuLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaIi5jdHh3YXJkZW4udjEuTGlzdE1lc3NhZ2VzUmVzcG9uc2USUQoPQnVpbGRNb2RlbElucHV0EiQuY3R4d2FyZGVuLnYxLkJ1aWxkTW9kZWxJbnB1dFJlcXVlc3QaGC5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dBJVCgxSb2xsYmFja1R1cm4SIS5jdHh3YXJkZW4udjEuUm9sbGJhY2tUdXJuUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5Sb2xsYmFja1R1cm5SZXNwb25zZRJBCgdDb21wYWN0EhwuY3R4d2FyZGVuLnYxLkNvbXBhY3RSZXF1ZXN0GhguY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb24SWQoRUHJlcGFyZUNvbXBhY3Rpb24SJi5jdHh3YXJkZW4udjEuUHJlcGFyZUNvbXBhY3Rpb25SZXF1ZXN0GhwuY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25QbGFuElMKEENvbW1pdENvbXBhY3Rpb24SJS5jdHh3YXJkZW4udjEuQ29tbWl0Q29tcGFjdGlvblJlcXVlc3QaGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhJeCg9MaXN0Q29tcGFjdGlvbnMSJC5jdHh3YXJkZW4udjEuTGlzdENvbXBhY3Rpb25zUmVxdWVzdBolLmN0eHdhcmRlbi52MS5MaXN0Q29tcGFjdGlvbnNSZXNwb25zZRJYCg1HZXRUb29sT3V0cHV0EiIuY3R4d2FyZGVuLnYxLkdldFRvb2xPdXRwdXRSZXF1ZXN0GiMuY3R4d2FyZGVuLnYxLkdldFRvb2xPdXRwdXRSZXNwb25zZRJSCgtDb3VudFRva2VucxIgLmN0eHdhcmRlbi52MS5Db3VudFRva2Vuc1JlcXVlc3QaIS5jdHh3YXJkZW4udjEuQ291bnRUb2tlbnNSZXNwb25zZUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_ctxwarden_v1_message, file_ctxwarden_v1_session, file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Request of CreateSession.
@@ -32,7 +32,8 @@ export type CreateSessionRequest = Message<"ctxwarden.v1.CreateSessionRequest"> 
   session?: Session | undefined;
 
   /**
-   * Optional client-chosen ID (1-128 characters of [A-Za-z0-9._:-]).
+   * Optional client-chosen ID (1-255 characters of [A-Za-z0-9._:-], starting
+   * with a letter or digit). The ID of a deleted session may be used again.
    *
    * @generated from field: string session_id = 2;
    */
@@ -217,7 +218,7 @@ export type AppendMessagesRequest = Message<"ctxwarden.v1.AppendMessagesRequest"
 
   /**
    * Messages to append, in order (at most 1000 by default). Output-only
-   * fields are ignored.
+   * fields are ignored. May be empty when state_delta is set.
    *
    * @generated from field: repeated ctxwarden.v1.Message messages = 2;
    */
@@ -247,6 +248,14 @@ export type AppendMessagesRequest = Message<"ctxwarden.v1.AppendMessagesRequest"
    * @generated from field: ctxwarden.v1.MessageView view = 5;
    */
   view: MessageView;
+
+  /**
+   * Changes of the session's, the user's and the project's state, applied in
+   * the same transaction as the messages (once per request_id).
+   *
+   * @generated from field: ctxwarden.v1.StateDelta state_delta = 6;
+   */
+  stateDelta?: StateDelta | undefined;
 };
 
 /**
@@ -255,6 +264,46 @@ export type AppendMessagesRequest = Message<"ctxwarden.v1.AppendMessagesRequest"
  */
 export const AppendMessagesRequestSchema: GenMessage<AppendMessagesRequest> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_context_service, 6);
+
+/**
+ * Changes to JSON object states (see Session.state, user_state, project_state).
+ * In each: a key set to a JSON null is deleted, any other key is set to its
+ * value (a shallow merge). Each state stays at most 64 KiB encoded (else
+ * INVALID_ARGUMENT, reason STATE_TOO_LARGE, and nothing is written).
+ *
+ * @generated from message ctxwarden.v1.StateDelta
+ */
+export type StateDelta = Message<"ctxwarden.v1.StateDelta"> & {
+  /**
+   * Changes of the session's own state (Session.state).
+   *
+   * @generated from field: google.protobuf.Struct session = 1;
+   */
+  session?: JsonObject | undefined;
+
+  /**
+   * Changes of the state shared by the sessions of the session's tenant,
+   * project_id and user_id (Session.user_state).
+   *
+   * @generated from field: google.protobuf.Struct user = 2;
+   */
+  user?: JsonObject | undefined;
+
+  /**
+   * Changes of the state shared by the sessions of the session's tenant and
+   * project_id (Session.project_state).
+   *
+   * @generated from field: google.protobuf.Struct project = 3;
+   */
+  project?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message ctxwarden.v1.StateDelta.
+ * Use `create(StateDeltaSchema)` to create a new message.
+ */
+export const StateDeltaSchema: GenMessage<StateDelta> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_context_service, 7);
 
 /**
  * What the model returned, to append (see AppendModelOutput).
@@ -331,7 +380,7 @@ export type AppendModelOutputRequest = Message<"ctxwarden.v1.AppendModelOutputRe
  * Use `create(AppendModelOutputRequestSchema)` to create a new message.
  */
 export const AppendModelOutputRequestSchema: GenMessage<AppendModelOutputRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 7);
+  messageDesc(file_ctxwarden_v1_context_service, 8);
 
 /**
  * What an append stored.
@@ -366,7 +415,7 @@ export type AppendMessagesResponse = Message<"ctxwarden.v1.AppendMessagesRespons
  * Use `create(AppendMessagesResponseSchema)` to create a new message.
  */
 export const AppendMessagesResponseSchema: GenMessage<AppendMessagesResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 8);
+  messageDesc(file_ctxwarden_v1_context_service, 9);
 
 /**
  * Request of ListMessages (AIP-158 pagination).
@@ -403,6 +452,29 @@ export type ListMessagesRequest = Message<"ctxwarden.v1.ListMessagesRequest"> & 
    * @generated from field: bool include_rolled_back = 4;
    */
   includeRolledBack: boolean;
+
+  /**
+   * Pages run from the newest message backwards (descending seq): page_size N
+   * gives the newest N messages, newest first, reading only those.
+   *
+   * @generated from field: bool newest_first = 5;
+   */
+  newestFirst: boolean;
+
+  /**
+   * When set, only messages with seq > after_seq (ascending unless
+   * newest_first). E.g. the last_seq an agent already holds.
+   *
+   * @generated from field: optional int64 after_seq = 6;
+   */
+  afterSeq?: bigint | undefined;
+
+  /**
+   * When set, only messages whose create_time is after it.
+   *
+   * @generated from field: google.protobuf.Timestamp after_time = 7;
+   */
+  afterTime?: Timestamp | undefined;
 };
 
 /**
@@ -410,10 +482,10 @@ export type ListMessagesRequest = Message<"ctxwarden.v1.ListMessagesRequest"> & 
  * Use `create(ListMessagesRequestSchema)` to create a new message.
  */
 export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 9);
+  messageDesc(file_ctxwarden_v1_context_service, 10);
 
 /**
- * One page of the history, in seq order.
+ * One page of the history, in seq order (descending with newest_first).
  *
  * @generated from message ctxwarden.v1.ListMessagesResponse
  */
@@ -438,7 +510,7 @@ export type ListMessagesResponse = Message<"ctxwarden.v1.ListMessagesResponse"> 
  * Use `create(ListMessagesResponseSchema)` to create a new message.
  */
 export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 10);
+  messageDesc(file_ctxwarden_v1_context_service, 11);
 
 /**
  * Request of BuildModelInput.
@@ -515,7 +587,7 @@ export type BuildModelInputRequest = Message<"ctxwarden.v1.BuildModelInputReques
  * Use `create(BuildModelInputRequestSchema)` to create a new message.
  */
 export const BuildModelInputRequestSchema: GenMessage<BuildModelInputRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 11);
+  messageDesc(file_ctxwarden_v1_context_service, 12);
 
 /**
  * Token counts of a model input, by part.
@@ -609,7 +681,7 @@ export type TokenBreakdown = Message<"ctxwarden.v1.TokenBreakdown"> & {
  * Use `create(TokenBreakdownSchema)` to create a new message.
  */
 export const TokenBreakdownSchema: GenMessage<TokenBreakdown> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 12);
+  messageDesc(file_ctxwarden_v1_context_service, 13);
 
 /**
  * Something the view changed relative to storage, so agents can tell.
@@ -646,7 +718,7 @@ export type Notice = Message<"ctxwarden.v1.Notice"> & {
  * Use `create(NoticeSchema)` to create a new message.
  */
 export const NoticeSchema: GenMessage<Notice> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 13);
+  messageDesc(file_ctxwarden_v1_context_service, 14);
 
 /**
  * Exactly what to send to the model next.
@@ -789,7 +861,7 @@ export type ModelInput = Message<"ctxwarden.v1.ModelInput"> & {
  * Use `create(ModelInputSchema)` to create a new message.
  */
 export const ModelInputSchema: GenMessage<ModelInput> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 14);
+  messageDesc(file_ctxwarden_v1_context_service, 15);
 
 /**
  * Request of RollbackTurn.
@@ -834,6 +906,16 @@ export type RollbackTurnRequest = Message<"ctxwarden.v1.RollbackTurnRequest"> & 
    * @generated from field: ctxwarden.v1.ProviderError provider_error = 5;
    */
   providerError?: ProviderError | undefined;
+
+  /**
+   * When set, the rollback applies only if the session's last_seq equals it;
+   * otherwise ABORTED (reason LAST_SEQ_MISMATCH) and nothing is rolled back.
+   * With to_seq = last_seq - 1 it removes exactly the newest message, whatever
+   * its role (a framework's pop_item).
+   *
+   * @generated from field: optional int64 expected_last_seq = 6;
+   */
+  expectedLastSeq?: bigint | undefined;
 };
 
 /**
@@ -841,7 +923,7 @@ export type RollbackTurnRequest = Message<"ctxwarden.v1.RollbackTurnRequest"> & 
  * Use `create(RollbackTurnRequestSchema)` to create a new message.
  */
 export const RollbackTurnRequestSchema: GenMessage<RollbackTurnRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 15);
+  messageDesc(file_ctxwarden_v1_context_service, 16);
 
 /**
  * A model provider's error as the agent received it.
@@ -877,7 +959,7 @@ export type ProviderError = Message<"ctxwarden.v1.ProviderError"> & {
  * Use `create(ProviderErrorSchema)` to create a new message.
  */
 export const ProviderErrorSchema: GenMessage<ProviderError> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 16);
+  messageDesc(file_ctxwarden_v1_context_service, 17);
 
 /**
  * What RollbackTurn did and what the agent should do next.
@@ -919,7 +1001,7 @@ export type RollbackTurnResponse = Message<"ctxwarden.v1.RollbackTurnResponse"> 
  * Use `create(RollbackTurnResponseSchema)` to create a new message.
  */
 export const RollbackTurnResponseSchema: GenMessage<RollbackTurnResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 17);
+  messageDesc(file_ctxwarden_v1_context_service, 18);
 
 /**
  * A compaction checkpoint: how the effective context was shortened.
@@ -1042,7 +1124,7 @@ export type Compaction = Message<"ctxwarden.v1.Compaction"> & {
  * Use `create(CompactionSchema)` to create a new message.
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 18);
+  messageDesc(file_ctxwarden_v1_context_service, 19);
 
 /**
  * Request of Compact.
@@ -1091,7 +1173,7 @@ export type CompactRequest = Message<"ctxwarden.v1.CompactRequest"> & {
  * Use `create(CompactRequestSchema)` to create a new message.
  */
 export const CompactRequestSchema: GenMessage<CompactRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 19);
+  messageDesc(file_ctxwarden_v1_context_service, 20);
 
 /**
  * A prompt to send to an LLM to produce a summary.
@@ -1126,7 +1208,7 @@ export type SummaryPrompt = Message<"ctxwarden.v1.SummaryPrompt"> & {
  * Use `create(SummaryPromptSchema)` to create a new message.
  */
 export const SummaryPromptSchema: GenMessage<SummaryPrompt> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 20);
+  messageDesc(file_ctxwarden_v1_context_service, 21);
 
 /**
  * Request of PrepareCompaction.
@@ -1161,7 +1243,7 @@ export type PrepareCompactionRequest = Message<"ctxwarden.v1.PrepareCompactionRe
  * Use `create(PrepareCompactionRequestSchema)` to create a new message.
  */
 export const PrepareCompactionRequestSchema: GenMessage<PrepareCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 21);
+  messageDesc(file_ctxwarden_v1_context_service, 22);
 
 /**
  * A planned compaction, for the agent to summarise with its own LLM.
@@ -1252,7 +1334,7 @@ export type CompactionPlan = Message<"ctxwarden.v1.CompactionPlan"> & {
  * Use `create(CompactionPlanSchema)` to create a new message.
  */
 export const CompactionPlanSchema: GenMessage<CompactionPlan> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 22);
+  messageDesc(file_ctxwarden_v1_context_service, 23);
 
 /**
  * Request of CommitCompaction.
@@ -1294,7 +1376,7 @@ export type CommitCompactionRequest = Message<"ctxwarden.v1.CommitCompactionRequ
  * Use `create(CommitCompactionRequestSchema)` to create a new message.
  */
 export const CommitCompactionRequestSchema: GenMessage<CommitCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 23);
+  messageDesc(file_ctxwarden_v1_context_service, 24);
 
 /**
  * Request of ListCompactions (AIP-158 pagination).
@@ -1329,7 +1411,7 @@ export type ListCompactionsRequest = Message<"ctxwarden.v1.ListCompactionsReques
  * Use `create(ListCompactionsRequestSchema)` to create a new message.
  */
 export const ListCompactionsRequestSchema: GenMessage<ListCompactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 24);
+  messageDesc(file_ctxwarden_v1_context_service, 25);
 
 /**
  * One page of checkpoints, newest first.
@@ -1357,7 +1439,7 @@ export type ListCompactionsResponse = Message<"ctxwarden.v1.ListCompactionsRespo
  * Use `create(ListCompactionsResponseSchema)` to create a new message.
  */
 export const ListCompactionsResponseSchema: GenMessage<ListCompactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 25);
+  messageDesc(file_ctxwarden_v1_context_service, 26);
 
 /**
  * Request of GetToolOutput.
@@ -1399,7 +1481,7 @@ export type GetToolOutputRequest = Message<"ctxwarden.v1.GetToolOutputRequest"> 
  * Use `create(GetToolOutputRequestSchema)` to create a new message.
  */
 export const GetToolOutputRequestSchema: GenMessage<GetToolOutputRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 26);
+  messageDesc(file_ctxwarden_v1_context_service, 27);
 
 /**
  * A chunk of a stored tool result.
@@ -1441,7 +1523,7 @@ export type GetToolOutputResponse = Message<"ctxwarden.v1.GetToolOutputResponse"
  * Use `create(GetToolOutputResponseSchema)` to create a new message.
  */
 export const GetToolOutputResponseSchema: GenMessage<GetToolOutputResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 27);
+  messageDesc(file_ctxwarden_v1_context_service, 28);
 
 /**
  * Request of CountTokens: what to count and with which tokenizer.
@@ -1491,7 +1573,7 @@ export type CountTokensRequest = Message<"ctxwarden.v1.CountTokensRequest"> & {
  * Use `create(CountTokensRequestSchema)` to create a new message.
  */
 export const CountTokensRequestSchema: GenMessage<CountTokensRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 28);
+  messageDesc(file_ctxwarden_v1_context_service, 29);
 
 /**
  * Token counts of a CountTokens request.
@@ -1547,7 +1629,7 @@ export type CountTokensResponse = Message<"ctxwarden.v1.CountTokensResponse"> & 
  * Use `create(CountTokensResponseSchema)` to create a new message.
  */
 export const CountTokensResponseSchema: GenMessage<CountTokensResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 29);
+  messageDesc(file_ctxwarden_v1_context_service, 30);
 
 /**
  * How much of a message a response carries (AIP-157 partial responses).
@@ -1808,7 +1890,8 @@ export const CompactionTriggerSchema: GenEnum<CompactionTrigger> = /*@__PURE__*/
  */
 export const ContextService: GenService<{
   /**
-   * Creates a session. Errors: ALREADY_EXISTS when session_id is taken,
+   * Creates a session. Errors: ALREADY_EXISTS when session_id is taken by a
+   * live session (the ID of a deleted session makes a new, empty session),
    * INVALID_ARGUMENT for a malformed field.
    *
    * @generated from rpc ctxwarden.v1.ContextService.CreateSession
@@ -1901,8 +1984,8 @@ export const ContextService: GenService<{
     output: typeof AppendMessagesResponseSchema;
   },
   /**
-   * Lists the complete history in seq order, in pages bounded by count and
-   * by size (see ListMessagesRequest.page_size).
+   * Lists the complete history in seq order (or newest first), in pages
+   * bounded by count and by size (see ListMessagesRequest.page_size).
    *
    * @generated from rpc ctxwarden.v1.ContextService.ListMessages
    */

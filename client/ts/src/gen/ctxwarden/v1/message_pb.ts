@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/message.proto.
  */
 export const file_ctxwarden_v1_message: GenFile = /*@__PURE__*/
-  fileDesc("ChpjdHh3YXJkZW4vdjEvbWVzc2FnZS5wcm90bxIMY3R4d2FyZGVuLnYxIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiLwoMSW1hZ2VDb250ZW50EhEKCW1pbWVfdHlwZRgBIAEoCRIMCgRkYXRhGAIgASgMIkgKD1RoaW5raW5nQ29udGVudBIQCgh0aGlua2luZxgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkSEAoIcmVkYWN0ZWQYAyABKAgiPAoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCSIvCg9Qcm92aWRlckNvbnRlbnQSDgoGZmFtaWx5GAEgASgJEgwKBGpzb24YAiABKAkiggIKDENvbnRlbnRCbG9jaxIpCgR0ZXh0GAEgASgLMhkuY3R4d2FyZGVuLnYxLlRleHRDb250ZW50SAASKwoFaW1hZ2UYAiABKAsyGi5jdHh3YXJkZW4udjEuSW1hZ2VDb250ZW50SAASMQoIdGhpbmtpbmcYAyABKAsyHS5jdHh3YXJkZW4udjEuVGhpbmtpbmdDb250ZW50SAASKwoJdG9vbF9jYWxsGAQgASgLMhYuY3R4d2FyZGVuLnYxLlRvb2xDYWxsSAASMQoIcHJvdmlkZXIYBSABKAsyHS5jdHh3YXJkZW4udjEuUHJvdmlkZXJDb250ZW50SABCBwoFYmxvY2sigQEKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEhkKEWNhY2hlX3JlYWRfdG9rZW5zGAMgASgDEhoKEmNhY2hlX3dyaXRlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMimAQKB01lc3NhZ2USCwoDc2VxGAEgASgDEhIKCm1lc3NhZ2VfaWQYAiABKAkSIAoEcm9sZRgDIAEoDjISLmN0eHdhcmRlbi52MS5Sb2xlEisKB2NvbnRlbnQYBCADKAsyGi5jdHh3YXJkZW4udjEuQ29udGVudEJsb2NrEi0KC3N0b3BfcmVhc29uGAUgASgOMhguY3R4d2FyZGVuLnYxLlN0b3BSZWFzb24SIgoFdXNhZ2UYBiABKAsyEy5jdHh3YXJkZW4udjEuVXNhZ2USDQoFbW9kZWwYByABKAkSEAoIcHJvdmlkZXIYCCABKAkSFQoNZXJyb3JfbWVzc2FnZRgJIAEoCRIUCgx0b29sX2NhbGxfaWQYCiABKAkSEQoJdG9vbF9uYW1lGAsgASgJEhAKCGlzX2Vycm9yGAwgASgIEikKBXN0YXRlGA0gASgOMhouY3R4d2FyZGVuLnYxLk1lc3NhZ2VTdGF0ZRITCgt0b2tlbl9jb3VudBgOIAEoAxIvCgtjcmVhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIbWV0YWRhdGEYECADKAsyIy5jdHh3YXJkZW4udjEuTWVzc2FnZS5NZXRhZGF0YUVudHJ5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASpVCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABINCglST0xFX1VTRVIQARISCg5ST0xFX0FTU0lTVEFOVBACEhQKEFJPTEVfVE9PTF9SRVNVTFQQAyqhAQoKU3RvcFJlYXNvbhIbChdTVE9QX1JFQVNPTl9VTlNQRUNJRklFRBAAEhQKEFNUT1BfUkVBU09OX1NUT1AQARIWChJTVE9QX1JFQVNPTl9MRU5HVEgQAhIYChRTVE9QX1JFQVNPTl9UT09MX1VTRRADEhUKEVNUT1BfUkVBU09OX0VSUk9SEAQSFwoTU1RPUF9SRUFTT05fQUJPUlRFRBAFKmYKDE1lc3NhZ2VTdGF0ZRIdChlNRVNTQUdFX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUTUVTU0FHRV9TVEFURV9BQ1RJVkUQARIdChlNRVNTQUdFX1NUQVRFX1JPTExFRF9CQUNLEAJCQlpAZ2l0aHViLmNvbS9jdHh3YXJkZW4vY3R4d2FyZGVuL2NsaWVudC9nby9jdHh3YXJkZW52MTtjdHh3YXJkZW52MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChpjdHh3YXJkZW4vdjEvbWVzc2FnZS5wcm90bxIMY3R4d2FyZGVuLnYxIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiLwoMSW1hZ2VDb250ZW50EhEKCW1pbWVfdHlwZRgBIAEoCRIMCgRkYXRhGAIgASgMIkgKD1RoaW5raW5nQ29udGVudBIQCgh0aGlua2luZxgBIAEoCRIRCglzaWduYXR1cmUYAiABKAkSEAoIcmVkYWN0ZWQYAyABKAgiPAoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCSIvCg9Qcm92aWRlckNvbnRlbnQSDgoGZmFtaWx5GAEgASgJEgwKBGpzb24YAiABKAkiggIKDENvbnRlbnRCbG9jaxIpCgR0ZXh0GAEgASgLMhkuY3R4d2FyZGVuLnYxLlRleHRDb250ZW50SAASKwoFaW1hZ2UYAiABKAsyGi5jdHh3YXJkZW4udjEuSW1hZ2VDb250ZW50SAASMQoIdGhpbmtpbmcYAyABKAsyHS5jdHh3YXJkZW4udjEuVGhpbmtpbmdDb250ZW50SAASKwoJdG9vbF9jYWxsGAQgASgLMhYuY3R4d2FyZGVuLnYxLlRvb2xDYWxsSAASMQoIcHJvdmlkZXIYBSABKAsyHS5jdHh3YXJkZW4udjEuUHJvdmlkZXJDb250ZW50SABCBwoFYmxvY2sigQEKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEhkKEWNhY2hlX3JlYWRfdG9rZW5zGAMgASgDEhoKEmNhY2hlX3dyaXRlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMizQQKB01lc3NhZ2USCwoDc2VxGAEgASgDEhIKCm1lc3NhZ2VfaWQYAiABKAkSIAoEcm9sZRgDIAEoDjISLmN0eHdhcmRlbi52MS5Sb2xlEisKB2NvbnRlbnQYBCADKAsyGi5jdHh3YXJkZW4udjEuQ29udGVudEJsb2NrEi0KC3N0b3BfcmVhc29uGAUgASgOMhguY3R4d2FyZGVuLnYxLlN0b3BSZWFzb24SIgoFdXNhZ2UYBiABKAsyEy5jdHh3YXJkZW4udjEuVXNhZ2USDQoFbW9kZWwYByABKAkSEAoIcHJvdmlkZXIYCCABKAkSFQoNZXJyb3JfbWVzc2FnZRgJIAEoCRIUCgx0b29sX2NhbGxfaWQYCiABKAkSEQoJdG9vbF9uYW1lGAsgASgJEhAKCGlzX2Vycm9yGAwgASgIEikKBXN0YXRlGA0gASgOMhouY3R4d2FyZGVuLnYxLk1lc3NhZ2VTdGF0ZRITCgt0b2tlbl9jb3VudBgOIAEoAxIvCgtjcmVhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIbWV0YWRhdGEYECADKAsyIy5jdHh3YXJkZW4udjEuTWVzc2FnZS5NZXRhZGF0YUVudHJ5EjMKCnZpc2liaWxpdHkYESABKA4yHy5jdHh3YXJkZW4udjEuTWVzc2FnZVZpc2liaWxpdHkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKlUKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISFAoQUk9MRV9UT09MX1JFU1VMVBADKqEBCgpTdG9wUmVhc29uEhsKF1NUT1BfUkVBU09OX1VOU1BFQ0lGSUVEEAASFAoQU1RPUF9SRUFTT05fU1RPUBABEhYKElNUT1BfUkVBU09OX0xFTkdUSBACEhgKFFNUT1BfUkVBU09OX1RPT0xfVVNFEAMSFQoRU1RPUF9SRUFTT05fRVJST1IQBBIXChNTVE9QX1JFQVNPTl9BQk9SVEVEEAUqZgoMTWVzc2FnZVN0YXRlEh0KGU1FU1NBR0VfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRNRVNTQUdFX1NUQVRFX0FDVElWRRABEh0KGU1FU1NBR0VfU1RBVEVfUk9MTEVEX0JBQ0sQAip6ChFNZXNzYWdlVmlzaWJpbGl0eRIiCh5NRVNTQUdFX1ZJU0lCSUxJVFlfVU5TUEVDSUZJRUQQABIcChhNRVNTQUdFX1ZJU0lCSUxJVFlfTU9ERUwQARIjCh9NRVNTQUdFX1ZJU0lCSUxJVFlfSElTVE9SWV9PTkxZEAJCQlpAZ2l0aHViLmNvbS9jdHh3YXJkZW4vY3R4d2FyZGVuL2NsaWVudC9nby9jdHh3YXJkZW52MTtjdHh3YXJkZW52MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * Plain text.
@@ -308,7 +308,8 @@ export type Message = Message$1<"ctxwarden.v1.Message"> & {
 
   /**
    * Required, except for an assistant message that ended in
-   * STOP_REASON_ERROR or STOP_REASON_ABORTED.
+   * STOP_REASON_ERROR or STOP_REASON_ABORTED and for a message with
+   * visibility MESSAGE_VISIBILITY_HISTORY_ONLY.
    *
    * @generated from field: repeated ctxwarden.v1.ContentBlock content = 4;
    */
@@ -398,6 +399,13 @@ export type Message = Message$1<"ctxwarden.v1.Message"> & {
    * @generated from field: map<string, string> metadata = 16;
    */
   metadata: { [key: string]: string };
+
+  /**
+   * Whether the model sees the message. UNSPECIFIED means MODEL.
+   *
+   * @generated from field: ctxwarden.v1.MessageVisibility visibility = 17;
+   */
+  visibility: MessageVisibility;
 };
 
 /**
@@ -537,4 +545,43 @@ export enum MessageState {
  */
 export const MessageStateSchema: GenEnum<MessageState> = /*@__PURE__*/
   enumDesc(file_ctxwarden_v1_message, 2);
+
+/**
+ * Whether the model sees a message.
+ *
+ * @generated from enum ctxwarden.v1.MessageVisibility
+ */
+export enum MessageVisibility {
+  /**
+   * Same as MESSAGE_VISIBILITY_MODEL.
+   *
+   * @generated from enum value: MESSAGE_VISIBILITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Part of the model input (when active and in the effective context).
+   *
+   * @generated from enum value: MESSAGE_VISIBILITY_MODEL = 1;
+   */
+  MODEL = 1,
+
+  /**
+   * Stored and listed by ListMessages, but never sent to the model: left out
+   * of BuildModelInput (every format, replays too) and of compaction
+   * summaries without a notice, and counted in no tokens (token_count 0). It
+   * never separates a tool call from its result, and it is never a
+   * compaction cut point. Its content may be empty (metadata only), e.g. a
+   * framework's bookkeeping item.
+   *
+   * @generated from enum value: MESSAGE_VISIBILITY_HISTORY_ONLY = 2;
+   */
+  HISTORY_ONLY = 2,
+}
+
+/**
+ * Describes the enum ctxwarden.v1.MessageVisibility.
+ */
+export const MessageVisibilitySchema: GenEnum<MessageVisibility> = /*@__PURE__*/
+  enumDesc(file_ctxwarden_v1_message, 3);
 

@@ -5,14 +5,14 @@
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Message } from "@bufbuild/protobuf";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file ctxwarden/v1/session.proto.
  */
 export const file_ctxwarden_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIscBCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAyLjAwoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRINCgV0aXRsZRgEIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAUgASgJEisKBXRvb2xzGAYgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEg0KBW1vZGVsGAcgASgJEisKBnBvbGljeRgIIAEoCzIbLmN0eHdhcmRlbi52MS5Db250ZXh0UG9saWN5EhQKDHBpbm5lZF9zdGF0ZRgJIAEoCRIxCgZsYWJlbHMYCiADKAsyIS5jdHh3YXJkZW4udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIQCghsYXN0X3NlcRgLIAEoAxIWCg5jb250ZXh0X3Rva2VucxgMIAEoAxIMCgRldGFnGA0gASgJEi8KC2NyZWF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIscBCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAyLoBAoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRINCgV0aXRsZRgEIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAUgASgJEisKBXRvb2xzGAYgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEg0KBW1vZGVsGAcgASgJEisKBnBvbGljeRgIIAEoCzIbLmN0eHdhcmRlbi52MS5Db250ZXh0UG9saWN5EhQKDHBpbm5lZF9zdGF0ZRgJIAEoCRIxCgZsYWJlbHMYCiADKAsyIS5jdHh3YXJkZW4udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIQCghsYXN0X3NlcRgLIAEoAxIWCg5jb250ZXh0X3Rva2VucxgMIAEoAxIMCgRldGFnGA0gASgJEi8KC2NyZWF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoFc3RhdGUYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EisKCnVzZXJfc3RhdGUYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KDXByb2plY3Rfc3RhdGUYEiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCQlpAZ2l0aHViLmNvbS9jdHh3YXJkZW4vY3R4d2FyZGVuL2NsaWVudC9nby9jdHh3YXJkZW52MTtjdHh3YXJkZW52MWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A tool the model may call. Sent to the model with every input, so it is part
@@ -128,9 +128,10 @@ export const ContextPolicySchema: GenMessage<ContextPolicy> = /*@__PURE__*/
  */
 export type Session = Message<"ctxwarden.v1.Session"> & {
   /**
-   * Unique ID: client-chosen (1-128 characters of [A-Za-z0-9._:-], starting
+   * Unique ID: client-chosen (1-255 characters of [A-Za-z0-9._:-], starting
    * with a letter or digit) or server-made (sortable by creation time). Output
-   * only except in CreateSessionRequest.session_id.
+   * only except in CreateSessionRequest.session_id. The ID of a deleted
+   * session may be used again: CreateSession then makes a new, empty session.
    *
    * @generated from field: string session_id = 1;
    */
@@ -236,6 +237,33 @@ export type Session = Message<"ctxwarden.v1.Session"> & {
    * @generated from field: google.protobuf.Timestamp update_time = 15;
    */
   updateTime?: Timestamp | undefined;
+
+  /**
+   * A JSON object of this session's own state (e.g. a framework's session
+   * state), at most 64 KiB encoded. Set initially by CreateSession, changed by
+   * AppendMessagesRequest.state_delta; otherwise output only.
+   *
+   * @generated from field: google.protobuf.Struct state = 16;
+   */
+  state?: JsonObject | undefined;
+
+  /**
+   * Output only. The JSON object state shared by every session of the same
+   * tenant, project_id and user_id (changed by AppendMessagesRequest.state_delta).
+   * Returned by GetSession only (empty in other responses).
+   *
+   * @generated from field: google.protobuf.Struct user_state = 17;
+   */
+  userState?: JsonObject | undefined;
+
+  /**
+   * Output only. The JSON object state shared by every session of the same
+   * tenant and project_id (changed by AppendMessagesRequest.state_delta).
+   * Returned by GetSession only (empty in other responses).
+   *
+   * @generated from field: google.protobuf.Struct project_state = 18;
+   */
+  projectState?: JsonObject | undefined;
 };
 
 /**

@@ -1,0 +1,142 @@
+"""Shared states: the JSON object state of a user's sessions in a project and of
+a project's sessions, and appends that change states along with their messages.
+
+A session's own state is a column of its row (read with it, so a restore costs
+nothing more). An append that changes any state is its own transaction rather
+than a member of a group commit: the shared rows are read, merged and written
+under a row lock (``SELECT ... FOR UPDATE`` on MySQL/MariaDB; SQLite's write
+transactions take turns), so concurrent deltas of different sessions to one
+user's state never lose each other's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ctxwarden.core.state import (
+    MAX_STATE_BYTES,
+    StateDelta,
+    decode_state,
+    encode_state,
+    merge_state,
+)
+from ctxwarden.store.errors import TooLarge, boundary
+from ctxwarden.store.gate import WriteGate
+from ctxwarden.store.group_commit import AppendOp
+from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.records import advance
+from ctxwarden.store.tables import PS, US, M, R, S
+
+
+@dataclass(frozen=True, slots=True)
+class SharedStates:
+    user: Mapping[str, Any]
+    project: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StateOwner:
+    """Whose shared states a session's delta changes."""
+
+    tenant_id: str
+    project_id: str
+    user_id: str
+
+
+class StateRepository:
+    def __init__(self, engine: AsyncEngine, gate: WriteGate, quota: TenantQuota) -> None:
+        self.engine = engine
+        self.gate = gate
+        self.quota = quota
+
+    @boundary
+    async def get(self, owner: StateOwner) -> SharedStates:
+        async with self.engine.connect() as conn:
+            user = await _read(conn, US, _user_key(owner), lock=False)
+            project = await _read(conn, PS, _project_key(owner), lock=False)
+        return SharedStates(decode_state(user), decode_state(project))
+
+    @boundary
+    async def append(self, op: AppendOp, owner: StateOwner, delta: StateDelta) -> None:
+        """Insert the messages, advance the session row (with its new state, in
+        ``op.session``) and merge the shared deltas, in one transaction.
+
+        Raises ConcurrentWrite when the session moved on, DuplicateKey when a
+        message_id or request_id exists, TooLarge when a merged shared state
+        would pass MAX_STATE_BYTES, QuotaExceeded (nothing is written)."""
+        now = op.session.update_time_us
+        state = encode_state(op.session.state) if op.session.state else None
+        async with self.gate.begin() as conn:
+            await advance(
+                conn,
+                op.session,
+                op.expected_version,
+                stored_bytes=S.c.stored_bytes + op.added_bytes,
+                state_json=state,
+            )
+            await self.quota.add_bytes(conn, op.tenant, op.added_bytes)
+            if op.rows:
+                await conn.execute(insert(M), list(op.rows))
+            if op.record_values is not None:
+                await conn.execute(insert(R).values(**op.record_values))
+            # Always project before user: two transactions lock in the same order.
+            if delta.project is not None:
+                await _merge(conn, PS, _project_key(owner), delta.project, "project", now)
+            if delta.user is not None:
+                await _merge(conn, US, _user_key(owner), delta.user, "user", now)
+
+
+def _user_key(owner: StateOwner) -> dict[str, str]:
+    return {
+        "tenant_id": owner.tenant_id,
+        "project_id": owner.project_id,
+        "user_id": owner.user_id,
+    }
+
+
+def _project_key(owner: StateOwner) -> dict[str, str]:
+    return {"tenant_id": owner.tenant_id, "project_id": owner.project_id}
+
+
+async def _read(
+    conn: AsyncConnection, table: Table, key: dict[str, str], *, lock: bool
+) -> str | None:
+    query = select(table.c.state_json).where(*(table.c[k] == v for k, v in key.items()))
+    if lock:
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
+    return None if row is None else str(row.state_json)
+
+
+async def _merge(
+    conn: AsyncConnection,
+    table: Table,
+    key: dict[str, str],
+    delta: Mapping[str, Any],
+    scope: str,
+    now_us: int,
+) -> None:
+    # The row exists first (a concurrent first delta of the same owner waits on
+    # the key and inserts nothing), then it is read under its lock and merged.
+    await conn.execute(
+        insert(table)
+        .prefix_with("OR IGNORE", dialect="sqlite")
+        .prefix_with("IGNORE", dialect="mysql")
+        .prefix_with("IGNORE", dialect="mariadb")
+        .values(**key, state_json="{}", update_time_us=now_us)
+    )
+    stored = await _read(conn, table, key, lock=True)
+    merged = encode_state(merge_state(decode_state(stored), delta))
+    size = len(merged.encode("utf-8", "surrogatepass"))
+    if size > MAX_STATE_BYTES:
+        raise TooLarge(f"state_delta.{scope}", size, MAX_STATE_BYTES)
+    await conn.execute(
+        update(table)
+        .where(*(table.c[k] == v for k, v in key.items()))
+        .values(state_json=merged, update_time_us=now_us)
+    )
