@@ -1,0 +1,112 @@
+"""The records of a ctxwarden session -> a pi session file (``export --to pi``).
+
+One linear branch: a ``session`` header (version 3), then every active message
+in seq order, each the child of the one before (pi opens a file at its last
+entry, so that is the whole session). A valid checkpoint becomes a
+``compaction`` entry after the last message before its ``at_seq``, its
+``firstKeptEntryId`` the entry of ``first_kept_seq``. Left out, and counted:
+rolled-back messages and superseded checkpoints (pi has neither), and
+provider-specific content blocks (no pi form). Messages imported from pi are
+written back as they came (their ``pi.entry`` metadata).
+
+Checkpoints come before messages in a ctxwarden file; they are held (IDs and
+summaries, never messages) until their place in the message stream is reached.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from ctxwarden.store.transfer_format import Record, message_of
+from ctxwarden.transfer.pi_format import Entry, entry_of, iso
+
+CURRENT_SESSION_VERSION = 3
+
+
+@dataclass
+class PiExport:
+    rolled_back: int = 0
+    superseded: int = 0
+    entries: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _entry_id(seq: int, message_id: str, taken: set[str]) -> str:
+    """pi's IDs are 8 hex digits; a message from pi keeps its own."""
+    candidate = message_id if message_id and len(message_id) <= 36 else f"{seq:08x}"
+    while candidate in taken:
+        candidate = uuid.uuid4().hex[:8]
+    taken.add(candidate)
+    return candidate
+
+
+def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
+    """The pi header and entries for the records of one ctxwarden session."""
+    it = iter(records)
+    session = next(it)
+    labels = session.get("labels", {})
+    yield {
+        "type": "session",
+        "version": CURRENT_SESSION_VERSION,
+        "id": labels.get("pi.session_id") or str(uuid.uuid4()),
+        "timestamp": iso(int(session["create_time_us"])),
+        "cwd": labels.get("pi.cwd", ""),
+    }
+    pending: list[Record] = []  # valid checkpoints, by at_seq
+    first_kept: dict[int, str] = {}  # first_kept_seq -> entry id, once written
+    taken: set[str] = set()
+    parent: str | None = None
+
+    def compactions(before_seq: int | None) -> Iterator[Entry]:
+        nonlocal parent
+        while pending and (before_seq is None or pending[0]["at_seq"] < before_seq):
+            c = pending.pop(0)
+            pi = c["details"].get("pi", {})
+            entry: Entry = {
+                "type": "compaction",
+                "id": _entry_id(0, str(pi.get("id", "")), taken),
+                "parentId": parent,
+                "timestamp": pi.get("timestamp") or iso(int(c["create_time_us"])),
+                "summary": c["summary"],
+                "firstKeptEntryId": first_kept.get(int(c["first_kept_seq"]), ""),
+                "tokensBefore": c["tokens_before"],
+            }
+            for k in ("details", "fromHook"):
+                if k in pi:
+                    entry[k] = pi[k]
+            parent = entry["id"]
+            yield entry
+
+    for record in it:
+        kind = record["type"]
+        if kind == "checkpoint":
+            if record["superseded_at_seq"]:
+                stats.superseded += 1
+            else:
+                pending.append(record)
+                pending.sort(key=lambda c: int(c["at_seq"]))
+            continue
+        if kind != "message":
+            continue
+        if record["state"] != "active":
+            stats.rolled_back += 1
+            continue
+        seq = int(record["seq"])
+        yield from compactions(seq)
+        message = message_of(record)
+        entry = entry_of(message, _entry_id(seq, message.message_id, taken), parent)
+        for c in pending:
+            fk = int(c["first_kept_seq"])
+            if fk <= seq and fk not in first_kept:
+                first_kept[fk] = entry["id"]
+        parent = entry["id"]
+        stats.entries += 1
+        yield entry
+    yield from compactions(None)
+
+
+def dumps(entry: Entry) -> str:
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
