@@ -109,8 +109,9 @@ def build_rich_session(c: Client, sid: str, turns: int = 12) -> None:
                     model="gpt-4o",
                     provider="openai",
                 ),
-                tool_result(f"call-{i}", "line\n" * (30 + i), tool_name="read",
-                            metadata={"origin": "fs"}),
+                tool_result(
+                    f"call-{i}", "line\n" * (30 + i), tool_name="read", metadata={"origin": "fs"}
+                ),
             ],
             state_delta=state_delta({"step": i}),
         )

@@ -94,7 +94,9 @@ def _without_token(inputs: dict[str, bytes]) -> dict[str, bytes]:
     return out
 
 
-def test_import_into_another_tenant(server: ServerProcess, backend_url: str, tmp_path: Path) -> None:
+def test_import_into_another_tenant(
+    server: ServerProcess, backend_url: str, tmp_path: Path
+) -> None:
     sid = _sid("tenant")
     with Client(server.target) as c:
         build_rich_session(c, sid, turns=10)
@@ -112,8 +114,9 @@ def test_import_into_another_tenant(server: ServerProcess, backend_url: str, tmp
                 # everything the model sees is the same bytes.
                 assert _without_token(model_inputs(c, sid)) == _without_token(before)
                 assert history(c, sid) == stored
-            with Client(proc.target, metadata=bearer("key-other")) as c, pytest.raises(
-                NotFoundError
+            with (
+                Client(proc.target, metadata=bearer("key-other")) as c,
+                pytest.raises(NotFoundError),
             ):
                 c.get_session(sid)
         finally:
@@ -174,8 +177,15 @@ def test_failed_imports_leave_no_session(
             target = f"{sid}-{n}"
             path = tmp_path / f"broken-{n}.jsonl"
             path.write_text("".join(content), encoding="utf-8")
-            proc = cli("import", str(path), "--database-url", backend_url, "--session-id",
-                       target, check=False)
+            proc = cli(
+                "import",
+                str(path),
+                "--database-url",
+                backend_url,
+                "--session-id",
+                target,
+                check=False,
+            )
             assert proc.returncode == 1, name
             assert "nothing imported" in proc.stderr, name
             with pytest.raises(NotFoundError):
