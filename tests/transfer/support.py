@@ -80,7 +80,8 @@ def bearer(key: str) -> list[tuple[str, str]]:
 
 def _compact(c: Client, sid: str, summary: str, keep: int) -> pb.Compaction:
     plan = c.prepare_compaction(sid, keep_recent_tokens=keep)
-    return c.commit_compaction(sid, plan.plan_id, summary)
+    prefix = "The turn so far." if plan.split_turn else ""
+    return c.commit_compaction(sid, plan.plan_id, summary, turn_prefix_summary=prefix)
 
 
 def build_rich_session(c: Client, sid: str, turns: int = 12) -> None:

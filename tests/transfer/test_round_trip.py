@@ -38,7 +38,7 @@ def _lines_without_time(path: Path) -> list[str]:
     import gzip
 
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8") as f:
         lines = f.read().splitlines()
     head = json.loads(lines[0])
     head.pop("exported_time")

@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ctxwarden.core.messages import ContentBlock, Message, Role
 from ctxwarden.store.transfer_format import message_record_of
@@ -60,7 +62,7 @@ def _session_file(path: Path, sid: str, messages: int) -> int:
         "state": {},
     }
 
-    def records():  # type: ignore[no-untyped-def]
+    def records() -> Iterator[dict[str, Any]]:
         yield session
         yield {
             "type": "revision",
@@ -86,7 +88,7 @@ def _session_file(path: Path, sid: str, messages: int) -> int:
             )
 
     with path.open("w", encoding="utf-8") as f:
-        write(records(), f)  # type: ignore[no-untyped-call]
+        write(records(), f)
     return path.stat().st_size
 
 

@@ -20,10 +20,13 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.summary import SUMMARY_PREAMBLE, summary_text
 from ctxwarden.store.transfer_format import Record, message_of
 from ctxwarden.transfer.pi_format import Entry, entry_of, iso
 
 CURRENT_SESSION_VERSION = 3
+SUMMARY_HEAD = f"{SUMMARY_PREAMBLE}\n\n<summary>\n"
 
 
 @dataclass
@@ -43,11 +46,32 @@ def _entry_id(seq: int, message_id: str, taken: set[str]) -> str:
     return candidate
 
 
+def pi_summary(record: Record, pinned_state: str) -> str:
+    """The summary as pi puts it between its <summary> tags: ctxwarden's text, with
+    what ctxwarden adds after the tags (file lists, pinned state) moved inside."""
+    d = record["details"]
+    checkpoint = Checkpoint(
+        compaction_id=record["compaction_id"],
+        session_id="",
+        summary=record["summary"],
+        first_kept_seq=int(record["first_kept_seq"]),
+        tokens_before=int(record["tokens_before"]),
+        create_time_us=int(record["create_time_us"]),
+        turn_prefix_summary=d.get("turn_prefix_summary", ""),
+        read_files=tuple(d.get("read_files", ())),
+        modified_files=tuple(d.get("modified_files", ())),
+    )
+    text = summary_text(checkpoint, pinned_state)
+    body, _, rest = text[len(SUMMARY_HEAD) :].partition("\n</summary>")
+    return body + rest
+
+
 def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
     """The pi header and entries for the records of one ctxwarden session."""
     it = iter(records)
     session = next(it)
     labels = session.get("labels", {})
+    pinned_state = str(session.get("pinned_state", ""))
     yield {
         "type": "session",
         "version": CURRENT_SESSION_VERSION,
@@ -70,7 +94,7 @@ def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
                 "id": _entry_id(0, str(pi.get("id", "")), taken),
                 "parentId": parent,
                 "timestamp": pi.get("timestamp") or iso(int(c["create_time_us"])),
-                "summary": c["summary"],
+                "summary": pi_summary(c, pinned_state),
                 "firstKeptEntryId": first_kept.get(int(c["first_kept_seq"]), ""),
                 "tokensBefore": c["tokens_before"],
             }

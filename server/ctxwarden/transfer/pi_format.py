@@ -200,11 +200,12 @@ def entry_of(message: Message, entry_id: str, parent_id: str | None) -> Entry:
     if stored:
         entry: Entry = json.loads(stored)
         entry["id"], entry["parentId"] = entry_id, parent_id
-        m = entry.get("message")
-        if entry["type"] == "message" and isinstance(m, dict) and "content" not in m:
-            m["content"] = pi_blocks(message)
-        elif entry["type"] == "message" and isinstance(m, dict) and m.get("content") == "":
-            m["content"] = message.content[0].text if message.content else ""
+        m: Entry = entry.get("message") or {}
+        if entry["type"] == "message" and m.get("role") in ("user", "assistant", "toolResult"):
+            if m.get("content") == "":  # pi's string form of a user message
+                m["content"] = message.content[0].text if message.content else ""
+            else:
+                m["content"] = pi_blocks(message)
         return entry
     ms = message.create_time_us // 1000
     if message.role is Role.USER:

@@ -126,8 +126,18 @@ def pi_records(
         elif msg.role is Role.ASSISTANT and msg.model:
             model_seen = msg.model
         messages.append(replace(msg, seq=len(messages) + 1))
-    # firstKeptEntryId past every message before the compaction: nothing kept.
-    checkpoints = [replace(c, first_kept_seq=c.first_kept_seq or c.at_seq + 1) for c, _ in found]
+    # firstKeptEntryId past every message before the compaction: nothing kept. The
+    # newest checkpoint is the one made last: pi's millisecond times can tie.
+    checkpoints: list[Checkpoint] = []
+    for c, _ in found:
+        after = checkpoints[-1].create_time_us + 1 if checkpoints else 0
+        checkpoints.append(
+            replace(
+                c,
+                first_kept_seq=c.first_kept_seq or c.at_seq + 1,
+                create_time_us=max(c.create_time_us, after),
+            )
+        )
     now = ids.now_us()
     created = time_us(pi.header["timestamp"]) if pi.header.get("timestamp") else now
     session = Session(
