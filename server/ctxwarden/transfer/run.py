@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import IO
 
 from ctxwarden.core.tenancy import scoped_id
@@ -75,11 +76,12 @@ async def export_session(
 
             await asyncio.to_thread(write_pi)
             return {
-                "entries": stats.entries,
-                "rolled_back_skipped": stats.rolled_back,
-                "superseded_skipped": stats.superseded,
+                "pi entries": stats.entries,
+                "rolled-back messages left out": stats.rolled_back,
+                "superseded checkpoints left out": stats.superseded,
             }
-        return await asyncio.to_thread(native.write, _Sync(records, loop), out)
+        counts = await asyncio.to_thread(native.write, _Sync(records, loop), out)
+        return {f"{kind}s": n for kind, n in counts.items()}
     finally:
         await engine.dispose()
 
@@ -108,9 +110,11 @@ def run_export(args: argparse.Namespace) -> int:
         with native.open_text(args.output, "w") as out:
             counts = asyncio.run(export_session(args.database_url, key, out, args.to))
     except SessionNotFound:
+        if args.output != "-":
+            Path(args.output).unlink(missing_ok=True)
         print(f"ctxwarden: no session {args.session_id!r}", file=sys.stderr)
         return 1
-    summary = ", ".join(f"{v} {k}" for k, v in counts.items())
+    summary = ", ".join(f"{n} {what}" for what, n in counts.items())
     print(f"exported {args.session_id}: {summary}", file=sys.stderr)
     return 0
 
@@ -136,7 +140,7 @@ def run_import(args: argparse.Namespace) -> int:
                     args.database_url, records, tenant=args.tenant, session_id=args.session_id
                 )
             )
-    except (BadExport, ValueError, KeyError, StopIteration) as exc:
+    except (BadExport, ValueError, KeyError, TypeError, StopIteration) as exc:
         print(f"ctxwarden: nothing imported: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except StoreError as exc:
