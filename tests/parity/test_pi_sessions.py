@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ctxwarden_client import Client, assistant, tool_call, tool_result, user
+from ctxwarden_client import Client, assistant, history_only, tool_call, tool_result, user
 from ctxwarden_client.v1 import context_service_pb2 as pb
 from ctxwarden_client.v1 import message_pb2
 from tests.parity.test_pi_cut_parity import PARITY_DIR
@@ -191,6 +191,8 @@ def test_a_ctxwarden_session_opens_in_pi(
                     assistant(f"answer {i}"),
                 ],
             )
+            if i == 2:
+                c.append_messages(sid, [history_only(metadata={"ui": "bookmark"})])
             if i == 5:
                 plan = c.prepare_compaction(sid, keep_recent_tokens=300)
                 prefix = "The turn so far." if plan.split_turn else ""
@@ -201,7 +203,9 @@ def test_a_ctxwarden_session_opens_in_pi(
         c.rollback_turn(sid)
         mi = c.build_model_input(sid, view=pb.MODEL_INPUT_VIEW_FULL)
     path = tmp_path / "to-pi.jsonl"
-    cli("export", sid, "--database-url", backend_url, "--to", "pi", "-o", str(path))
+    out = cli("export", sid, "--database-url", backend_url, "--to", "pi", "-o", str(path))
+    assert "1 rolled-back messages left out" in out.stderr
+    assert "1 history-only messages left out" in out.stderr
     [opened] = run_pi(node, "context", str(path))
     expected = ctxwarden_llm(mi)
     # ctxwarden writes the summary's file lists after its </summary> tag, pi inside.

@@ -5,7 +5,8 @@ in seq order, each the child of the one before (pi opens a file at its last
 entry, so that is the whole session). A valid checkpoint becomes a
 ``compaction`` entry after the last message before its ``at_seq``, its
 ``firstKeptEntryId`` the entry of ``first_kept_seq``. Left out, and counted:
-rolled-back messages and superseded checkpoints (pi has neither), and
+rolled-back messages, superseded checkpoints and history-only messages (pi has
+none of them; history-only entries that came from pi go back). Left out:
 provider-specific content blocks (no pi form). Messages imported from pi are
 written back as they came (their ``pi.entry`` metadata).
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from ctxwarden.core.session import Checkpoint
 from ctxwarden.core.summary import SUMMARY_PREAMBLE, summary_text
 from ctxwarden.store.transfer_format import Record, message_of
-from ctxwarden.transfer.pi_format import Entry, entry_of, iso
+from ctxwarden.transfer.pi_format import PI_ENTRY, Entry, entry_of, iso
 
 CURRENT_SESSION_VERSION = 3
 SUMMARY_HEAD = f"{SUMMARY_PREAMBLE}\n\n<summary>\n"
@@ -33,6 +34,8 @@ SUMMARY_HEAD = f"{SUMMARY_PREAMBLE}\n\n<summary>\n"
 class PiExport:
     rolled_back: int = 0
     superseded: int = 0
+    history_only: int = 0
+    """History-only messages that did not come from pi (pi has no such entry)."""
     entries: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -118,9 +121,12 @@ def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
         if record["state"] != "active":
             stats.rolled_back += 1
             continue
-        seq = int(record["seq"])
-        yield from compactions(seq)
         message = message_of(record)
+        if message.history_only and PI_ENTRY not in message.metadata:
+            stats.history_only += 1
+            continue
+        seq = message.seq
+        yield from compactions(seq)
         entry = entry_of(message, _entry_id(seq, message.message_id, taken), parent)
         for c in pending:
             fk = int(c["first_kept_seq"])

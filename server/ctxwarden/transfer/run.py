@@ -79,6 +79,7 @@ async def export_session(
                 "pi entries": stats.entries,
                 "rolled-back messages left out": stats.rolled_back,
                 "superseded checkpoints left out": stats.superseded,
+                "history-only messages left out": stats.history_only,
             }
         counts = await asyncio.to_thread(native.write, _Sync(records, loop), out)
         return {f"{kind}s": n for kind, n in counts.items()}
