@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,7 +47,7 @@ STEP = st.one_of(
 )
 
 
-def transcript(steps: list[tuple[object, ...]]) -> list[Message]:
+def transcript(steps: list[tuple[Any, ...]]) -> list[Message]:
     """Visible messages: users, assistants with 0-3 calls (their results follow,
     unless the call is left pending at the very end), failed assistants."""
     out: list[Message] = []
@@ -54,19 +55,19 @@ def transcript(steps: list[tuple[object, ...]]) -> list[Message]:
     for i, step in enumerate(steps):
         kind = step[0]
         if kind == "user":
-            out.append(text(Role.USER, "u" * (4 * int(step[1]))))  # type: ignore[call-overload]
+            out.append(text(Role.USER, "u" * (4 * int(step[1]))))
         elif kind == "failed":
             calls = tuple(
                 ContentBlock.of_tool_call(f"f{next(ids)}", "read") for _ in range(int(step[1]))
-            )  # type: ignore[call-overload]
+            )
             out.append(Message(Role.ASSISTANT, calls, stop_reason=StopReason.ERROR))
         else:
             _, size, n, answered = step
             calls = tuple(
                 ContentBlock.of_tool_call(f"c{next(ids)}", "read", '{"path": "a.py"}')
                 for _ in range(int(n))
-            )  # type: ignore[call-overload]
-            body = (ContentBlock.of_text("a" * (4 * int(size))), *calls)  # type: ignore[call-overload]
+            )
+            body = (ContentBlock.of_text("a" * (4 * int(size))), *calls)
             out.append(Message(Role.ASSISTANT, body, stop_reason=StopReason.TOOL_USE))
             last = i == len(steps) - 1
             if answered or not last:
@@ -115,7 +116,7 @@ CASES = st.tuples(st.lists(STEP, min_size=1, max_size=25), st.lists(st.integers(
 @settings(max_examples=150, deadline=None)
 @given(CASES)
 def test_the_view_and_tokens_are_those_without_the_history_only_messages(
-    case: tuple[list[tuple[object, ...]], list[int]],
+    case: tuple[list[tuple[Any, ...]], list[int]],
 ) -> None:
     steps, where = case
     plain = transcript(steps)
@@ -134,7 +135,7 @@ def test_the_view_and_tokens_are_those_without_the_history_only_messages(
 @settings(max_examples=200, deadline=None)
 @given(CASES, st.integers(0, 3000))
 def test_cut_points_are_those_without_the_history_only_messages(
-    case: tuple[list[tuple[object, ...]], list[int]], keep: int
+    case: tuple[list[tuple[Any, ...]], list[int]], keep: int
 ) -> None:
     steps, where = case
     plain = transcript(steps)

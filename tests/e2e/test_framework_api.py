@@ -241,3 +241,13 @@ def test_long_session_ids(stub: Stub, length: int) -> None:
         stub.CreateSession,
         pb.CreateSessionRequest(session_id="a" * 256),
     )
+
+
+def test_count_tokens_counts_nothing_for_a_history_only_message(stub: Stub) -> None:
+    shown = user("count me please")
+    counted = stub.CountTokens(
+        pb.CountTokensRequest(model="gpt-4o", messages=[shown, hidden("not me at all " * 20)])
+    )
+    alone = stub.CountTokens(pb.CountTokensRequest(model="gpt-4o", messages=[shown]))
+    assert list(counted.message_tokens)[1] == 0
+    assert counted.total_tokens == alone.total_tokens

@@ -205,6 +205,8 @@ def test_a_deleted_sessions_id_makes_a_fresh_session(own_server: ServerProcess) 
                 session_id=sid, plan_id=plan.plan_id, summary="old", turn_prefix_summary="old"
             )
         )
+        chat = pb.BuildModelInputRequest(session_id=sid, format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT)
+        assert "old reply" in stub.BuildModelInput(chat).rendered_json  # cached renderings
         stub.DeleteSession(pb.DeleteSessionRequest(session_id=sid))
         expect_error(grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND", get, stub, sid)
         again = stub.CreateSession(
@@ -213,6 +215,7 @@ def test_a_deleted_sessions_id_makes_a_fresh_session(own_server: ServerProcess) 
         assert again.last_seq == 0 and plain(again.state) == {}
         assert again.create_time.ToMicroseconds() > first.create_time.ToMicroseconds()
         _check_fresh(stub, sid)
+        assert "old" not in stub.BuildModelInput(chat).rendered_json
         # A request_id of the old incarnation is the new one's to use.
         assert append(stub, sid, user("new"), request_id="a1").last_seq == 1
         # A retried CreateSession still returns the first result (no new session).

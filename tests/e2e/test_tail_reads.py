@@ -108,7 +108,7 @@ def test_page_tokens_are_bound_to_the_filters(stub: Stub, new_session: NewSessio
             grpc.StatusCode.INVALID_ARGUMENT,
             "INVALID_PAGE_TOKEN",
             stub.ListMessages,
-            pb.ListMessagesRequest(session_id=sid, page_size=3, page_token=token, **other),  # type: ignore[arg-type]
+            pb.ListMessagesRequest(session_id=sid, page_size=3, page_token=token, **other),
         )
     # A plain listing's tokens are as before: they work without the new fields.
     plain = stub.ListMessages(pb.ListMessagesRequest(session_id=sid, page_size=3))

@@ -34,10 +34,16 @@ class TokenCounts:
         profile = counting_profile(model, tokenizer)
 
         def count() -> tuple[list[int], int, int]:
-            per = [profile.message(m) for m in messages]
+            # A history-only message is never sent to a model: it costs nothing.
+            per = [0 if m.history_only else profile.message(m) for m in messages]
             return per, count_text(tools_text(tools), tokenizer), count_text(text, tokenizer)
 
         per, tools_tokens, text_tokens = await asyncio.to_thread(count)
-        total = sum(per) + tools_tokens + text_tokens + (profile.reply if messages else 0)
+        total = (
+            sum(per)
+            + tools_tokens
+            + text_tokens
+            + (profile.reply if any(not m.history_only for m in messages) else 0)
+        )
         exact = tokenizer.exact and info.known
         return TokenCount(total, per, tokenizer.spec, exact, tools_tokens, text_tokens)

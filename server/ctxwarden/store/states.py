@@ -71,6 +71,22 @@ class StateRepository:
         would pass MAX_STATE_BYTES, QuotaExceeded (nothing is written)."""
         now = op.session.update_time_us
         state = encode_state(op.session.state) if op.session.state else None
+        shared = [
+            (table, key)
+            for part, table, key in (
+                (delta.project, PS, _project_key(owner)),
+                (delta.user, US, _user_key(owner)),
+            )
+            if part is not None
+        ]
+        if shared:
+            # The shared rows exist before the transaction (committed on their own;
+            # an empty state reads as no state), so it locks existing rows only:
+            # no gap or duplicate-key locks that concurrent first deltas of one
+            # owner would deadlock on.
+            async with self.gate.begin() as conn:
+                for table, key in shared:
+                    await _ensure(conn, table, key, now)
         async with self.gate.begin() as conn:
             await advance(
                 conn,
@@ -113,6 +129,19 @@ async def _read(
     return None if row is None else str(row.state_json)
 
 
+async def _ensure(conn: AsyncConnection, table: Table, key: dict[str, str], now_us: int) -> None:
+    """The row of ``key``, with an empty state unless it exists."""
+    if await _read(conn, table, key, lock=False) is not None:
+        return
+    await conn.execute(
+        insert(table)
+        .prefix_with("OR IGNORE", dialect="sqlite")
+        .prefix_with("IGNORE", dialect="mysql")
+        .prefix_with("IGNORE", dialect="mariadb")
+        .values(**key, state_json="{}", update_time_us=now_us)
+    )
+
+
 async def _merge(
     conn: AsyncConnection,
     table: Table,
@@ -121,15 +150,6 @@ async def _merge(
     scope: str,
     now_us: int,
 ) -> None:
-    # The row exists first (a concurrent first delta of the same owner waits on
-    # the key and inserts nothing), then it is read under its lock and merged.
-    await conn.execute(
-        insert(table)
-        .prefix_with("OR IGNORE", dialect="sqlite")
-        .prefix_with("IGNORE", dialect="mysql")
-        .prefix_with("IGNORE", dialect="mariadb")
-        .values(**key, state_json="{}", update_time_us=now_us)
-    )
     stored = await _read(conn, table, key, lock=True)
     merged = encode_state(merge_state(decode_state(stored), delta))
     size = len(merged.encode("utf-8", "surrogatepass"))
