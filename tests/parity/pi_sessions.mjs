@@ -151,7 +151,7 @@ const out = [];
 if (command === "write") {
 	const dir = rest[0];
 	for (const [name, build] of Object.entries(scenarios)) {
-		const sm = SessionManager.create(`/work/${name}`, dir);
+		const sm = SessionManager.create(`/projects/${name}`, dir);
 		build(sm);
 		out.push(describe(name, sm.getSessionFile(), sm));
 	}
