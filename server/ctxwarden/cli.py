@@ -53,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return admin.run(args)
     if args.command == "migrate":
         return commands.migrate_database(args.database_url)
+    if args.command in ("export", "import"):
+        from ctxwarden.transfer import run as transfer
+
+        return transfer.run_export(args) if args.command == "export" else transfer.run_import(args)
 
     wrong = checks.problems(args)
     if wrong:

@@ -94,6 +94,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     rollback.add_argument("--to-seq", type=int, default=None)
 
+    from ctxwarden.transfer.run import add_arguments as add_transfer
+
+    add_transfer(sub)
+
     mig = sub.add_parser("migrate", help="apply database schema migrations")
     add_database(mig)
 

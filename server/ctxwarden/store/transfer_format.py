@@ -1,0 +1,303 @@
+"""Stored rows <-> the records of a session export (``ctxwarden export``).
+
+A record is a JSON object with a ``type``: ``session``, ``revision``,
+``checkpoint`` or ``message``. Each holds every column of one stored row, with
+the encoded columns decoded (settings and bodies as JSON fields, bytes as
+base64), so that a record turns back into exactly the row it came from: an
+import writes the same values and the session builds the same model input.
+Keys (the tenant-scoped session key) are not part of a record; the importer
+chooses them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from ctxwarden.core.messages import (
+    EMPTY_METADATA,
+    ContentBlock,
+    ContentKind,
+    Message,
+    MessageState,
+    Role,
+    StopReason,
+    Usage,
+    Visibility,
+)
+from ctxwarden.core.tenancy import tenant_of, visible_id
+from ctxwarden.store.codec import message_from_row, message_row_values
+
+Record = dict[str, Any]
+
+
+def _dumps(value: Any) -> str:
+    """How the store encodes its JSON columns (compact, keys sorted)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+# -- sessions ----------------------------------------------------------------
+
+_SESSION_PLAIN = (
+    "user_id",
+    "project_id",
+    "title",
+    "system_prompt",
+    "model",
+    "pinned_state",
+    "last_seq",
+    "context_tokens",
+    "revision",
+    "consecutive_failures",
+    "create_time_us",
+    "update_time_us",
+    "compaction_id",
+    "stored_bytes",
+    "version",
+)
+
+
+def session_record(row: Mapping[str, Any]) -> Record:
+    calibration = json.loads(row["calibration_json"])
+    state = row.get("state_json")
+    return {
+        "type": "session",
+        "session_id": visible_id(row["session_id"]),
+        "tenant": tenant_of(row["session_id"]),
+        **{k: row[k] for k in _SESSION_PLAIN},
+        "tools": [
+            {"name": n, "description": d, "parameters_json": p}
+            for n, d, p in json.loads(row["tools_json"])
+        ],
+        "policy": json.loads(row["policy_json"]),
+        "labels": json.loads(row["labels_json"]),
+        "calibration": {"ratio": calibration["r"], "samples": calibration["n"]},
+        "state": json.loads(state) if state else {},
+    }
+
+
+def session_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
+    calibration = record["calibration"]
+    state = record.get("state") or {}
+    return {
+        "session_id": key,
+        "tenant_id": tenant_of(key),
+        **{k: record[k] for k in _SESSION_PLAIN},
+        "tools_json": _dumps(
+            [[t["name"], t["description"], t["parameters_json"]] for t in record["tools"]]
+        ),
+        "policy_json": _dumps(record["policy"]),
+        "labels_json": _dumps(record["labels"]),
+        "calibration_json": _dumps({"n": calibration["samples"], "r": calibration["ratio"]}),
+        "state_json": _dumps(state) if state else None,
+        "delete_time_us": 0,
+    }
+
+
+# -- settings revisions ------------------------------------------------------
+
+
+def revision_record(row: Mapping[str, Any]) -> Record:
+    data = row["settings"]
+    settings = msgpack.unpackb(data, raw=False) if data is not None else None
+    if settings is None:
+        settings = json.loads(row["settings_json"] or "{}")
+    return {
+        "type": "revision",
+        "revision": row["revision"],
+        "at_seq": row["at_seq"],
+        "create_time_us": row["create_time_us"],
+        "settings": settings,
+    }
+
+
+def revision_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
+    settings: bytes = msgpack.packb(dict(record["settings"]), use_bin_type=True)
+    return {
+        "session_id": key,
+        "revision": record["revision"],
+        "at_seq": record["at_seq"],
+        "create_time_us": record["create_time_us"],
+        "settings_json": None,
+        "settings": settings,
+    }
+
+
+# -- checkpoints -------------------------------------------------------------
+
+
+def checkpoint_record(row: Mapping[str, Any]) -> Record:
+    return {
+        "type": "checkpoint",
+        "compaction_id": row["compaction_id"],
+        "summary": row["summary"],
+        "first_kept_seq": row["first_kept_seq"],
+        "tokens_before": row["tokens_before"],
+        "tokens_after": row["tokens_after"],
+        "at_seq": row["at_seq"],
+        "superseded_at_seq": row["superseded_at_seq"],
+        "create_time_us": row["created_at"],
+        "details": json.loads(row["details_json"] or "{}"),
+    }
+
+
+def checkpoint_row(record: Mapping[str, Any], key: str, compaction_id: str) -> dict[str, Any]:
+    return {
+        "compaction_id": compaction_id,
+        "session_id": key,
+        "summary": record["summary"],
+        "first_kept_seq": record["first_kept_seq"],
+        "tokens_before": record["tokens_before"],
+        "tokens_after": record["tokens_after"],
+        "at_seq": record["at_seq"],
+        "superseded_at_seq": record["superseded_at_seq"],
+        "created_at": record["create_time_us"],
+        "details_json": _dumps(record["details"]),
+    }
+
+
+# -- messages ----------------------------------------------------------------
+
+ROLES = {Role.USER: "user", Role.ASSISTANT: "assistant", Role.TOOL_RESULT: "tool_result"}
+STATES = {MessageState.ACTIVE: "active", MessageState.ROLLED_BACK: "rolled_back"}
+VISIBILITIES = {Visibility.MODEL: "model", Visibility.HISTORY_ONLY: "history_only"}
+STOP_REASONS = {
+    StopReason.UNSPECIFIED: "",
+    StopReason.STOP: "stop",
+    StopReason.LENGTH: "length",
+    StopReason.TOOL_USE: "tool_use",
+    StopReason.ERROR: "error",
+    StopReason.ABORTED: "aborted",
+}
+
+
+def _inverse(mapping: Mapping[Any, str]) -> dict[str, Any]:
+    return {v: k for k, v in mapping.items()}
+
+
+_ROLE_OF, _STATE_OF = _inverse(ROLES), _inverse(STATES)
+_VISIBILITY_OF, _STOP_OF = _inverse(VISIBILITIES), _inverse(STOP_REASONS)
+
+
+def block_record(b: ContentBlock) -> Record:
+    if b.kind is ContentKind.TEXT:
+        return {"type": "text", "text": b.text}
+    if b.kind is ContentKind.IMAGE:
+        return {"type": "image", "mime_type": b.mime_type, "data": _b64(b.data)}
+    if b.kind is ContentKind.THINKING:
+        return {
+            "type": "thinking",
+            "thinking": b.text,
+            "signature": b.signature,
+            "redacted": b.redacted,
+        }
+    if b.kind is ContentKind.PROVIDER:
+        return {"type": "provider", "family": b.family, "json": b.provider_json}
+    return {
+        "type": "tool_call",
+        "id": b.tool_call_id,
+        "name": b.tool_name,
+        "arguments_json": b.arguments_json,
+    }
+
+
+def block_from_record(r: Mapping[str, Any]) -> ContentBlock:
+    kind = r["type"]
+    if kind == "text":
+        return ContentBlock.of_text(r["text"])
+    if kind == "image":
+        return ContentBlock(ContentKind.IMAGE, mime_type=r["mime_type"], data=_unb64(r["data"]))
+    if kind == "thinking":
+        return ContentBlock(
+            ContentKind.THINKING,
+            text=r["thinking"],
+            signature=r["signature"],
+            redacted=r["redacted"],
+        )
+    if kind == "provider":
+        return ContentBlock.of_provider(r["family"], r["json"])
+    if kind == "tool_call":
+        return ContentBlock.of_tool_call(r["id"], r["name"], r["arguments_json"])
+    raise ValueError(f"unknown content block type {kind!r}")
+
+
+_USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+def message_record_of(m: Message, rolled_back_at_seq: int = 0) -> Record:
+    """The record of a message (the domain value plus the row's rollback seq)."""
+    u = m.usage
+    return {
+        "type": "message",
+        "seq": m.seq,
+        "message_id": m.message_id,
+        "role": ROLES[m.role],
+        "state": STATES[m.state],
+        "visibility": VISIBILITIES[m.visibility],
+        "content": [block_record(b) for b in m.content],
+        "stop_reason": STOP_REASONS[m.stop_reason],
+        "usage": None
+        if u is None
+        else {**{k: getattr(u, k) for k in _USAGE}, "total_tokens": u.total_tokens},
+        "model": m.model,
+        "provider": m.provider,
+        "error_message": m.error_message,
+        "tool_call_id": m.tool_call_id,
+        "tool_name": m.tool_name,
+        "is_error": m.is_error,
+        "metadata": dict(m.metadata),
+        "token_count": m.token_count,
+        "counted_with": m.counted_with,
+        "create_time_us": m.create_time_us,
+        "rolled_back_at_seq": rolled_back_at_seq,
+        "calibration": None if m.calibration is None else list(m.calibration),
+    }
+
+
+def message_record(row: Any) -> Record:
+    return message_record_of(message_from_row(row), int(row.rolled_back_at_seq))
+
+
+def message_of(r: Mapping[str, Any]) -> Message:
+    """The domain message of a record."""
+    u = r.get("usage")
+    calib = r.get("calibration")
+    return Message(
+        role=_ROLE_OF[r["role"]],
+        content=tuple(block_from_record(b) for b in r["content"]),
+        seq=int(r["seq"]),
+        message_id=r["message_id"],
+        stop_reason=_STOP_OF[r.get("stop_reason", "")],
+        usage=None if u is None else Usage(*(int(u[k]) for k in (*_USAGE, "total_tokens"))),
+        model=r.get("model", ""),
+        provider=r.get("provider", ""),
+        error_message=r.get("error_message", ""),
+        tool_call_id=r.get("tool_call_id", ""),
+        tool_name=r.get("tool_name", ""),
+        is_error=bool(r.get("is_error", False)),
+        state=_STATE_OF[r.get("state", "active")],
+        token_count=int(r.get("token_count", 0)),
+        counted_with=r.get("counted_with", ""),
+        create_time_us=int(r["create_time_us"]),
+        metadata=r.get("metadata") or EMPTY_METADATA,
+        calibration=None if calib is None else (float(calib[0]), int(calib[1])),
+        visibility=_VISIBILITY_OF[r.get("visibility", "model")],
+    )
+
+
+def message_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
+    values = message_row_values(key, message_of(record))
+    values["rolled_back_at_seq"] = int(record.get("rolled_back_at_seq", 0))
+    return values

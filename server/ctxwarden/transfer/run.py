@@ -1,0 +1,159 @@
+"""The two commands: arguments and what they run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import IO
+
+from ctxwarden.core.tenancy import scoped_id
+from ctxwarden.store.engine import make_engine
+from ctxwarden.store.errors import StoreError
+from ctxwarden.store.transfer import ImportResult, SessionNotFound, export_records, import_records
+from ctxwarden.transfer import native
+from ctxwarden.transfer.native import BadExport, Record
+from ctxwarden.transfer.pi_export import PiExport, pi_entries
+from ctxwarden.transfer.pi_export import dumps as pi_dumps
+from ctxwarden.transfer.pi_import import pi_records, read_pi
+
+
+def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ctxwarden.serve_args import add_database
+
+    exp = sub.add_parser("export", help="write one session to a JSONL file (or pi's format)")
+    add_database(exp)
+    exp.add_argument("session_id")
+    exp.add_argument("--tenant", default="", help="the session's tenant (default: none)")
+    exp.add_argument("--to", choices=("ctxwarden", "pi"), default="ctxwarden")
+    exp.add_argument("-o", "--output", default="-", help="file (.gz: compressed; - stdout)")
+
+    imp = sub.add_parser("import", help="read a session file (ctxwarden's or pi's)")
+    add_database(imp)
+    imp.add_argument("file", help="file (.gz: compressed; - stdin)")
+    imp.add_argument("--tenant", default="", help="tenant to import into (default: none)")
+    imp.add_argument("--session-id", default="", help="ID to import as (default: the file's)")
+    imp.add_argument("--from", dest="source", choices=("ctxwarden", "pi"), default="ctxwarden")
+    pi = imp.add_argument_group("pi files")
+    pi.add_argument("--system-prompt", default="", help="pi files hold none (default: empty)")
+    pi.add_argument("--model", default="", help="default: the branch's last model")
+    pi.add_argument("--tokenizer", default="", help="default: the model's")
+
+
+class _Sync:
+    """Drive an async iterator from synchronous code running in a worker thread."""
+
+    def __init__(self, agen: AsyncIterator[Record], loop: asyncio.AbstractEventLoop) -> None:
+        self.agen, self.loop = agen, loop
+
+    async def _next(self) -> Record:
+        return await anext(self.agen)
+
+    def __iter__(self) -> Iterator[Record]:
+        while True:
+            try:
+                yield asyncio.run_coroutine_threadsafe(self._next(), self.loop).result()
+            except StopAsyncIteration:
+                return
+
+
+async def export_session(
+    database_url: str, key: str, out: IO[str], to: str = "ctxwarden"
+) -> dict[str, int]:
+    """Stream one session's records to ``out``; the counts written."""
+    engine = make_engine(database_url)
+    try:
+        records = export_records(engine, key)
+        loop = asyncio.get_running_loop()
+        if to == "pi":
+            stats = PiExport()
+
+            def write_pi() -> None:
+                for entry in pi_entries(_Sync(records, loop), stats):
+                    out.write(pi_dumps(entry) + "\n")
+
+            await asyncio.to_thread(write_pi)
+            return {
+                "pi entries": stats.entries,
+                "rolled-back messages left out": stats.rolled_back,
+                "superseded checkpoints left out": stats.superseded,
+                "history-only messages left out": stats.history_only,
+            }
+        counts = await asyncio.to_thread(native.write, _Sync(records, loop), out)
+        return {f"{kind}s": n for kind, n in counts.items()}
+    finally:
+        await engine.dispose()
+
+
+async def import_session(
+    database_url: str, records: Iterator[Record], *, tenant: str, session_id: str
+) -> ImportResult:
+    """Write the session of ``records`` (its file's ID unless ``session_id``)."""
+    first = next(records)
+    key = scoped_id(tenant, session_id or first["session_id"])
+
+    def all_records() -> Iterator[Record]:
+        yield first
+        yield from records
+
+    engine = make_engine(database_url)
+    try:
+        return await import_records(engine, key, all_records())
+    finally:
+        await engine.dispose()
+
+
+def run_export(args: argparse.Namespace) -> int:
+    key = scoped_id(args.tenant, args.session_id)
+    try:
+        with native.open_text(args.output, "w") as out:
+            counts = asyncio.run(export_session(args.database_url, key, out, args.to))
+    except SessionNotFound:
+        if args.output != "-":
+            Path(args.output).unlink(missing_ok=True)
+        print(f"ctxwarden: no session {args.session_id!r}", file=sys.stderr)
+        return 1
+    summary = ", ".join(f"{n} {what}" for what, n in counts.items())
+    print(f"exported {args.session_id}: {summary}", file=sys.stderr)
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    try:
+        with native.open_text(args.file, "r") as f:
+            if args.source == "pi":
+                pi = read_pi(f)
+                sid = args.session_id or str(pi.header.get("id", ""))
+                records = pi_records(
+                    pi,
+                    sid,
+                    system_prompt=args.system_prompt,
+                    model=args.model,
+                    tokenizer=args.tokenizer,
+                )
+                skipped = f"; {pi.skipped} entries on other branches skipped"
+            else:
+                records, skipped = native.read(f), ""
+            result = asyncio.run(
+                import_session(
+                    args.database_url, records, tenant=args.tenant, session_id=args.session_id
+                )
+            )
+    except (BadExport, ValueError, KeyError, TypeError, StopIteration) as exc:
+        print(f"ctxwarden: nothing imported: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except StoreError as exc:
+        print(f"ctxwarden: nothing imported: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    renamed = (
+        f"; checkpoint IDs taken, renamed: {result.renamed_checkpoints}"
+        if result.renamed_checkpoints
+        else ""
+    )
+    print(
+        f"imported {result.key}: {result.messages} messages, {result.checkpoints} checkpoints, "
+        f"{result.revisions} revisions{skipped}{renamed}"
+    )
+    return 0
