@@ -652,9 +652,16 @@ def test_error_mapping(server_target: str) -> None:
             client.append_messages(sid, [user("again")], expected_last_seq=0)
         assert aborted.value.reason
 
+        client.append_messages(
+            sid,
+            [
+                assistant(tool_calls=[tool_call("c1", "read", {"path": "a"})]),
+                tool_result("c1", "output", tool_name="read"),
+            ],
+        )
         with pytest.raises(FailedPreconditionError) as precondition:
-            client.append_messages(sid, [tool_result("no_such_call", "output", tool_name="read")])
-        assert precondition.value.reason
+            client.append_messages(sid, [tool_result("c1", "again", tool_name="read")])
+        assert precondition.value.reason == "TOOL_CALL_ALREADY_ANSWERED"
 
         no_role = message_pb2.Message(
             content=[message_pb2.ContentBlock(text=message_pb2.TextContent(text="who am I"))]
@@ -668,7 +675,7 @@ def test_error_mapping(server_target: str) -> None:
         assert missing.value.reason
 
         # None of the failed appends wrote anything.
-        assert client.get_session(sid).last_seq == 1
+        assert client.get_session(sid).last_seq == 3
 
 
 async def test_async_error_mapping(server_target: str) -> None:

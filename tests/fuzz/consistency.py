@@ -102,7 +102,6 @@ def _session_problems(
     if not (math.isfinite(calibration["r"]) and calibration["r"] > 0 and calibration["n"] >= 0):
         out.append(f"calibration_json {s.calibration_json} is out of range")
     message_ids: set[str] = set()
-    calls_so_far: set[str] = set()
     for r in rows:
         where = f"seq {r.seq}"
         if r.state not in (ACTIVE, ROLLED_BACK):
@@ -125,10 +124,10 @@ def _session_problems(
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             out.append(f"{where}: body cannot be decoded: {exc}")
             continue
-        if r.role == ROLE_TOOL_RESULT and message.tool_call_id not in calls_so_far:
-            out.append(f"{where}: tool result for call {message.tool_call_id!r} made by none")
-        if r.role == ROLE_ASSISTANT:
-            calls_so_far.update(b.tool_call_id for b in message.tool_calls)
+        # A tool result whose call is not active (rolled back, compacted away, never
+        # made) is stored as sent: the view leaves it out. Every result has its call ID.
+        if r.role == ROLE_TOOL_RESULT and not message.tool_call_id and not message.history_only:
+            out.append(f"{where}: tool result without a tool_call_id")
     live = [c for c in checkpoints if c.superseded_at_seq == 0]
     for c in checkpoints:
         where = f"checkpoint {c.compaction_id}"

@@ -1257,7 +1257,12 @@ def plausible(desc: Descriptor, pool: Pool, depth: int = 0) -> PbMessage:
                 continue
             oneofs.add(f.containing_oneof.name)
         if _is_map(f):
-            getattr(msg, f.name)["k"] = "v"
+            assert f.message_type is not None
+            value_type = f.message_type.fields_by_name["value"].message_type
+            if value_type is None:
+                getattr(msg, f.name)["k"] = "v"
+            elif depth < 4:  # e.g. a google.protobuf.Struct's fields
+                getattr(msg, f.name)["k"].CopyFrom(plausible(value_type, pool, depth + 1))
             continue
         if f.message_type is not None:
             if depth >= 4:

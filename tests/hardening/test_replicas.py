@@ -7,9 +7,6 @@ holds a stale copy reloads (or answers ABORTED) instead of serving it.
 
 from __future__ import annotations
 
-import pytest
-
-from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Usage
 from ctxwarden.core.session import Session
 from ctxwarden.service.manager import SessionManager
@@ -47,16 +44,22 @@ async def test_rollback_on_a_is_seen_by_b(backend_url: str) -> None:
         assert await _texts(a, sid) == ["q1", "a2", "q5"]
 
 
-async def test_b_rejects_a_result_for_a_call_a_rolled_back(backend_url: str) -> None:
+async def test_b_stores_a_result_for_a_call_a_rolled_back_as_an_orphan(backend_url: str) -> None:
+    """B's copy still holds the call, but B plans on the current session: the
+    result is stored after the rollback, its call stays rolled back, and the
+    views of both leave the result out."""
     async with replica(backend_url) as a, replica(backend_url) as b:
         sid = await _seed(a, b, 2)
         call = assistant_msg("reading", calls=(("call-9", "read", '{"path": "x"}'),))
         await a.append(sid, [call], None, None)
         await b.build_model_input(sid, 0)  # B holds the call
         await a.rollback(sid, 2, "", None)
-        with pytest.raises(FailedPrecondition):
-            await b.append(sid, [tool_result_msg("call-9", "content")], None, None)
-        assert await _texts(a, sid) == ["q1", "a2"]
+        stored = await b.append(sid, [tool_result_msg("call-9", "content")], None, None)
+        assert [m.seq for m in stored.messages] == [4]
+        for m in (a, b):
+            view = await m.build_model_input(sid, 0)
+            assert [msg.text for msg in view.messages] == ["q1", "a2"]
+            assert [(n.code, n.seq) for n in view.notices] == [("ORPHANED_TOOL_RESULT_OMITTED", 4)]
 
 
 async def test_settings_changed_on_a_are_served_by_b(backend_url: str) -> None:
