@@ -246,3 +246,21 @@ def _check_fresh(stub: pb_grpc.ContextServiceStub, sid: str) -> None:
     mi = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid))
     assert list(mi.messages) == [] and mi.last_seq == 0 and mi.compaction_id == ""
     assert list(stub.ListCompactions(pb.ListCompactionsRequest(session_id=sid)).compactions) == []
+
+
+def test_a_resume_token_of_a_deleted_session_does_not_resume_the_new_one(stub: Stub) -> None:
+    """Same ID, settings, message_ids and sizes, different content: the new
+    session's input comes back whole, never spliced onto the old one's."""
+    sid = f"resume-{uuid.uuid4().hex[:10]}"
+    stub.CreateSession(pb.CreateSessionRequest(session_id=sid))
+    append(stub, sid, user("old text", message_id="m1"))
+    held = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid))
+    assert held.resume_token
+    stub.DeleteSession(pb.DeleteSessionRequest(session_id=sid))
+    stub.CreateSession(pb.CreateSessionRequest(session_id=sid))
+    append(stub, sid, user("new text", message_id="m1"))
+    again = stub.BuildModelInput(
+        pb.BuildModelInputRequest(session_id=sid, resume_token=held.resume_token)
+    )
+    assert again.messages_offset == 0
+    assert [m.content[0].text.text for m in again.messages] == ["new text"]

@@ -333,7 +333,10 @@ class SessionContext:
         # _entries only grows in place; every other change replaces the list or,
         # for the summary and synthetic results, drops the builder.
         if builder is None or self._builder_source is not self._entries:
-            base = base_digest(self.session.session_id, self._prefix_hash, self.session.revision)
+            # The creation time tells incarnations of a reused session ID apart: a
+            # resume token of a deleted session never matches the new one's input.
+            s = self.session
+            base = base_digest(s.session_id, s.create_time_us, self._prefix_hash, s.revision)
             builder = self._builder = ViewBuilder(self.synthetic_tokens, base)
             self._builder_source = self._entries
         for entry in self._entries[builder.fed :]:
