@@ -26,6 +26,8 @@ from ctxwarden.api.reads import (
 )
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
+from ctxwarden.console.server import ConsoleError, ConsoleServer
+from ctxwarden.console.wiring import start_for as start_console_for
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.db import instrument_engine
 from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
@@ -186,6 +188,7 @@ async def serve(settings: Settings) -> None:
     manager = await build_manager(settings, summarizer, obs, tracing)
     obs.watch_sessions(lambda: len(manager.hot), manager.hot.capacity, lambda: manager.restores)
     metrics_server: MetricsServer | None = None
+    console: ConsoleServer | None = None
     try:
         if settings.metrics_listen:
             try:
@@ -194,8 +197,16 @@ async def serve(settings: Settings) -> None:
                 raise BadConfig(
                     f"cannot serve metrics on {settings.metrics_listen}: {exc}"
                 ) from exc
-        await _serve_grpc(settings, manager, auth, credentials, obs, tracing, metrics_server)
+        try:
+            console = await start_console_for(settings, manager, auth)
+        except ConsoleError as exc:
+            raise BadConfig(str(exc)) from exc
+        await _serve_grpc(
+            settings, manager, auth, credentials, obs, tracing, metrics_server, console
+        )
     finally:
+        if console is not None:
+            await console.close()
         if metrics_server is not None:
             metrics_server.close()
         if tracing is not None:
@@ -244,6 +255,7 @@ async def _serve_grpc(
     obs: Metrics,
     tracing: Tracing | None,
     metrics_server: MetricsServer | None,
+    console: ConsoleServer | None = None,
 ) -> None:
     encodings = new_encoding_cache(max(0, settings.encoding_cache_mb) * 1024 * 1024)
     servicer = ContextServicer(manager, settings.limits, encodings)
@@ -276,6 +288,9 @@ async def _serve_grpc(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor.start()
     _announce(settings, address.bound(port), credentials, auth, metrics_server)
+    if console is not None:
+        # ... and this one (after those) for the console.
+        print(f"ctxwarden console on {console.address}", flush=True)
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

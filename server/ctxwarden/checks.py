@@ -72,6 +72,12 @@ def problems(args: argparse.Namespace) -> list[str]:
                 out.append("metrics_listen: must be HOST:PORT (metrics are served over HTTP)")
         except listen.ListenError as exc:
             out.append(f"metrics_listen: {str(exc).replace('--listen', '--metrics-listen')}")
+    if args.console_listen:
+        try:
+            if listen.parse(args.console_listen).is_unix:
+                out.append("console_listen: must be HOST:PORT (the console is served over HTTP)")
+        except listen.ListenError as exc:
+            out.append(f"console_listen: {str(exc).replace('--listen', '--console-listen')}")
     try:
         mode = int(str(args.unix_socket_mode), 8)
         if not 0 <= mode <= 0o777:

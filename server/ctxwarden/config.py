@@ -50,6 +50,8 @@ class Settings:
     # observability
     log_format: str = "json"
     metrics_listen: str = ""
+    console_listen: str = ""
+    """HOST:PORT of the read-only web console ("": off)."""
     otel_endpoint: str = ""
     health_interval_seconds: float = 2.0
     max_sessions_per_tenant: int = 0

@@ -295,6 +295,13 @@ def _observability(serve: argparse.ArgumentParser) -> None:
         "port) (env CTXWARDEN_METRICS_LISTEN; default: off)",
     )
     obs.add_argument(
+        "--console-listen",
+        **from_env("CTXWARDEN_CONSOLE_LISTEN", ""),
+        help="HOST:PORT for the read-only web console over HTTP (HTTPS with --tls-cert); same "
+        "credentials and tenants as the API; port 0 picks a free port "
+        "(env CTXWARDEN_CONSOLE_LISTEN; default: off)",
+    )
+    obs.add_argument(
         "--otel-endpoint",
         **from_env("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
         help="OTLP endpoint for OpenTelemetry traces, e.g. http://localhost:4317; needs "

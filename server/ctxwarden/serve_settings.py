@@ -73,6 +73,7 @@ def settings(args: argparse.Namespace) -> Settings:
         unix_socket_mode=_mode(args.unix_socket_mode),
         log_format=args.log_format,
         metrics_listen=args.metrics_listen,
+        console_listen=args.console_listen,
         otel_endpoint=args.otel_endpoint,
         health_interval_seconds=args.health_interval,
         max_read_staleness_seconds=args.max_read_staleness,

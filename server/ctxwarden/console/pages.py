@@ -1,0 +1,192 @@
+"""The console's read-only pages: the session list, one session, a tool output."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from ctxwarden.console.chart import chart
+from ctxwarden.console.config import ConsoleConfig
+from ctxwarden.console.views import context_rows, pretty_json, timeline, token_bar
+from ctxwarden.core.errors import InvalidArgument, NotFound
+from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.render import Format
+from ctxwarden.core.search import SESSION_SORTS, SessionQuery
+from ctxwarden.core.tenancy import scoped_id, visible_id
+from ctxwarden.core.validation import check_session_id
+from ctxwarden.service.console import ConsoleReader
+
+FORMATS = {
+    "openai-chat": Format.OPENAI_CHAT,
+    "openai-responses": Format.OPENAI_RESPONSES,
+    "anthropic": Format.ANTHROPIC_MESSAGES,
+    "gemini": Format.GEMINI,
+}
+
+
+class PageNotFound(Exception):
+    """A page or session that does not exist for this caller (404)."""
+
+
+def _int(request: Request, name: str, minimum: int = 0) -> int | None:
+    raw = request.query_params.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise PageNotFound(f"{name} must be a number") from None
+    if value < minimum:
+        raise PageNotFound(f"{name} must be >= {minimum}")
+    return value
+
+
+def internal_id(tenant: str, session_id: str) -> str:
+    try:
+        check_session_id(session_id, internal=False)
+    except InvalidArgument:
+        raise PageNotFound("no such session") from None
+    return scoped_id(tenant, session_id)
+
+
+def _cursor(value: tuple[int, str] | None) -> str:
+    if value is None:
+        return ""
+    return base64.urlsafe_b64encode(json.dumps(list(value)).encode()).decode().rstrip("=")
+
+
+def _uncursor(text: str) -> tuple[int, str] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        return int(value[0]), str(value[1])
+    except (ValueError, TypeError, IndexError):
+        raise PageNotFound("the page cursor is not valid") from None
+
+
+def _session_query(request: Request, tenant: str) -> SessionQuery:
+    q = request.query_params
+    label = q.get("label", "").strip()
+    key, _, value = label.partition("=")
+    sort = q.get("sort", "created")
+    return SessionQuery(
+        tenant=tenant,
+        user_id=q.get("user", "").strip(),
+        project_id=q.get("project", "").strip(),
+        label_key=key.strip(),
+        label_value=value.strip(),
+        title=q.get("title", "").strip(),
+        sort=sort if sort in SESSION_SORTS else "created",
+        descending=q.get("order", "desc") != "asc",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Pages:
+    reader: ConsoleReader
+    config: ConsoleConfig
+
+    async def sessions(self, request: Request, tenant: str) -> dict[str, Any]:
+        query = _session_query(request, tenant)
+        after = _uncursor(request.query_params.get("after", ""))
+        hits = await self.reader.sessions(query, after, self.config.page_size)
+        params = {k: v for k, v in request.query_params.items() if k != "after" and v}
+        return {
+            "query": query,
+            "params": params,
+            "sessions": [(visible_id(s.session_id), s) for s in hits.sessions],
+            "next_cursor": _cursor(hits.cursor),
+            "sorts": SESSION_SORTS,
+            "first_page": after is None,
+        }
+
+    async def session(self, request: Request, tenant: str, session_id: str) -> dict[str, Any]:
+        sid = internal_id(tenant, session_id)
+        try:
+            session = await self.reader.session(sid)
+        except NotFound:
+            raise PageNotFound("no such session") from None
+        cfg = self.config
+        as_of = _int(request, "as_of", 1)
+        fmt_name = request.query_params.get("format", "")
+        if fmt_name and fmt_name not in FORMATS:
+            raise PageNotFound(f"unknown format {fmt_name!r}")
+        view = await self.reader.manager.build_model_input(
+            sid, 0, False, as_of, int(FORMATS[fmt_name]) if fmt_name else 0
+        )
+        current = view if as_of is None and not fmt_name else None
+        if current is None:
+            current = await self.reader.manager.build_model_input(sid, 0, False, None, 0)
+        rendered, rendered_cut = pretty_json(view.rendered_json, cfg.max_rendered_bytes)
+        # The timeline: the newest page by default, or the page at/after/before a seq.
+        at, after, before = _int(request, "at", 1), _int(request, "after"), _int(request, "before")
+        if at is not None:
+            after = at - 1
+        page = await self.reader.history(sid, after, before, cfg.page_size)
+        rows = timeline(page.messages, current, cfg.preview_bytes)
+        # The effective context: its newest page by default (it can be long too).
+        kept = len(view.messages) - view.summary_messages
+        ctx_start = _int(request, "ctx")
+        if ctx_start is None:
+            ctx_start = max(0, kept - cfg.page_size)
+        ctx_start = min(ctx_start, max(0, kept - 1))
+        base = current.tokens.system_tokens + current.tokens.tools_tokens
+        series = await self.reader.context_series(session, base, cfg.chart_points)
+        tokens = current.tokens
+        return {
+            "sid": session_id,
+            "session": session,
+            "view": view,
+            "current": current,
+            "as_of": as_of,
+            "format": fmt_name,
+            "formats": list(FORMATS),
+            "rendered": rendered,
+            "rendered_cut": rendered_cut,
+            "rows": rows,
+            "page": page,
+            "first_seq": page.messages[0].seq if page.messages else 0,
+            "last_page_seq": page.messages[-1].seq if page.messages else 0,
+            "summary": view.summary,
+            "context_rows": context_rows(
+                view, ctx_start, ctx_start + cfg.page_size, cfg.preview_bytes
+            ),
+            "ctx_start": ctx_start,
+            "ctx_kept": kept,
+            "ctx_page": cfg.page_size,
+            "general_notices": [n for n in view.notices if n.seq == 0],
+            "bar": token_bar(view.tokens),
+            "chart": chart(series, tokens.compaction_threshold, tokens.context_window),
+            "checkpoints": await self.reader.checkpoints(sid),
+            "keep": {k: v for k, v in request.query_params.items() if k in ("as_of", "format")},
+        }
+
+    async def tool_output(
+        self, request: Request, tenant: str, session_id: str, seq: int
+    ) -> dict[str, Any]:
+        sid = internal_id(tenant, session_id)
+        offset = _int(request, "offset") or 0
+        try:
+            out = await self.reader.manager.get_tool_output(
+                sid, seq, offset, self.config.range_bytes
+            )
+        except NotFound:
+            raise PageNotFound("no such session or message") from None
+        except InvalidArgument as exc:
+            if exc.reason == ErrorReason.NOT_A_TOOL_RESULT:
+                raise PageNotFound(str(exc)) from None
+            raise
+        end = out.next_offset or out.total_bytes
+        return {
+            "sid": session_id,
+            "seq": seq,
+            "out": out,
+            "offset": offset,
+            "end": end,
+            "previous": max(0, offset - self.config.range_bytes) if offset > 0 else None,
+        }
