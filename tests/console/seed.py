@@ -94,7 +94,8 @@ def seed_session(
     rolled = stub.RollbackTurn(
         pb.RollbackTurnRequest(session_id=session_id), metadata=metadata, timeout=30
     )
-    append(user("Try the flaky test 100 times, please."), assistant("It failed 3 times of 100."))
+    append(user("Try the flaky test 100 times, please."), failed("request timed out"))
+    append(user("Go on."), assistant("It failed 3 times of 100."))
     stub.UpdateSession(
         pb.UpdateSessionRequest(
             session=ses.Session(session_id=session_id, pinned_state="goal: fix test_flaky"),

@@ -116,12 +116,18 @@ class Console:
             try:
                 return await page(request, caller)
             except PageNotFound as exc:
-                return self.render("error.html", 404, title="Not found", detail=str(exc))
+                return self.render(
+                    "error.html", 404, caller=caller, title="Not found", detail=str(exc)
+                )
             except InvalidArgument as exc:
-                return self.render("error.html", 400, title="Bad request", detail=str(exc))
+                return self.render(
+                    "error.html", 400, caller=caller, title="Bad request", detail=str(exc)
+                )
             except CtxwardenError as exc:
                 log.warning("console: %s", exc)
-                return self.render("error.html", 503, title="Unavailable", detail=str(exc))
+                return self.render(
+                    "error.html", 503, caller=caller, title="Unavailable", detail=str(exc)
+                )
             finally:
                 current_tenant.reset(token)
 
