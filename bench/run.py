@@ -41,6 +41,7 @@ from bench.common import (
     timed,
 )
 from bench.concurrency import run_agents
+from bench.console import measure as console_pages
 from bench.memory import measure_memory
 from bench.scale import HistoryScaling
 from bench.targets import evaluate
@@ -447,6 +448,9 @@ def run_backend(name: str, cfg: Config, seed: int) -> tuple[list[Result], dict[s
             results += HistoryScaling(
                 name, url, log_dir, cfg.history_sizes, cfg.history_reps, seed
             ).run()
+            results += console_pages(
+                name, url, log_dir, cfg.history_sizes[-1], cfg.history_reps, seed
+            )
             results.append(
                 measure_memory(name, url, log_dir, cfg.memory_sessions, cfg.memory_messages, seed)
             )

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from bench.common import Result
 
 GIB = 1 << 30
+CONSOLE_MESSAGES = 100_000
+CONSOLE_BUDGET_MS = 1000
+TIMELINE_BUDGET_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,21 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
                 lambda r: (
                     f"{r[0].median_ms:.2f} ms vs {r[1].median_ms:.2f} ms",
                     (r[0].median_ms or 0) <= 2 * (r[1].median_ms or 0),
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                f"console: session page of a {CONSOLE_MESSAGES:,}-message session "
+                f"<= {CONSOLE_BUDGET_MS:,} ms (median; timeline page <= {TIMELINE_BUDGET_MS} ms)",
+                b,
+                ["console_session_page", "console_timeline_middle"],
+                lambda r: (
+                    f"{r[0].median_ms:.0f} ms (first load {r[0].extra['first_ms']:.0f} ms), "
+                    f"timeline {r[1].median_ms:.0f} ms, {r[0].extra['messages']:,} msgs",
+                    (r[0].median_ms or 0) <= CONSOLE_BUDGET_MS
+                    and (r[1].median_ms or 0) <= TIMELINE_BUDGET_MS,
                 ),
             )
         )

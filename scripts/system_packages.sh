@@ -20,11 +20,13 @@
 #                                          (kubectl >= 1.27, from the Kubernetes apt repository)
 #   nodejs npm                             the contract check (buf), the TypeScript client and
 #                                          the pi parity tests (Node >= 20.18.1)
+#   chromium chromium-driver               the web console's browser tests (Playwright drives
+#                                          /usr/bin/chromium; it downloads no browser)
 set -euo pipefail
 
 all=(python3-venv mariadb-server golang-go golang-google-grpc-dev
   golang-github-golang-protobuf-1-5-dev golang-google-protobuf-dev golang-google-genproto-dev
-  protoc-gen-go protoc-gen-go-grpc kubectl nodejs npm)
+  protoc-gen-go protoc-gen-go-grpc kubectl nodejs npm chromium chromium-driver)
 min_node=20.18.1
 
 mode="${1:-}"
@@ -69,6 +71,8 @@ else
   fi
 fi
 have npm || need+=(npm)
+[[ -x /usr/bin/chromium ]] || need+=(chromium)
+have chromedriver || need+=(chromium-driver)
 
 if [[ "$mode" != --check ]]; then
   if (( ${#need[@]} )); then printf '%s\n' "${need[@]}"; fi

@@ -27,7 +27,7 @@ from ctxwarden.api.reads import (
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
 from ctxwarden.console.server import ConsoleError, ConsoleServer
-from ctxwarden.console.wiring import start_for as start_console_for
+from ctxwarden.console_serve import start_for as start_console_for
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.db import instrument_engine
 from ctxwarden.observability.health import DatabaseProbe, HealthMonitor

@@ -86,15 +86,21 @@ def test_session_page_shows_what_the_api_says(
     # The timeline: every stored message, rolled-back and failed ones marked.
     timeline = "[data-testid=timeline] [data-testid=timeline-message]"
     assert seqs(page, timeline) == [x.seq for x in history]
-    for x in history:
-        row = page.locator(f"#m{x.seq}")
-        expect(row.get_by_test_id("tokens")).to_have_text(f"{x.token_count:,} tok")
+    rows = page.eval_on_selector_all(
+        timeline,
+        "els => els.map(e => [Number(e.dataset.seq), e.dataset.status,"
+        " e.querySelector('[data-testid=tokens]').textContent])",
+    )
+    for x, (seq, status, tokens) in zip(history, rows, strict=True):
+        assert seq == x.seq and tokens == f"{x.token_count:,} tok"
         if x.state == m.MESSAGE_STATE_ROLLED_BACK:
-            assert row.get_attribute("data-status") == "rolled back"
+            assert status == "rolled back"
         elif x.stop_reason in (m.STOP_REASON_ERROR, m.STOP_REASON_ABORTED):
-            assert row.get_attribute("data-status") == "failed"
+            assert status == "failed"
         elif x.seq < mi.first_kept_seq:
-            assert row.get_attribute("data-status") == "summarised"
+            assert status == "summarised"
+        else:
+            assert status == "in context"
     assert set(seeded.rolled_back) <= {
         x.seq for x in history if x.state == m.MESSAGE_STATE_ROLLED_BACK
     }

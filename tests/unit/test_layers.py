@@ -33,6 +33,8 @@ def _imports(layer: str) -> list[tuple[str, str]]:
         ("core", ("ctxwarden.core",), ()),
         ("observability", (), ("ctxwarden.service",)),
         ("api", (), ("ctxwarden.observability", "ctxwarden.store", "sqlalchemy")),
+        # The web console sits beside api: over the service layer, never the store.
+        ("console", (), ("ctxwarden.observability", "ctxwarden.store", "sqlalchemy")),
         ("service", (), ("ctxwarden.api", "sqlalchemy")),
         ("store", (), ("ctxwarden.api", "ctxwarden.service", "ctxwarden.observability")),
     ],
