@@ -9,7 +9,8 @@ cold one, after the server restored the session) and timed by the client:
 * the session page as it opens (the newest timeline page, the effective context, the
   checkpoints, the token bar and the chart over all 100,000 seqs),
 * a timeline page in the middle (``?at=``) and the first one,
-* a replay (``?as_of=`` the middle) and the same point rendered for OpenAI Chat,
+* a replay (``?as_of=`` just after the first compaction) and the same point rendered
+  for OpenAI Chat,
 * the session list and the byte-range viewer of a tool output.
 
 Run alone with ``python -m bench.console [--messages N] [--backend sqlite|mysql]``;
@@ -107,12 +108,13 @@ def measure(
             log(f"{backend}: console: built in {time.perf_counter() - t0:.0f} s")
         server.restart()  # the first page load restores the session, as after a restart
         middle = messages // 2
+        replay = middle + 1000  # after the first compaction: the replay reads from it
         pages = [
             ("console_session_page", f"/sessions/{sid}"),
             ("console_timeline_middle", f"/sessions/{sid}?at={middle}"),
             ("console_timeline_first", f"/sessions/{sid}?after=0"),
-            ("console_replay_middle", f"/sessions/{sid}?as_of={middle}"),
-            ("console_replay_rendered", f"/sessions/{sid}?as_of={middle}&format=openai-chat"),
+            ("console_replay_middle", f"/sessions/{sid}?as_of={replay}"),
+            ("console_replay_rendered", f"/sessions/{sid}?as_of={replay}&format=openai-chat"),
             ("console_sessions_list", "/sessions"),
             ("console_tool_output", f"/sessions/{sid}/tool-output/{tool_seq}"),
         ]

@@ -15,7 +15,7 @@ class ConsoleConfig:
     login cookie is ``Secure``."""
     page_size: int = 50
     """Messages per timeline page, sessions per list page."""
-    chart_points: int = 400
+    chart_points: int = 200
     """Points of the context-tokens chart (seqs are bucketed beyond)."""
     login_ttl_seconds: float = 8 * 3600.0
     """How long a login (the session cookie) lasts."""

@@ -163,8 +163,22 @@ class Pages:
             "bar": token_bar(view.tokens),
             "chart": chart(series, tokens.compaction_threshold, tokens.context_window),
             "checkpoints": await self.reader.checkpoints(sid),
+            "summary_preview": cfg.preview_bytes * 4,
             "keep": {k: v for k, v in request.query_params.items() if k in ("as_of", "format")},
         }
+
+    async def checkpoint(
+        self, request: Request, tenant: str, session_id: str, compaction_id: str
+    ) -> dict[str, Any]:
+        sid = internal_id(tenant, session_id)
+        try:
+            listed = await self.reader.checkpoints(sid)
+            found = [c for c in listed if c.compaction_id == compaction_id]
+        except NotFound:
+            raise PageNotFound("no such session") from None
+        if not found:
+            raise PageNotFound("no such checkpoint")
+        return {"sid": session_id, "c": found[0]}
 
     async def tool_output(
         self, request: Request, tenant: str, session_id: str, seq: int

@@ -95,6 +95,7 @@ class Console:
             Route("/sessions", self._guarded(self._sessions)),
             Route("/sessions/{sid}", self._guarded(self._session)),
             Route("/sessions/{sid}/tool-output/{seq:int}", self._guarded(self._tool_output)),
+            Route("/sessions/{sid}/checkpoints/{cid}", self._guarded(self._checkpoint)),
         ]
         app = Starlette(routes=routes)
         app.add_exception_handler(404, self._not_found)
@@ -226,6 +227,12 @@ class Console:
     async def _session(self, request: Request, caller: Caller) -> Response:
         values = await self.pages.session(request, caller.tenant, request.path_params["sid"])
         return self.render("session.html", caller=caller, **values)
+
+    async def _checkpoint(self, request: Request, caller: Caller) -> Response:
+        values = await self.pages.checkpoint(
+            request, caller.tenant, request.path_params["sid"], request.path_params["cid"]
+        )
+        return self.render("checkpoint.html", caller=caller, **values)
 
     async def _tool_output(self, request: Request, caller: Caller) -> Response:
         values = await self.pages.tool_output(

@@ -171,22 +171,19 @@ class ConsoleReads:
             else_=M.c.token_count,
         )
         active = M.c.state == int(MessageState.ACTIVE)
-        base = [M.c.session_id == session_id]
+        base = M.c.session_id == session_id
+        per_bucket = select(
+            bucket,
+            func.sum(case((active, counted), else_=0)),
+            func.sum(case((active, 0), else_=1)),
+        )
         async with self.engine.connect() as conn:
-            tokens = {
-                int(b): int(t or 0)
-                for b, t in await conn.execute(
-                    select(bucket, func.sum(counted)).where(*base, active).group_by(bucket)
-                )
-            }
-            rolled = {
-                int(b): int(n)
-                for b, n in await conn.execute(
-                    select(bucket, func.count())
-                    .where(*base, M.c.state == int(MessageState.ROLLED_BACK))
-                    .group_by(bucket)
-                )
-            }
+            tokens: dict[int, int] = {}
+            rolled: dict[int, int] = {}
+            for b, t, r in await conn.execute(per_bucket.where(base).group_by(bucket)):
+                tokens[int(b)] = int(t or 0)
+                if r:
+                    rolled[int(b)] = int(r)
             marks = [
                 CheckpointMark(
                     r.compaction_id,
@@ -200,16 +197,20 @@ class ConsoleReads:
                     select(C).where(C.c.session_id == session_id).order_by(C.c.at_seq)
                 )
             ]
+            # The tokens up to each checkpoint: the whole buckets before its own from
+            # the sums above, the rest of its bucket from a short range read.
             prefix: dict[int, int] = {}
             for mark in marks:
-                if mark.at_seq not in prefix:
-                    prefix[mark.at_seq] = int(
-                        (
-                            await conn.execute(
-                                select(func.coalesce(func.sum(counted), 0)).where(
-                                    *base, active, M.c.seq <= mark.at_seq
-                                )
-                            )
-                        ).scalar_one()
+                if mark.at_seq in prefix:
+                    continue
+                own = (mark.at_seq - 1) // width if mark.at_seq > 0 else 0
+                start = own * width
+                part = (
+                    await conn.execute(
+                        select(func.coalesce(func.sum(counted), 0)).where(
+                            base, active, M.c.seq > start, M.c.seq <= mark.at_seq
+                        )
                     )
+                ).scalar_one()
+                prefix[mark.at_seq] = sum(tokens.get(i, 0) for i in range(own)) + int(part)
         return TokenProfile(last_seq, width, tokens, rolled, marks, prefix)
