@@ -3,6 +3,7 @@ paging (the browser tests check what the pages show)."""
 
 from __future__ import annotations
 
+import html
 import re
 import uuid
 from collections.abc import Iterator
@@ -213,3 +214,32 @@ def test_tool_output_viewer_pages_bytes(
     assert seen == console.seeded.big_text
     not_tool = http.get(f"/sessions/{sid}/tool-output/1", headers=auth(KEY_A))
     assert not_tool.status_code == 404
+
+
+def test_checkpoint_page_has_the_whole_summary(
+    http: httpx.Client, console: ConsoleEnv, channel: grpc.Channel
+) -> None:
+    stub = pb_grpc.ContextServiceStub(channel)
+    sid = console.seeded.session_id
+    (c,) = stub.ListCompactions(
+        pb.ListCompactionsRequest(session_id=sid), metadata=bearer(KEY_A)
+    ).compactions
+    url = f"/sessions/{sid}/checkpoints/{c.compaction_id}"
+    page = http.get(url, headers=auth(KEY_A))
+    assert page.status_code == 200
+    shown = re.search(r'data-testid="full-summary">(.*?)</pre>', page.text, re.S)
+    assert shown and html.unescape(shown.group(1)) == c.summary
+    assert http.get(url, headers=auth(KEY_B)).status_code == 404
+    assert http.get(f"/sessions/{sid}/checkpoints/nope", headers=auth(KEY_A)).status_code == 404
+
+
+def test_chart_marks_compactions_and_rollbacks(http: httpx.Client, console: ConsoleEnv) -> None:
+    text = http.get(f"/sessions/{console.seeded.session_id}", headers=auth(KEY_A)).text
+    chart = text[text.index('data-testid="chart"') : text.index('data-testid="picker"')]
+    assert chart.count('data-testid="chart-compaction"') == 1
+    assert chart.count('data-testid="chart-rollback"') >= 1
+    points = re.search(r'<polyline class="series" points="([^"]+)"', chart)
+    assert points
+    # One point per seq (a short session is not bucketed), each a link to its timeline page.
+    assert len(points.group(1).split()) == int(re.findall(r'data-testid="last-seq">(\d+)', text)[0])
+    assert 'href="?at=1#m1"' in chart
