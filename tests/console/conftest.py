@@ -86,9 +86,12 @@ def channel(console: ConsoleEnv) -> Iterator[grpc.Channel]:
         yield ch
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Debian's Chromium (apt-get install chromium), never a downloaded browser."""
+    """Debian's Chromium (apt-get install chromium), never a downloaded browser.
+
+    Module-scoped: Playwright's sync API runs an event loop of its own while it is
+    open, and the asyncio tests of other modules need the thread's loop back."""
     assert CHROMIUM.exists(), "install Debian's chromium (see scripts/system_packages.sh)"
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])

@@ -45,9 +45,12 @@ def chart(series: ContextSeries, threshold: int, window: int) -> Chart:
     if not points:
         return Chart("", [], [], [], 0.0, 0.0, 0, 0, True)
     last_seq = points[-1].seq
-    peak = max(max(p.tokens for p in points), threshold, 1)
-    if window and window < peak * 1.5:
-        peak = max(peak, window)
+    # Scaled to the data; the threshold and the window are drawn when the data comes near.
+    top = max(p.tokens for p in points)
+    peak = max(int(top * 1.15), 1)
+    for level in (threshold, window):
+        if level and level <= 2 * top:
+            peak = max(peak, int(level * 1.05))
 
     def x(seq: float) -> float:
         return round(PAD + (WIDTH - 2 * PAD) * seq / max(last_seq, 1), 2)

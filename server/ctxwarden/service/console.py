@@ -3,11 +3,11 @@ same database timeout and error map, the same hot sessions and tenancy rules).""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from ctxwarden.core.search import SessionQuery
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
+from ctxwarden.service.console_profile import TokenProfiles
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.store.console_reads import (
     ConsoleReads,
@@ -37,8 +37,6 @@ class ContextSeries:
 
 MAX_CHECKPOINTS = 500
 """Checkpoints the console lists per session (newest first)."""
-PROFILE_CACHE = 64
-"""Token profiles kept (by session version): an unchanged session is scanned once."""
 
 
 class ConsoleReader:
@@ -46,7 +44,7 @@ class ConsoleReader:
         self.manager = manager
         self.runtime = manager.runtime
         self.reads = reads
-        self._profiles: OrderedDict[tuple[str, int, int, int], TokenProfile] = OrderedDict()
+        self.profiles = TokenProfiles(manager.runtime, reads)
 
     async def sessions(
         self, query: SessionQuery, after: tuple[int, str] | None, limit: int
@@ -88,17 +86,7 @@ class ConsoleReader:
         view's cut of it can hold (about 3 bytes a token)."""
         policy = effective_policy(session.policy, session.model)
         cap = max(1, min(policy.tool_output_max_bytes // 3, policy.tool_output_max_lines * 40))
-        key = (session.session_id, session.version, points, cap)
-        profile = self._profiles.get(key)
-        if profile is None:
-            profile = await self.runtime.db(
-                lambda: self.reads.token_profile(session.session_id, session.last_seq, points, cap)
-            )
-            self._profiles[key] = profile
-            while len(self._profiles) > PROFILE_CACHE:
-                self._profiles.popitem(last=False)
-        else:
-            self._profiles.move_to_end(key)
+        profile = await self.profiles.profile(session, points, cap)
         return series(profile, base_tokens)
 
 

@@ -158,59 +158,68 @@ class ConsoleReads:
             return HistoryPage(messages, more_before=more, more_after=other)
         return HistoryPage(messages, more_before=other, more_after=more)
 
-    @boundary
-    async def token_profile(
-        self, session_id: str, last_seq: int, buckets: int, tool_cap: int
-    ) -> TokenProfile:
-        """Message tokens per seq bucket, in one aggregate query over the history; a
-        tool result counts at most ``tool_cap`` tokens (the view cuts longer ones)."""
-        width = max(1, -(-last_seq // max(1, buckets)))
-        bucket = ((M.c.seq - 1) // width).label("b")
-        counted = case(
+    @staticmethod
+    def _counted(tool_cap: int) -> ColumnElement[int]:
+        """A message's tokens; a tool result at most ``tool_cap`` (the view cuts it)."""
+        return case(
             (and_(M.c.role == int(Role.TOOL_RESULT), M.c.token_count > tool_cap), tool_cap),
             else_=M.c.token_count,
         )
+
+    @boundary
+    async def bucket_sums(
+        self, session_id: str, *, width: int, after_seq: int, tool_cap: int
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """Active message tokens and rolled-back messages per bucket of ``width`` seqs
+        (bucket i: seqs ``i*width+1 .. (i+1)*width``) for the seqs after ``after_seq``:
+        one aggregate read of that range."""
+        bucket = ((M.c.seq - 1) // width).label("b")
         active = M.c.state == int(MessageState.ACTIVE)
-        base = M.c.session_id == session_id
-        per_bucket = select(
-            bucket,
-            func.sum(case((active, counted), else_=0)),
-            func.sum(case((active, 0), else_=1)),
+        q = (
+            select(
+                bucket,
+                func.sum(case((active, self._counted(tool_cap)), else_=0)),
+                func.sum(case((active, 0), else_=1)),
+            )
+            .where(M.c.session_id == session_id, M.c.seq > after_seq)
+            .group_by(bucket)
         )
+        tokens: dict[int, int] = {}
+        rolled: dict[int, int] = {}
         async with self.engine.connect() as conn:
-            tokens: dict[int, int] = {}
-            rolled: dict[int, int] = {}
-            for b, t, r in await conn.execute(per_bucket.where(base).group_by(bucket)):
+            for b, t, r in await conn.execute(q):
                 tokens[int(b)] = int(t or 0)
                 if r:
                     rolled[int(b)] = int(r)
-            marks = [
-                CheckpointMark(
-                    r.compaction_id,
-                    int(r.at_seq),
-                    int(r.first_kept_seq),
-                    int(r.tokens_before),
-                    int(r.tokens_after),
-                    int(r.superseded_at_seq),
-                )
-                for r in await conn.execute(
-                    select(C).where(C.c.session_id == session_id).order_by(C.c.at_seq)
-                )
-            ]
-            # The tokens up to each checkpoint: the whole buckets before its own from
-            # the sums above, the rest of its bucket from a short range read.
-            prefix: dict[int, int] = {}
-            for mark in marks:
-                if mark.at_seq in prefix:
-                    continue
-                own = (mark.at_seq - 1) // width if mark.at_seq > 0 else 0
-                start = own * width
-                part = (
-                    await conn.execute(
-                        select(func.coalesce(func.sum(counted), 0)).where(
-                            base, active, M.c.seq > start, M.c.seq <= mark.at_seq
-                        )
-                    )
-                ).scalar_one()
-                prefix[mark.at_seq] = sum(tokens.get(i, 0) for i in range(own)) + int(part)
-        return TokenProfile(last_seq, width, tokens, rolled, marks, prefix)
+        return tokens, rolled
+
+    @boundary
+    async def range_tokens(
+        self, session_id: str, after_seq: int, to_seq: int, tool_cap: int
+    ) -> int:
+        """Active message tokens of the seqs ``after_seq < seq <= to_seq``."""
+        q = select(func.coalesce(func.sum(self._counted(tool_cap)), 0)).where(
+            M.c.session_id == session_id,
+            M.c.state == int(MessageState.ACTIVE),
+            M.c.seq > after_seq,
+            M.c.seq <= to_seq,
+        )
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(q)).scalar_one())
+
+    @boundary
+    async def checkpoint_marks(self, session_id: str) -> list[CheckpointMark]:
+        q = select(C).where(C.c.session_id == session_id).order_by(C.c.at_seq)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(q)).all()
+        return [
+            CheckpointMark(
+                r.compaction_id,
+                int(r.at_seq),
+                int(r.first_kept_seq),
+                int(r.tokens_before),
+                int(r.tokens_after),
+                int(r.superseded_at_seq),
+            )
+            for r in rows
+        ]
