@@ -243,3 +243,30 @@ def test_chart_marks_compactions_and_rollbacks(http: httpx.Client, console: Cons
     # One point per seq (a short session is not bucketed), each a link to its timeline page.
     assert len(points.group(1).split()) == int(re.findall(r'data-testid="last-seq">(\d+)', text)[0])
     assert 'href="?at=1#m1"' in chart
+
+
+def test_superseded_checkpoint_is_marked(
+    http: httpx.Client, stub_b: pb_grpc.ContextServiceStub
+) -> None:
+    sid = f"rewind-{uuid.uuid4().hex[:8]}"
+    _create(stub_b, sid, model="gpt-4.1")
+    for i in range(8):
+        stub_b.AppendMessages(
+            pb.AppendMessagesRequest(
+                session_id=sid, messages=[user(f"ask {i} " * 60), assistant(f"answer {i} " * 60)]
+            ),
+            metadata=bearer(KEY_B),
+        )
+    done = stub_b.Compact(
+        pb.CompactRequest(session_id=sid, keep_recent_tokens=200), metadata=bearer(KEY_B)
+    )
+    # Rewinding to before the cut supersedes the checkpoint.
+    stub_b.RollbackTurn(
+        pb.RollbackTurnRequest(session_id=sid, to_seq=done.first_kept_seq - 2),
+        metadata=bearer(KEY_B),
+    )
+    text = http.get(f"/sessions/{sid}", headers=auth(KEY_B)).text
+    assert f'data-id="{done.compaction_id}" data-superseded="true"' in text
+    assert 'data-testid="cp-superseded"' in text
+    assert 'class="compaction superseded" data-testid="chart-compaction"' in text
+    assert 'data-status="rolled back"' in text
