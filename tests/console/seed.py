@@ -95,6 +95,9 @@ def seed_session(
         pb.RollbackTurnRequest(session_id=session_id), metadata=metadata, timeout=30
     )
     append(user("Try the flaky test 100 times, please."), failed("request timed out"))
+    note = user("(operator note: this run is on the CI machine)")
+    note.visibility = m.MESSAGE_VISIBILITY_HISTORY_ONLY
+    append(note)
     append(user("Go on."), assistant("It failed 3 times of 100."))
     stub.UpdateSession(
         pb.UpdateSessionRequest(

@@ -97,10 +97,13 @@ def test_session_page_shows_what_the_api_says(
             assert status == "rolled back"
         elif x.stop_reason in (m.STOP_REASON_ERROR, m.STOP_REASON_ABORTED):
             assert status == "failed"
+        elif x.visibility == m.MESSAGE_VISIBILITY_HISTORY_ONLY:
+            assert status == "history only"
         elif x.seq < mi.first_kept_seq:
             assert status == "summarised"
         else:
             assert status == "in context"
+    assert "history only" in [status for _, status, _ in rows]
     assert set(seeded.rolled_back) <= {
         x.seq for x in history if x.state == m.MESSAGE_STATE_ROLLED_BACK
     }

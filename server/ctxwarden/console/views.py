@@ -33,7 +33,7 @@ class Row:
     role: str
     blocks: list[Block]
     status: str
-    """in context | summarised | rolled back | failed | not in context"""
+    """in context | summarised | rolled back | failed | history only | not in context"""
     notices: list[Notice] = field(default_factory=list)
     call_seq: int = 0
     """For a tool result: the seq of the call it answers, when on this page."""
@@ -74,6 +74,8 @@ def status(m: Message, in_view: set[int], first_kept_seq: int) -> str:
         return "rolled back"
     if m.failed:
         return "failed"
+    if m.history_only:
+        return "history only"
     if m.seq in in_view:
         return "in context"
     if m.seq < first_kept_seq:
