@@ -94,6 +94,7 @@ def browser() -> Iterator[Browser]:
     open, and the asyncio tests of other modules need the thread's loop back."""
     assert CHROMIUM.exists(), "install Debian's chromium (see scripts/system_packages.sh)"
     with sync_playwright() as p:
+        # --no-sandbox: CI runs the suite as root, where Chromium will not start sandboxed.
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         try:
             yield b
