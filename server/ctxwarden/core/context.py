@@ -172,8 +172,7 @@ class SessionContext:
         return entry.original
 
     def count(self, message: Message) -> int:
-        """The message's token count (0: the model never sees a history-only one)."""
-        return 0 if message.history_only else self.profile.message(message)
+        return 0 if message.history_only else self.profile.message(message)  # never seen
 
     # -- append -----------------------------------------------------------
 
@@ -214,8 +213,7 @@ class SessionContext:
                 continue
             if incoming.role is Role.TOOL_RESULT and not incoming.history_only:
                 answer_call(calls, incoming.tool_call_id, i)
-                call = calls.get(incoming.tool_call_id)
-                if not incoming.tool_name and call is not None:
+                if not incoming.tool_name and (call := calls.get(incoming.tool_call_id)):
                     incoming = replace(incoming, tool_name=call.name)
             seq += 1
             message = self._admit(incoming, seq, incoming.message_id or next(ids), now_us)
@@ -265,7 +263,7 @@ class SessionContext:
         if self._by_message_id is not None:
             self._by_message_id[message.message_id] = message
         if message.history_only:
-            return  # no call, no answer: the model never sees it
+            return  # no call, no answer
         if message.role is Role.ASSISTANT:
             for block in message.tool_calls:
                 self._calls[block.tool_call_id] = CallState(message.seq, False, block.tool_name)
@@ -333,9 +331,7 @@ class SessionContext:
         # _entries only grows in place; every other change replaces the list or,
         # for the summary and synthetic results, drops the builder.
         if builder is None or self._builder_source is not self._entries:
-            # The creation time tells incarnations of a reused session ID apart: a
-            # resume token of a deleted session never matches the new one's input.
-            s = self.session
+            s = self.session  # its creation time tells incarnations of a reused ID apart
             base = base_digest(s.session_id, s.create_time_us, self._prefix_hash, s.revision)
             builder = self._builder = ViewBuilder(self.synthetic_tokens, base)
             self._builder_source = self._entries

@@ -78,8 +78,11 @@ class SessionRepository:
         for attempt in range(3):
             try:
                 async with self.gate.begin() as conn:
+                    # Before the tenant's counter row is locked: concurrent creates
+                    # queue on that lock, so nothing more should happen under it.
+                    reused = await self._deleted_exists(conn, session.session_id)
                     await self.quota.claim_session(conn, tenant_of(session.session_id), added)
-                    created = await self._retire_deleted(conn, session)
+                    created = await self._retire_deleted(conn, session) if reused else session
                     await conn.execute(
                         insert(S).values(**session_row_values(created), stored_bytes=added)
                     )
@@ -94,6 +97,14 @@ class SessionRepository:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     @staticmethod
+    async def _deleted_exists(conn: AsyncConnection, session_id: str) -> bool:
+        """Whether a deleted session has the ID (a plain read: a locking read of a
+        key that does not exist would take a gap lock on MariaDB, and concurrent
+        creates of new IDs would deadlock on each other's gaps)."""
+        query = select(S.c.version).where(S.c.session_id == session_id, S.c.delete_time_us > 0)
+        return (await conn.execute(query)).first() is not None
+
+    @staticmethod
     async def _retire_deleted(conn: AsyncConnection, session: Session) -> Session:
         """Move a deleted incarnation of ``session``'s ID to its retired key;
         returns ``session`` with the version to create it with."""
@@ -102,11 +113,11 @@ class SessionRepository:
             await conn.execute(
                 select(S.c.version, S.c.delete_time_us)
                 .where(S.c.session_id == sid, S.c.delete_time_us > 0)
-                .with_for_update()
+                .with_for_update()  # the row exists: a record lock, no gap lock
             )
         ).first()
         if row is None:
-            return session  # none, or a live one: the INSERT raises DuplicateKey
+            return session  # taken meanwhile: the INSERT raises DuplicateKey
         retired = retired_key(sid, int(row.delete_time_us))
         for table in (M, C, P, V, R):
             await conn.execute(
