@@ -65,8 +65,8 @@ def console(backend_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     d = tmp_path_factory.mktemp("console")
     keys = d / "api-keys"
     keys.write_text(
-        f"tenant-a:{hashlib.sha256(KEY_A.encode()).hexdigest()}\n"
-        f"tenant-b:{hashlib.sha256(KEY_B.encode()).hexdigest()}\n"
+        f"console-a:{hashlib.sha256(KEY_A.encode()).hexdigest()}\n"
+        f"console-b:{hashlib.sha256(KEY_B.encode()).hexdigest()}\n"
     )
     server = ConsoleProcess(
         backend_url, d, ["--api-keys-file", str(keys), "--summarizer", "extractive"]

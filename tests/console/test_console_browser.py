@@ -233,7 +233,7 @@ def test_other_tenant_and_no_credentials(
         response = page.goto(console.session_url())
         assert response is not None and response.status == 404  # tenant B: no such session
         expect(page.get_by_test_id("error")).to_contain_text("Not found")
-        assert page.get_by_test_id("tenant").inner_text() == "tenant tenant-b"
+        assert page.get_by_test_id("tenant").inner_text() == "tenant console-b"
         listing = page.goto(f"{console.url}/sessions")
         assert listing is not None and listing.status == 200
         expect(page.locator(f"a[href='/sessions/{console.seeded.session_id}']")).to_have_count(0)

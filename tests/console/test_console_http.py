@@ -78,7 +78,7 @@ def test_tenants_see_only_their_sessions(http: httpx.Client, console: ConsoleEnv
     assert f'href="/sessions/{sid}"' not in http.get("/sessions", headers=auth(KEY_B)).text
     assert f'href="/sessions/{sid}"' in http.get("/sessions", headers=auth(KEY_A)).text
     # A tenant's internal ID is no way in either.
-    assert http.get(f"/sessions/tenant-a~{sid}", headers=auth(KEY_B)).status_code == 404
+    assert http.get(f"/sessions/console-a~{sid}", headers=auth(KEY_B)).status_code == 404
     assert http.get("/sessions/nope", headers=auth(KEY_A)).status_code == 404
 
 
@@ -101,7 +101,7 @@ def test_login_cookie_and_csrf(http: httpx.Client, console: ConsoleEnv) -> None:
     assert "secure" not in cookie  # plain HTTP: Secure only under TLS
     assert KEY_A.lower() not in cookie  # the key stays on the server
     page = http.get(f"/sessions/{console.seeded.session_id}")
-    assert page.status_code == 200 and "tenant tenant-a" in page.text
+    assert page.status_code == 200 and "tenant console-a" in page.text
     # Log out needs the login's CSRF token.
     assert http.post("/logout", data={"csrf": "forged"}).status_code == 403
     assert http.post("/logout", data={"csrf": _csrf(page.text)}).status_code == 303

@@ -48,7 +48,7 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
 def test_https_and_secure_cookie(backend_url: str, tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
     keys = tmp_path / "api-keys"
-    keys.write_text(f"tenant-a:{hashlib.sha256(KEY_A.encode()).hexdigest()}\n")
+    keys.write_text(f"console-a:{hashlib.sha256(KEY_A.encode()).hexdigest()}\n")
     server = ConsoleProcess(
         backend_url,
         tmp_path,
