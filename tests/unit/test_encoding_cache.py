@@ -6,8 +6,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from ctxwarden.api.convert import encode_message, model_input_bytes, new_encoding_cache
+from ctxwarden.api.convert import encode_message, new_encoding_cache
 from ctxwarden.api.encoding import EncodingCache
+from ctxwarden.api.model_input_wire import model_input_bytes
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import ContentBlock, Message, Role
 from ctxwarden.core.session import Session

@@ -7,9 +7,8 @@ proto and domain values here; sessions are in convert_session.
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
-from ctxwarden.api.convert_session import timestamp, tool_to_pb
+from ctxwarden.api.convert_session import timestamp
 from ctxwarden.api.encoding import DEFAULT_LIMIT_BYTES, EncodingCache
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.compaction.planner import Plan
@@ -26,7 +25,7 @@ from ctxwarden.core.messages import (
     Usage,
     Visibility,
 )
-from ctxwarden.core.model_input import ModelInputView, TokenCountMethod
+from ctxwarden.core.model_input import TokenCountMethod
 from ctxwarden.core.provider_errors import ProviderError
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
@@ -245,128 +244,6 @@ def encode_message(m: Message) -> bytes:
 def new_encoding_cache(limit_bytes: int = DEFAULT_LIMIT_BYTES) -> EncodingCache:
     """An empty cache of encode_message encodings (one per server)."""
     return EncodingCache(encode_message, limit_bytes)
-
-
-def resume_token(v: ModelInputView) -> str:
-    """Names the stable part of this input, for BuildModelInputRequest.resume_token.
-
-    ``<messages>.<fingerprint>``: deterministic, so the same state gives the
-    same token on any replica and after a restart.
-    """
-    if not v.digests:
-        return ""
-    k = v.stable_messages
-    return f"{k}.{v.digests[k - v.summary_messages]:016x}"
-
-
-def resume_offset(token: str, v: ModelInputView) -> int:
-    """How many leading messages a client holding ``token``'s input can keep (0: none)."""
-    count, _, fingerprint = token.partition(".")
-    if not v.digests or not count.isdecimal() or len(count) > 9 or len(fingerprint) != 16:
-        return 0
-    held = int(count)
-    index = held - v.summary_messages
-    if held > v.stable_messages or index < 0:
-        return 0
-    return held if f"{v.digests[index]:016x}" == fingerprint else 0
-
-
-def rendered_resume_token(fmt: int, v: ModelInputView) -> str:
-    """Names the leading provider items of ``v.rendered_json``:
-    ``r<format>.<items>.<fingerprint>``, deterministic like resume_token."""
-    marks = None if v.rendered is None else v.rendered.marks
-    if marks is None:
-        return ""
-    return f"r{fmt}.{marks.stable}.{marks.digests[marks.stable]:016x}"
-
-
-def rendered_resume_point(token: str, fmt: int, v: ModelInputView) -> int | None:
-    """How many leading provider items of ``v``'s rendering a holder of
-    ``token``'s rendering keeps; None when the token names something else."""
-    kind, _, rest = token.partition(".")
-    count, _, fingerprint = rest.partition(".")
-    marks = None if v.rendered is None else v.rendered.marks
-    if (
-        marks is None
-        or kind != f"r{fmt}"
-        or not count.isdecimal()
-        or len(count) > 9
-        or len(fingerprint) != 16
-    ):
-        return None
-    try:
-        digest = int(fingerprint, 16)
-    except ValueError:
-        return None
-    return int(count) if marks.holds(int(count), digest) else None
-
-
-def model_input_bytes(
-    v: ModelInputView,
-    offset: int = 0,
-    *,
-    with_messages: bool = True,
-    cache: EncodingCache | None = None,
-    rendered: tuple[str, int | None] = ("", None),
-) -> bytes:
-    """The serialized ModelInput, built from per-message encodings (cached in ``cache``).
-
-    Byte-for-byte deterministic for the same state (and offset). Encoding a
-    1,000-message input from scratch costs ~20 ms in Python; with the cache it
-    costs ~0.2 ms. With ``offset`` > 0 only messages[offset:] are sent; without
-    ``with_messages`` none are (view BASIC): the resume token is then
-    ``rendered``'s, and with its resume point (items the client holds) only the
-    rendered JSON after those items is sent (ModelInput.rendered_prefix_bytes).
-    """
-    if not with_messages:
-        token, point = rendered
-        if point is None or v.rendered is None or v.rendered.marks is None:
-            head = model_input_to_pb(replace(v, messages=()))
-        else:
-            head = model_input_to_pb(replace(v, messages=(), rendered=None))
-            head.rendered_json = v.rendered.after(point)
-            head.rendered_prefix_bytes = v.rendered.marks.utf8[point]
-        head.resume_token = token
-        return head.SerializeToString(deterministic=True)
-    head = model_input_to_pb(replace(v, messages=()))
-    head.messages_offset = offset
-    if cache is None:
-        encoded = [encode_message(m) for m in v.messages[offset:]]
-    else:
-        encoded = cache.encode(v, offset)
-    return head.SerializeToString(deterministic=True) + b"".join(encoded)
-
-
-def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
-    t = v.tokens
-    return svc_pb.ModelInput(
-        session_id=outer_id(v.session.session_id),
-        system_prompt=v.session.system_prompt,
-        tools=[tool_to_pb(x) for x in v.session.tools],
-        messages=[message_to_pb(m) for m in v.messages],
-        tokens=svc_pb.TokenBreakdown(
-            system_tokens=t.system_tokens,
-            tools_tokens=t.tools_tokens,
-            summary_tokens=t.summary_tokens,
-            message_tokens=t.message_tokens,
-            total_tokens=t.total_tokens,
-            context_window=t.context_window,
-            compaction_threshold=t.compaction_threshold,
-            estimated=t.estimated,
-            anchored_total_tokens=t.anchored_total_tokens,
-            estimate_error_ratio=t.estimate_error_ratio,
-            method=method_to_pb(t.method),
-        ),
-        compaction_recommended=v.compaction_recommended,
-        first_kept_seq=v.first_kept_seq,
-        last_seq=v.last_seq,
-        compaction_id=v.compaction_id,
-        prefix_hash=v.prefix_hash,
-        notices=[svc_pb.Notice(code=n.code, seq=n.seq, detail=n.detail) for n in v.notices],
-        summary=v.summary,
-        rendered_json=v.rendered_json,
-        resume_token=resume_token(v),
-    )
 
 
 # -- compaction -------------------------------------------------------------------

@@ -18,13 +18,9 @@ from ctxwarden.api.convert import (
     checkpoint_to_pb,
     message_from_pb,
     message_to_pb,
-    model_input_bytes,
     new_encoding_cache,
     plan_to_pb,
     provider_error_from_pb,
-    rendered_resume_point,
-    rendered_resume_token,
-    resume_offset,
     trigger_from_pb,
 )
 from ctxwarden.api.convert_requests import append_response, message_filter, state_delta_from_pb
@@ -32,6 +28,7 @@ from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_f
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.handlers import Malformed, service_handler
+from ctxwarden.api.model_input_wire import basic_model_input_bytes, model_input_bytes, resume_offset
 from ctxwarden.api.responses import (
     carries_messages,
     check_response_size,
@@ -274,12 +271,7 @@ class ContextServicer:
             int(request.format),
         )
         if not with_messages:
-            fmt = int(request.format)
-            token = rendered_resume_token(fmt, view)
-            point = None
-            if token and request.resume_token:
-                point = rendered_resume_point(request.resume_token, fmt, view)
-            return model_input_bytes(view, with_messages=False, rendered=(token, point))
+            return basic_model_input_bytes(view, int(request.format), request.resume_token)
         offset = resume_offset(request.resume_token, view) if request.resume_token else 0
         encoded = model_input_bytes(view, offset, cache=self.encodings)
         sid = view.session.session_id

@@ -116,8 +116,7 @@ class RenderedCache:
         return entry
 
     def put(self, key: Key, entry: Entry) -> None:
-        old = self.take(key)
-        del old
+        self.take(key)
         size = entry.size
         if size > self.limit_bytes:
             return
