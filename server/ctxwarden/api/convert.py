@@ -266,6 +266,10 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         create_time=timestamp(c.create_time_us),
         superseded=c.superseded,
         at_seq=c.at_seq,
+        tool_results_cleared_through_seq=c.tool_results_cleared_through,
+        tool_results_cleared=c.tool_results_cleared,
+        tool_result_tokens_cleared=c.tool_result_tokens_cleared,
+        clearing_only=c.clearing_only,
     )
 
 

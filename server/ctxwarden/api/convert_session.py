@@ -37,6 +37,8 @@ _POLICY_COUNTS = (
     "tool_output_max_bytes",
     "tool_output_max_lines",
     "keep_tool_results",
+    "clear_tool_results_at_least",
+    "clear_tool_results_keep",
 )
 """ContextPolicy's numeric fields (the same names in the proto and the domain)."""
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from ctxwarden.core.append import AppendPlan, CallState, answer_call, session_after
 from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.calibration import context_tokens as usage_context_tokens
+from ctxwarden.core.clearing import view_entry
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import Message, MessageState, Role
 from ctxwarden.core.model_input import (
@@ -39,13 +40,7 @@ from ctxwarden.core.view import (
 )
 
 # The service layer imports these from here.
-__all__ = [
-    "AppendPlan",
-    "ModelInputView",
-    "SessionContext",
-    "counting_profile",
-    "tools_text",
-]
+__all__ = ["AppendPlan", "ModelInputView", "SessionContext", "counting_profile", "tools_text"]
 
 
 class SessionContext:
@@ -98,11 +93,13 @@ class SessionContext:
         self.tools_tokens = count_text(tools_text(self.session.tools), tok)
         self._summary: Message | None = None
         self.summary_tokens = 0
-        if self.checkpoint is not None:
+        if self.checkpoint is not None and self.checkpoint.summary:  # not a first clearing
             self._summary = summary_message(self.checkpoint, self.session.pinned_state)
             self.summary_tokens = self.profile.message(self._summary)
             self._summary = replace(self._summary, token_count=self.summary_tokens)
         self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok) + self.profile.framing
+        cp = self.checkpoint  # tool results up to cleared_through are stubs (core.clearing)
+        self.cleared_through = cp.tool_results_cleared_through if cp is not None else 0
         self._prefix_hash = prefix_hash(
             self.session, self._summary.text if self._summary is not None else ""
         )
@@ -118,9 +115,7 @@ class SessionContext:
             self.tokenizer = tokenizer
         self._refresh_fixed_costs()
         if tokenizer is not None or self.policy != old_policy:
-            self._entries = [
-                make_entry(self._stored(e), self.policy, self.profile) for e in self._entries
-            ]
+            self._entries = [self._entry(self._stored(e)) for e in self._entries]
             self._message_tokens = sum(e.token_count for e in self._entries)
 
     @property
@@ -258,8 +253,11 @@ class SessionContext:
             self._add(message)
         self._message_tokens = sum(e.token_count for e in self._entries)
 
+    def _entry(self, message: Message) -> ViewEntry:
+        return view_entry(message, self.policy, self.profile, self.cleared_through)
+
     def _add(self, message: Message) -> None:
-        self._entries.append(make_entry(message, self.policy, self.profile))
+        self._entries.append(self._entry(message))
         if self._by_message_id is not None:
             self._by_message_id[message.message_id] = message
         if message.history_only:
@@ -332,7 +330,8 @@ class SessionContext:
         # for the summary and synthetic results, drops the builder.
         if builder is None or self._builder_source is not self._entries:
             s = self.session  # its creation time tells incarnations of a reused ID apart
-            base = base_digest(s.session_id, s.create_time_us, self._prefix_hash, s.revision)
+            c = (self.cleared_through,) if self.cleared_through else ()  # as before clearing
+            base = base_digest(s.session_id, s.create_time_us, self._prefix_hash, s.revision, *c)
             builder = self._builder = ViewBuilder(self.synthetic_tokens, base)
             self._builder_source = self._entries
         for entry in self._entries[builder.fed :]:

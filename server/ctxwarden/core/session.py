@@ -13,6 +13,9 @@ DEFAULT_RESERVE_TOKENS = 16384
 DEFAULT_KEEP_RECENT_TOKENS = 20000
 DEFAULT_TOOL_OUTPUT_MAX_BYTES = 51200
 DEFAULT_TOOL_OUTPUT_MAX_LINES = 2000
+DEFAULT_CLEAR_TOOL_RESULTS_KEEP = 3
+CLEARING_SUMMARIZER = "tool-result-clearing"
+"""The ``summarizer`` of a checkpoint that only cleared tool results."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,8 @@ class ContextPolicy:
     tool_output_max_lines: int = 0
     tokenizer: str = ""
     keep_tool_results: int = 0
+    clear_tool_results_at_least: int = 0
+    clear_tool_results_keep: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,9 @@ class EffectivePolicy:
     tokenizer: str
     keep_tool_results: int = 0
     """0: every tool result in full; N: only the newest N, older ones stubbed."""
+    clear_tool_results_at_least: int = 0
+    """0: no layered clearing; N: clear old tool results first if that frees >= N tokens."""
+    clear_tool_results_keep: int = DEFAULT_CLEAR_TOOL_RESULTS_KEEP
 
 
 def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
@@ -59,6 +67,8 @@ def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
         tool_output_max_lines=policy.tool_output_max_lines or DEFAULT_TOOL_OUTPUT_MAX_LINES,
         tokenizer=policy.tokenizer or info.tokenizer,
         keep_tool_results=policy.keep_tool_results,
+        clear_tool_results_at_least=policy.clear_tool_results_at_least,
+        clear_tool_results_keep=policy.clear_tool_results_keep or DEFAULT_CLEAR_TOOL_RESULTS_KEEP,
     )
 
 
@@ -129,6 +139,15 @@ class Checkpoint:
     trigger: CompactionTrigger = CompactionTrigger.MANUAL
     at_seq: int = 0
     superseded: bool = False
+    tool_results_cleared_through: int = 0
+    """Tool results with a seq up to this one are stubs in the model input."""
+    tool_results_cleared: int = 0
+    tool_result_tokens_cleared: int = 0
+
+    @property
+    def clearing_only(self) -> bool:
+        """Only cleared tool results: summary and cut are the previous checkpoint's."""
+        return self.summarizer == CLEARING_SUMMARIZER
 
     @property
     def carried_summary(self) -> str:

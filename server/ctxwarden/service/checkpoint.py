@@ -61,6 +61,7 @@ def build_checkpoint(
         summarizer=summarizer,
         trigger=trigger,
         at_seq=ctx.session.last_seq,
+        tool_results_cleared_through=ctx.cleared_through,  # an earlier clearing stays
     )
     after = ctx.tokens_with(checkpoint)
     threshold = ctx.threshold()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.metrics import ServiceMetrics
-from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.layered import LayeredCompactor
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
 from ctxwarden.service.model_output import ModelOutputs
@@ -41,7 +41,7 @@ class SessionManager:
         self.store = store
         self.settings = settings
         self.hot = runtime.hot
-        self.compactor = Compactor(runtime, summarizer)
+        self.compactor = LayeredCompactor(runtime, summarizer)
         sessions = Sessions(runtime)
         messages = Messages(runtime)
         self.create_session = sessions.create_session

@@ -95,11 +95,13 @@ class ModelInputs:
         if as_of_seq is not None:
             return await self._replay_input(ctx, as_of_seq, max_output_tokens)
         view = ctx.model_input(max_output_tokens)
-        if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
+        # Layered clearing (service.layered) needs no summariser.
+        layered = ctx.policy.clear_tool_results_at_least > 0
+        if auto_compact and view.compaction_recommended and (self.compactor.summarizer or layered):
             try:
                 await self.compactor.compact(session_id, "", 0, None, CompactionTrigger.THRESHOLD)
             except FailedPrecondition as exc:
-                if exc.reason != ErrorReason.NOTHING_TO_COMPACT:
+                if exc.reason not in (ErrorReason.NOTHING_TO_COMPACT, ErrorReason.NO_SUMMARIZER):
                     raise
             ctx = await self.rt.context(session_id)
             view = ctx.model_input(max_output_tokens)

@@ -175,17 +175,20 @@ def message_from_row(row: MessageRow | Any) -> Message:
 
 
 def _policy_json(p: ContextPolicy) -> str:
-    return _dumps(
-        {
-            "context_window": p.context_window,
-            "reserve_tokens": p.reserve_tokens,
-            "keep_recent_tokens": p.keep_recent_tokens,
-            "tool_output_max_bytes": p.tool_output_max_bytes,
-            "tool_output_max_lines": p.tool_output_max_lines,
-            "tokenizer": p.tokenizer,
-            "keep_tool_results": p.keep_tool_results,
-        }
-    )
+    d: dict[str, Any] = {
+        "context_window": p.context_window,
+        "reserve_tokens": p.reserve_tokens,
+        "keep_recent_tokens": p.keep_recent_tokens,
+        "tool_output_max_bytes": p.tool_output_max_bytes,
+        "tool_output_max_lines": p.tool_output_max_lines,
+        "tokenizer": p.tokenizer,
+        "keep_tool_results": p.keep_tool_results,
+    }
+    # Layered clearing's settings only when set: older rows and exports read the same.
+    if p.clear_tool_results_at_least or p.clear_tool_results_keep:
+        d["clear_tool_results_at_least"] = p.clear_tool_results_at_least
+        d["clear_tool_results_keep"] = p.clear_tool_results_keep
+    return _dumps(d)
 
 
 def session_row_values(s: Session) -> dict[str, Any]:
@@ -327,16 +330,19 @@ def _calibration(text: str) -> dict[str, Any]:
 
 
 def checkpoint_details(c: Checkpoint) -> str:
-    return _dumps(
-        {
-            "turn_prefix_summary": c.turn_prefix_summary,
-            "split_turn": c.split_turn,
-            "read_files": list(c.read_files),
-            "modified_files": list(c.modified_files),
-            "summarizer": c.summarizer,
-            "trigger": c.trigger,
-        }
-    )
+    d: dict[str, Any] = {
+        "turn_prefix_summary": c.turn_prefix_summary,
+        "split_turn": c.split_turn,
+        "read_files": list(c.read_files),
+        "modified_files": list(c.modified_files),
+        "summarizer": c.summarizer,
+        "trigger": c.trigger,
+    }
+    if c.tool_results_cleared_through:  # layered clearing (core.clearing)
+        d["tool_results_cleared_through"] = c.tool_results_cleared_through
+        d["tool_results_cleared"] = c.tool_results_cleared
+        d["tool_result_tokens_cleared"] = c.tool_result_tokens_cleared
+    return _dumps(d)
 
 
 def checkpoint_row_values(c: Checkpoint) -> dict[str, Any]:
@@ -377,4 +383,7 @@ def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
         trigger=CompactionTrigger(d.get("trigger", CompactionTrigger.MANUAL)),
         at_seq=row.at_seq,
         superseded=row.superseded_at_seq != 0,
+        tool_results_cleared_through=d.get("tool_results_cleared_through", 0),
+        tool_results_cleared=d.get("tool_results_cleared", 0),
+        tool_result_tokens_cleared=d.get("tool_result_tokens_cleared", 0),
     )

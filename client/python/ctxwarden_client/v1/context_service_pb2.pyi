@@ -1113,6 +1113,10 @@ class Compaction(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     SUPERSEDED_FIELD_NUMBER: _builtins.int
     AT_SEQ_FIELD_NUMBER: _builtins.int
+    TOOL_RESULTS_CLEARED_THROUGH_SEQ_FIELD_NUMBER: _builtins.int
+    TOOL_RESULTS_CLEARED_FIELD_NUMBER: _builtins.int
+    TOOL_RESULT_TOKENS_CLEARED_FIELD_NUMBER: _builtins.int
+    CLEARING_ONLY_FIELD_NUMBER: _builtins.int
     compaction_id: _builtins.str
     """Unique ID of the checkpoint (sortable by creation time)."""
     session_id: _builtins.str
@@ -1144,6 +1148,21 @@ class Compaction(_message.Message):
     """True once a rollback to before first_kept_seq invalidated this checkpoint."""
     at_seq: _builtins.int
     """The session's last_seq when the checkpoint was made."""
+    tool_results_cleared_through_seq: _builtins.int
+    """Tool results with a seq up to this one are stubs in the model input (see
+    ContextPolicy.clear_tool_results_at_least); 0 when none are cleared.
+    Carried forward by later checkpoints.
+    """
+    tool_results_cleared: _builtins.int
+    """Tool results this checkpoint cleared (0 for a summarising compaction
+    that only carried an earlier clearing forward).
+    """
+    tool_result_tokens_cleared: _builtins.int
+    """Tokens this checkpoint's clearing freed in the model input."""
+    clearing_only: _builtins.bool
+    """True when this checkpoint only cleared tool results: summary and
+    first_kept_seq are those of the checkpoint before it, and no summariser ran.
+    """
     @_builtins.property
     def read_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Files read (and not modified) in the summarised history, cumulative."""
@@ -1174,10 +1193,14 @@ class Compaction(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         superseded: _builtins.bool = ...,
         at_seq: _builtins.int = ...,
+        tool_results_cleared_through_seq: _builtins.int = ...,
+        tool_results_cleared: _builtins.int = ...,
+        tool_result_tokens_cleared: _builtins.int = ...,
+        clearing_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "modified_files", b"modified_files", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "modified_files", b"modified_files", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

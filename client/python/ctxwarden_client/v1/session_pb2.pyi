@@ -67,6 +67,8 @@ class ContextPolicy(_message.Message):
     TOOL_OUTPUT_MAX_LINES_FIELD_NUMBER: _builtins.int
     TOKENIZER_FIELD_NUMBER: _builtins.int
     KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
+    CLEAR_TOOL_RESULTS_AT_LEAST_FIELD_NUMBER: _builtins.int
+    CLEAR_TOOL_RESULTS_KEEP_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -92,6 +94,16 @@ class ContextPolicy(_message.Message):
     ones become a one-line stub with their size and seq (read them back with
     GetToolOutput). 0 keeps all in full.
     """
+    clear_tool_results_at_least: _builtins.int
+    """Layered compaction: when the input crosses the compaction threshold, first
+    clear old tool results (a one-line stub each, readable with
+    GetToolOutput) in one step, if that frees at least this many tokens and
+    brings the input under the threshold; summarise only otherwise. Between
+    clearings the input only grows at the end, so a provider's prompt cache
+    is invalidated once per clearing. 0 (the default) turns clearing off.
+    """
+    clear_tool_results_keep: _builtins.int
+    """How many of the newest tool results a clearing keeps in full. Default 3."""
     def __init__(
         self,
         *,
@@ -102,10 +114,12 @@ class ContextPolicy(_message.Message):
         tool_output_max_lines: _builtins.int = ...,
         tokenizer: _builtins.str = ...,
         keep_tool_results: _builtins.int = ...,
+        clear_tool_results_at_least: _builtins.int = ...,
+        clear_tool_results_keep: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,140 @@
+"""Layered compaction: clear old tool results first, summarise only if that is not enough.
+
+With ``policy.clear_tool_results_at_least`` set, ``Compact`` and
+``BuildModelInput(auto_compact)`` first try a clearing (core.clearing): if it
+frees at least that many tokens and the input is then within the compaction
+threshold, it is committed as a checkpoint of its own (``clearing_only``: the
+previous checkpoint's summary and cut, a new ``tool_results_cleared_through``)
+and no summariser runs. Otherwise the compaction summarises as before, and
+carries any earlier clearing forward.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from ctxwarden import ids
+from ctxwarden.core.clearing import plan_clearing
+from ctxwarden.core.context import SessionContext
+from ctxwarden.core.session import CLEARING_SUMMARIZER, Checkpoint, CompactionTrigger
+from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.core.validation import check_key
+from ctxwarden.core.view import make_stub
+from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.results import IdempotencyKey
+from ctxwarden.store.errors import DuplicateKey
+from ctxwarden.store.repository import RequestScope
+
+log = logging.getLogger(__name__)
+
+
+def build_clearing(
+    ctx: SessionContext, trigger: CompactionTrigger, compaction_id: str, now_us: int
+) -> Checkpoint | None:
+    """The clearing checkpoint for ``ctx``, or None when clearing is off, would
+    free too little, or would still leave the input over the threshold."""
+    policy = ctx.policy
+    decided = plan_clearing(
+        ctx.entries,
+        cleared_through=ctx.cleared_through,
+        keep=policy.clear_tool_results_keep,
+        at_least=policy.clear_tool_results_at_least,
+        stub_tokens=lambda m: make_stub(m, ctx.profile).token_count,
+    )
+    if decided is None:
+        return None
+    session = ctx.session
+    previous = ctx.checkpoint or Checkpoint(
+        compaction_id="",
+        session_id=session.session_id,
+        summary="",  # no summary yet: the input gets no summary message
+        first_kept_seq=ctx.first_kept_seq,
+        tokens_before=0,
+        create_time_us=0,
+    )
+    checkpoint = replace(
+        previous,
+        compaction_id=compaction_id,
+        tokens_before=ctx.view_tokens(),
+        create_time_us=now_us,
+        summarizer=CLEARING_SUMMARIZER,
+        trigger=trigger,
+        at_seq=session.last_seq,
+        superseded=False,
+        tool_results_cleared_through=decided.through_seq,
+        tool_results_cleared=decided.results,
+        tool_result_tokens_cleared=decided.tokens_freed,
+    )
+    after = ctx.tokens_with(checkpoint)
+    if after > ctx.threshold():
+        return None  # not enough: summarise instead
+    return replace(checkpoint, tokens_after=after)
+
+
+class LayeredCompactor(Compactor):
+    """Compact: a clearing when it suffices, else the summarising compaction."""
+
+    async def compact(
+        self,
+        session_id: str,
+        instructions: str,
+        keep_recent_tokens: int,
+        key: IdempotencyKey | None,
+        trigger: CompactionTrigger = CompactionTrigger.MANUAL,
+    ) -> Checkpoint:
+        cleared = await self.clear(session_id, key, trigger)
+        if cleared is not None:
+            return cleared
+        return await super().compact(session_id, instructions, keep_recent_tokens, key, trigger)
+
+    async def clear(
+        self, session_id: str, key: IdempotencyKey | None, trigger: CompactionTrigger
+    ) -> Checkpoint | None:
+        """Commit a clearing if one suffices; None leaves the decision to summarising.
+
+        A repeated ``request_id`` returns the first result whichever layer made it.
+        """
+        if key is not None:
+            check_key(key.request_id, "request_id")
+        scope = RequestScope("Compact", session_id, tenant_of(session_id))
+        if key is not None and await self.m.replay(scope, key) is not None:
+            return None  # the summarising path replays it
+        async with self.m.hot.lock(session_id):
+            ctx = await self.m.context_locked(session_id, verify=True)
+            if ctx.policy.clear_tool_results_at_least <= 0:
+                return None
+            checkpoint = build_clearing(ctx, trigger, ids.new_id(), ids.now_us())
+            if checkpoint is None:
+                return None
+            record = self.m.record(scope, key, {"compaction_id": checkpoint.compaction_id})
+            session = replace(
+                ctx.session,
+                version=ctx.session.version + 1,
+                context_tokens=checkpoint.tokens_after,
+                update_time_us=checkpoint.create_time_us,
+            )
+            try:
+                written = await self.m.write(
+                    session_id,
+                    lambda: self.m.store.checkpoints.commit(
+                        checkpoint, session, expected_version=ctx.session.version, record=record
+                    ),
+                )
+            except DuplicateKey:
+                return None  # a concurrent retry of the same request won; replay it
+            if not written:
+                raise self.m.concurrent(session_id)
+            ctx.apply_checkpoint(checkpoint)
+            ctx.session = replace(ctx.session, version=session.version)
+            ctx.checked_at = self.m.clock()
+            self.m.metrics.observe_compaction(checkpoint)
+            log.info(
+                "cleared %d tool results of session %s through seq %d: %d -> %d tokens",
+                checkpoint.tool_results_cleared,
+                session_id,
+                checkpoint.tool_results_cleared_through,
+                checkpoint.tokens_before,
+                checkpoint.tokens_after,
+            )
+            return checkpoint
