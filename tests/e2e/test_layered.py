@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
+from bench.layered import run_all
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
@@ -71,7 +72,9 @@ def layered_policy(**kw: Any) -> ses.ContextPolicy:
 def create(stub: Stub, policy: ses.ContextPolicy) -> str:
     sid = f"lay-{uuid.uuid4().hex[:10]}"
     stub.CreateSession(
-        pb.CreateSessionRequest(session_id=sid, session=ses.Session(policy=policy, system_prompt="s"))
+        pb.CreateSessionRequest(
+            session_id=sid, session=ses.Session(policy=policy, system_prompt="s")
+        )
     )
     return sid
 
@@ -178,7 +181,9 @@ def test_restart_gives_byte_identical_input(layered: Layered) -> None:
     rendered = build(layered.stub, sid, format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT).rendered_json
     layered.restart()
     assert build(layered.stub, sid).SerializeToString(deterministic=True) == before
-    assert build(layered.stub, sid, format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT).rendered_json == rendered
+    assert (
+        build(layered.stub, sid, format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT).rendered_json == rendered
+    )
 
 
 def test_summarises_only_when_clearing_is_not_enough(layered: Layered) -> None:
@@ -231,3 +236,11 @@ def test_clearing_needs_no_summariser(stub: Stub, new_session: NewSession) -> No
     fill_to_threshold(stub, sid)
     assert build(stub, sid, auto_compact=True).compaction_recommended
     assert compactions(stub, sid) == []
+
+
+def test_simulated_session_layered_beats_static_and_no_layering(layered: Layered) -> None:
+    """bench.layered's comparison, small: deterministic counts, no timing."""
+    none, static, clearing = run_all(layered.stub, turns=10, window=20_000)
+    assert clearing.clearings >= 1 and clearing.summariser_calls < none.summariser_calls
+    assert clearing.cache_hit_ratio > static.cache_hit_ratio
+    assert none.clearings == static.clearings == 0
