@@ -19,6 +19,7 @@ from ctxwarden.v1 import session_pb2 as ses
 from tests.e2e.conftest import NewSession, Stub
 from tests.e2e.test_messages import append
 from tests.support.builders import assistant, result, user
+from tests.support.errors import expect_error
 from tests.support.server import ServerProcess
 
 CLEARING = "tool-result-clearing"
@@ -180,6 +181,8 @@ def test_restart_gives_byte_identical_input(layered: Layered) -> None:
     before = build(layered.stub, sid).SerializeToString(deterministic=True)
     rendered = build(layered.stub, sid, format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT).rendered_json
     layered.restart()
+    policy = layered.stub.GetSession(pb.GetSessionRequest(session_id=sid)).policy
+    assert (policy.clear_tool_results_at_least, policy.clear_tool_results_keep) == (2000, 2)
     assert build(layered.stub, sid).SerializeToString(deterministic=True) == before
     assert (
         build(layered.stub, sid, format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT).rendered_json == rendered
@@ -236,6 +239,9 @@ def test_clearing_needs_no_summariser(stub: Stub, new_session: NewSession) -> No
     fill_to_threshold(stub, sid)
     assert build(stub, sid, auto_compact=True).compaction_recommended
     assert compactions(stub, sid) == []
+    bad = layered_policy(clear_tool_results_keep=-1)
+    err = expect_error(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_POLICY", new_session, policy=bad)
+    assert "policy.clear_tool_results_keep" in err.details()
 
 
 def test_simulated_session_layered_beats_static_and_no_layering(layered: Layered) -> None:

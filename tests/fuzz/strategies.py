@@ -586,6 +586,8 @@ def policies(hostile: bool) -> st.SearchStrategy[ses.ContextPolicy]:
         tool_output_max_lines=tokens,
         tokenizer=tokenizers(hostile),
         keep_tool_results=count(hostile, 0, 3),
+        clear_tool_results_at_least=tokens,
+        clear_tool_results_keep=count(hostile, 0, 3),
     )
 
 
