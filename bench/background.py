@@ -3,9 +3,10 @@
     .venv/bin/python -m bench.background [--agents 16] [--turns 120] [--json out.json]
 
 One ``ctxwarden serve`` with an OpenAI-compatible summariser that is a fake
-provider answering after 2 s (``--summarizer-delay``). Agents (one thread and
-session each) loop: append a user turn, BuildModelInput(auto_compact), think
-for a while (a real agent waits for its model). Two phases on the same server:
+provider answering after 2 s. Agents (one thread and session each) loop: append
+a user turn, BuildModelInput(auto_compact), think for 50 ms (a real agent waits
+for its model). Two kinds of phase on the same server, alternated (without,
+with, without, with: the machine's load drifts) and pooled per kind:
 
 - without: sessions whose policy has no soft threshold (nothing is compacted);
 - with: the same workload, background_compaction_percent = 40, so every
@@ -42,16 +43,20 @@ from ctxwarden.v1 import session_pb2 as ses
 
 KEY_ENV = "CTXWARDEN_BENCH_SUMMARIZER_KEY"
 SUMMARIZER_DELAY = 2.0
-# Threshold 20000 - 4000 = 16000 tokens; with 40%, the soft threshold is 6400.
-POLICY = {
-    "context_window": 20_000,
-    "reserve_tokens": 4_000,
-    "keep_recent_tokens": 2_000,
-    "tokenizer": "heuristic",
-}
 SOFT_PERCENT = 40
 TURN_BYTES = 400  # ~100 tokens
 THINK_SECONDS = 0.05
+
+
+def _policy(percent: int) -> ses.ContextPolicy:
+    """Threshold 20,000 - 4,000 = 16,000 tokens; soft threshold ``percent`` of it."""
+    return ses.ContextPolicy(
+        context_window=20_000,
+        reserve_tokens=4_000,
+        keep_recent_tokens=2_000,
+        tokenizer="heuristic",
+        background_compaction_percent=percent,
+    )
 
 
 def _agent(
@@ -86,9 +91,8 @@ def _phase(
     sids = []
     for i in range(agents):
         sid = f"bg-{percent}-{i}-{uuid.uuid4().hex[:6]}"
-        policy = ses.ContextPolicy(background_compaction_percent=percent, **POLICY)
         stub.CreateSession(
-            pb.CreateSessionRequest(session_id=sid, session=ses.Session(policy=policy))
+            pb.CreateSessionRequest(session_id=sid, session=ses.Session(policy=_policy(percent)))
         )
         sids.append(sid)
     samples: list[int] = []
@@ -114,7 +118,7 @@ def _background_compactions(stub: pb_grpc.ContextServiceStub, sids: list[str]) -
 
 
 def measure_background(
-    backend: str, url: str, log_dir: Path, agents: int, turns: int, seed: int
+    backend: str, url: str, log_dir: Path, agents: int, turns: int, seed: int, rounds: int = 2
 ) -> list[Result]:
     """Both phases against one server on ``url`` (a migrated database)."""
     os.environ[KEY_ENV] = "sk-bench"
@@ -137,17 +141,26 @@ def measure_background(
             with grpc.insecure_channel(server.target) as ch:
                 stub = pb_grpc.ContextServiceStub(ch)
                 _phase(stub, 2, 10, 0, seed)  # warm-up: tokenizer, connections
-                log(f"{backend}: background compaction: phase without")
-                base, base_hard, _, base_wall = _phase(stub, agents, turns, 0, seed)
-                log(f"{backend}: background compaction: phase with (2 s summariser)")
-                with_bg, with_hard, sids, with_wall = _phase(
-                    stub, agents, turns, SOFT_PERCENT, seed
-                )
-                compactions = _background_compactions(stub, sids)
+                base: list[int] = []
+                with_bg: list[int] = []
+                base_hard = with_hard = compactions = 0
+                base_wall = with_wall = 0.0
+                for r in range(rounds):
+                    log(f"{backend}: background compaction: round {r + 1}, without")
+                    samples, hard, _, wall = _phase(stub, agents, turns, 0, seed)
+                    base += samples
+                    base_hard += hard
+                    base_wall += wall
+                    log(f"{backend}: background compaction: round {r + 1}, with (2 s summariser)")
+                    samples, hard, sids, wall = _phase(stub, agents, turns, SOFT_PERCENT, seed)
+                    with_bg += samples
+                    with_hard += hard
+                    with_wall += wall
+                    compactions += _background_compactions(stub, sids)
                 calls = len(fake.requests)
         finally:
             server.stop()
-    note = f"{agents} agents x {turns} turns, summariser {SUMMARIZER_DELAY:.0f} s"
+    note = f"{rounds} x {agents} agents x {turns} turns, summariser {SUMMARIZER_DELAY:.0f} s"
     return [
         summarize(
             backend,
@@ -175,13 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--turns", type=int, default=120)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", default="")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="ctxw-bench-bg-"))
     url = f"sqlite:///{tmp / 'bench.db'}"
     migrate_database(url)
-    results = measure_background("sqlite", url, tmp, args.agents, args.turns, args.seed)
+    results = measure_background(
+        "sqlite", url, tmp, args.agents, args.turns, args.seed, args.rounds
+    )
     doc = [
         {
             "metric": r.metric,
