@@ -69,9 +69,14 @@ make_ports() {
 
 port() { local var="$1_$2"; echo "${!var}"; }
 node_dir() { echo "$DIR/node$1"; }
+alive() {  # a process that is not a zombie (a killed node may wait a while to be reaped)
+  local stat
+  stat="$(ps -o stat= -p "$1" 2>/dev/null)" || return 1
+  [[ -n "$stat" && "$stat" != Z* ]]
+}
 pid_of() {
   local f; f="$(node_dir "$1")/server.pid"
-  [[ -s "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
+  [[ -s "$f" ]] && alive "$(cat "$f")" && cat "$f"
 }
 
 sql() {  # sql NODE STATEMENT: one value-per-line answer, or nothing when the node does not answer
@@ -157,7 +162,8 @@ start_node() {
   if [[ "$bootstrap" == yes ]]; then
     if [[ ! -d "$d/data/mysql" ]]; then
       "$INSTALL_DB" --no-defaults $(user_args) --auth-root-authentication-method=normal \
-        --skip-test-db "--datadir=$d/data" >"$d/install.log" 2>&1 ||
+        --skip-test-db "--datadir=$d/data" --innodb-log-file-size=32M \
+        --innodb-buffer-pool-size=32M --skip-name-resolve >"$d/install.log" 2>&1 ||
         { cat "$d/install.log" >&2; die "mariadb-install-db failed for node $n"; }
     fi
     # A private cluster restarted from scratch: node 1 may always found it anew.
@@ -184,7 +190,7 @@ stop_node() {
   [[ -n "$pid" ]] || return 0
   kill "-$signal" "$pid"
   local deadline=$((SECONDS + TIMEOUT))
-  while kill -0 "$pid" 2>/dev/null; do
+  while alive "$pid"; do
     if ((SECONDS >= deadline)); then kill -KILL "$pid" 2>/dev/null || true; fi
     sleep 0.1
   done
@@ -218,14 +224,21 @@ case "$cmd" in
     load_ports
     running=0
     for n in "${NODES[@]}"; do [[ -n "$(pid_of "$n")" ]] && running=$((running + 1)); done
-    for n in $(selected "$@"); do
-      if ((running == 0)); then
-        start_node "$n" yes
-      else
-        start_node "$n" no
-      fi
-      running=$((running + 1))
+    read -ra todo <<<"$(selected "$@")"
+    if ((running == 0)); then
+      start_node "${todo[0]}" yes
+      todo=("${todo[@]:1}")
+    fi
+    # The joiners start together (a donor busy with one state transfer makes the next
+    # joiner wait for it, or serves it from another node).
+    jobs=()
+    for n in "${todo[@]}"; do
+      start_node "$n" no &
+      jobs+=($!)
     done
+    failed=0
+    for j in "${jobs[@]}"; do wait "$j" || failed=1; done
+    ((failed == 0)) || die "a node did not join the cluster"
     ;;
   stop | kill)
     load_ports || exit 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -47,24 +48,25 @@ def replicas(
     galera: GaleraCluster, cluster_db: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ServerProcess]]:
     """``ctxwarden serve`` on each node: replicas[i] talks to node i + 1 only."""
-    started: list[ServerProcess] = []
-    try:
-        for node in (1, 2, 3):
-            proc = ServerProcess(
-                galera.url(node, cluster_db),
-                log_dir=Path(tmp_path_factory.mktemp(f"replica{node}")),
-                extra_args=[
-                    "--health-interval",
-                    str(HEALTH_INTERVAL),
-                    "--db-timeout",
-                    str(DB_TIMEOUT),
-                    "--db-connect-timeout",
-                    "1",
-                ],
-            )
-            proc.start()
-            started.append(proc)
-        yield started
-    finally:
-        for proc in started:
-            proc.stop()
+    procs = [
+        ServerProcess(
+            galera.url(node, cluster_db),
+            log_dir=Path(tmp_path_factory.mktemp(f"replica{node}")),
+            extra_args=[
+                "--health-interval",
+                str(HEALTH_INTERVAL),
+                "--db-timeout",
+                str(DB_TIMEOUT),
+                "--db-connect-timeout",
+                "1",
+            ],
+        )
+        for node in (1, 2, 3)
+    ]
+    # Started and stopped side by side: each takes seconds on a busy machine.
+    with ThreadPoolExecutor(len(procs)) as pool:
+        try:
+            list(pool.map(lambda p: p.start(), procs))
+            yield procs
+        finally:
+            list(pool.map(lambda p: p.stop(), procs))

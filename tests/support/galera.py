@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pymysql
+import pymysql.connections
+import pymysql.cursors
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "galera.sh"
 ENV = "CTXWARDEN_TEST_GALERA"
@@ -48,9 +50,9 @@ class GaleraCluster:
             for n, url in zip(NODES, self._run("urls").split(), strict=True):
                 self.ports[n] = int(url.rsplit(":", 1)[1].split("/", 1)[0])
 
-    def kill(self, node: int) -> None:
-        """SIGKILL one node (a crash: no shutdown, no goodbye to the group)."""
-        self._run("kill", str(node))
+    def kill(self, *nodes: int) -> None:
+        """SIGKILL nodes (a crash: no shutdown, no goodbye to the group)."""
+        self._run("kill", *map(str, nodes))
 
     def stop(self) -> None:
         self._run("stop")
@@ -66,7 +68,9 @@ class GaleraCluster:
     def url(self, node: int, database: str) -> str:
         return f"mysql+aiomysql://root@127.0.0.1:{self.ports[node]}/{database}"
 
-    def connect(self, node: int, database: str | None = None) -> pymysql.Connection[object]:
+    def connect(
+        self, node: int, database: str | None = None
+    ) -> pymysql.connections.Connection[pymysql.cursors.Cursor]:
         return pymysql.connect(
             host="127.0.0.1",
             port=self.ports[node],
@@ -92,7 +96,8 @@ class GaleraCluster:
         return name
 
     def close(self) -> None:
+        """Remove the cluster: no clean shutdown needed for data about to be deleted."""
         try:
-            self.stop()
+            self.kill(*NODES)
         finally:
             shutil.rmtree(self.base_dir, ignore_errors=True)
