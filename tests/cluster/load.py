@@ -34,6 +34,8 @@ class Ack:
     message_id: str
     seq: int
     replica: int
+    seconds: float
+    """From the first attempt to the acknowledgement (retries included)."""
 
 
 @dataclass
@@ -43,6 +45,9 @@ class Load:
     targets: list[str]
     sessions: list[str]
     workers: int
+    affinity: bool = False
+    """Route by session: a worker writes only the sessions of its home replica
+    (session i belongs to replica i mod len(targets)); else every session everywhere."""
     acks: list[Ack] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     """What the retried attempts answered: "UNAVAILABLE", "ABORTED CONCURRENT_MODIFICATION"..."""
@@ -94,10 +99,13 @@ class Load:
         channels = [grpc.insecure_channel(t) for t in self.targets]
         stubs = [pb_grpc.ContextServiceStub(ch) for ch in channels]
         home = w % len(stubs)
+        mine = self.sessions
+        if self.affinity:
+            mine = [s for i, s in enumerate(self.sessions) if i % len(stubs) == home]
         try:
             i = 0
             while not self._stop.is_set():
-                sid = self.sessions[(w + i) % len(self.sessions)]
+                sid = mine[(w + i) % len(mine)]
                 key = f"w{w}-{i}"
                 req = pb.AppendMessagesRequest(
                     session_id=sid,
@@ -113,7 +121,8 @@ class Load:
     def _append(
         self, stubs: list[pb_grpc.ContextServiceStub], home: int, req: pb.AppendMessagesRequest
     ) -> None:
-        deadline = time.monotonic() + GIVE_UP_AFTER
+        began = time.monotonic()
+        deadline = began + GIVE_UP_AFTER
         r = home
         while True:
             try:
@@ -138,6 +147,9 @@ class Load:
                 continue
             (stored,) = resp.messages
             with self._changed:
-                self.acks.append(Ack(req.session_id, stored.message_id, stored.seq, r))
+                ack = Ack(
+                    req.session_id, stored.message_id, stored.seq, r, time.monotonic() - began
+                )
+                self.acks.append(ack)
                 self._changed.notify_all()
             return

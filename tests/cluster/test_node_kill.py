@@ -14,38 +14,16 @@ import time
 import uuid
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from tests.cluster.health import NOT_SERVING, SERVING, health, wait_health
 from tests.cluster.load import Load
 from tests.support.galera import GaleraCluster
 from tests.support.server import ServerProcess
 
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 SESSIONS = 4
 WORKERS = 6
-
-
-def _health(target: str) -> int:
-    with grpc.insecure_channel(target) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        try:
-            status: int = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status
-        except grpc.RpcError:
-            return -1
-        return status
-
-
-def _wait_health(target: str, want: int, timeout: float) -> float:
-    """Poll until the replica's health is ``want``; the seconds it took."""
-    start = time.monotonic()
-    while _health(target) != want:
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"health of {target} did not become {want} in {timeout:g} s")
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 def _history(target: str, sid: str) -> list[tuple[int, str]]:
@@ -77,7 +55,7 @@ def test_a_node_killed_under_load_loses_and_duplicates_nothing(
                 pb.CreateSessionRequest(session_id=sid), timeout=30
             )
     for t in targets:
-        assert _health(t) == SERVING
+        assert health(t) == SERVING
 
     load = Load(targets, sessions, WORKERS)
     load.start()
@@ -87,7 +65,7 @@ def test_a_node_killed_under_load_loses_and_duplicates_nothing(
 
         killed_at = time.monotonic()
         galera.kill(3)
-        _wait_health(targets[2], NOT_SERVING, timeout=10)
+        wait_health(targets[2], NOT_SERVING, timeout=10)
         detected = time.monotonic() - killed_at
         before = len(load.acks)
         load.wait_for(before + 40)  # the two survivors carry the load
@@ -95,7 +73,7 @@ def test_a_node_killed_under_load_loses_and_duplicates_nothing(
         galera.start(3)  # rejoins (IST), returns once node 3 is Synced
         rejoin = time.monotonic() - degraded_from
         degraded = (len(load.acks) - before) / (time.monotonic() - killed_at)
-        serving = _wait_health(targets[2], SERVING, timeout=10)
+        serving = wait_health(targets[2], SERVING, timeout=10)
         assert galera.status()[3] == "Synced 3"
         load.wait_for(load.acked_by(2) + 10, replica=2)  # replica 3 writes again
     finally:
