@@ -9,9 +9,10 @@ tests/cluster/load.py (every request with a request_id, retried until acknowledg
 - ``single``: the three replicas on the stand-alone server (no replication);
 - ``one-node``: the three replicas on node 1 of the cluster (one writer node, the
   others replicate);
-- ``affinity``: replica i on node i, each session written through its home replica
-  only (routing by session_id);
-- ``shared``: replica i on node i, every session written through all three.
+- ``three-nodes``: replica i on node i;
+
+each with ``affinity`` (every session written through one replica only, as when calls
+are routed by session_id) or ``shared`` (every session written through all three).
 
 Every server commits with ``innodb_flush_log_at_trx_commit=2``. Prints appends/s,
 latency percentiles (retries included) and what the retried attempts answered.
@@ -93,10 +94,11 @@ def main() -> None:
         migrate_database(cluster.url(1, db))
         nodes = [cluster.url(n, db) for n in (1, 2, 3)]
         topologies: dict[str, tuple[list[str], bool]] = {
-            "single": ([single_url] * 3, False),
-            "one-node": ([nodes[0]] * 3, False),
-            "affinity": (nodes, True),
-            "shared": (nodes, False),
+            "single/affinity": ([single_url] * 3, True),
+            "single/shared": ([single_url] * 3, False),
+            "one-node/affinity": ([nodes[0]] * 3, True),
+            "three-nodes/affinity": (nodes, True),
+            "three-nodes/shared": (nodes, False),
         }
         for name, (urls, affinity) in topologies.items():
             results[name] = _measure(urls, affinity=affinity, args=args, log_dir=work)
