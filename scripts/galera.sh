@@ -29,7 +29,7 @@ TIMEOUT="${GALERA_TIMEOUT:-120}"
 SYNC_WAIT="${GALERA_SYNC_WAIT:-1}"
 
 die() { echo "galera.sh: $*" >&2; exit 1; }
-usage() { sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 find_bin() {
   local name="$1"; shift
