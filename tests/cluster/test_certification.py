@@ -24,6 +24,8 @@ from ctxwarden.service.manager import SessionManager
 from tests.support.galera import GaleraCluster
 from tests.support.inproc import new_session, replica, user_msg
 
+pytestmark = pytest.mark.galera
+
 
 class CommitOnNode1:
     """A statement observer for B's group committer: after B's INSERT, commit a change of

@@ -7,9 +7,13 @@ load balancer sends the calls elsewhere, and SERVING again once the node is Sync
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cluster.health import NOT_SERVING, SERVING, wait_health
 from tests.support.galera import GaleraCluster
 from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.galera
 
 
 def test_a_desynced_node_makes_its_replica_not_serving(

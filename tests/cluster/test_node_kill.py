@@ -14,6 +14,7 @@ import time
 import uuid
 
 import grpc
+import pytest
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
@@ -21,6 +22,8 @@ from tests.cluster.health import NOT_SERVING, SERVING, health, wait_health
 from tests.cluster.load import Load
 from tests.support.galera import GaleraCluster
 from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.galera
 
 SESSIONS = 4
 WORKERS = 6
