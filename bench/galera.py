@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -107,6 +108,7 @@ def main() -> None:
     finally:
         single.close()
         cluster.close()
+        shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(results, indent=2))
 
 
