@@ -588,6 +588,7 @@ def policies(hostile: bool) -> st.SearchStrategy[ses.ContextPolicy]:
         keep_tool_results=count(hostile, 0, 3),
         clear_tool_results_at_least=tokens,
         clear_tool_results_keep=count(hostile, 0, 3),
+        background_compaction_percent=count(hostile, 0, 99),
     )
 
 

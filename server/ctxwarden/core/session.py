@@ -38,6 +38,7 @@ class ContextPolicy:
     keep_tool_results: int = 0
     clear_tool_results_at_least: int = 0
     clear_tool_results_keep: int = 0
+    background_compaction_percent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,8 @@ class EffectivePolicy:
     clear_tool_results_at_least: int = 0
     """0: no layered clearing; N: clear old tool results first if that frees >= N tokens."""
     clear_tool_results_keep: int = DEFAULT_CLEAR_TOOL_RESULTS_KEEP
+    background_compaction_percent: int = 0
+    """0: off; N: compact in the background past N% of the compaction threshold."""
 
 
 def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
@@ -69,6 +72,7 @@ def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
         keep_tool_results=policy.keep_tool_results,
         clear_tool_results_at_least=policy.clear_tool_results_at_least,
         clear_tool_results_keep=policy.clear_tool_results_keep or DEFAULT_CLEAR_TOOL_RESULTS_KEEP,
+        background_compaction_percent=policy.background_compaction_percent,
     )
 
 
@@ -118,6 +122,8 @@ class CompactionTrigger(enum.IntEnum):
     """BuildModelInput with auto_compact crossed the threshold."""
     OVERFLOW = 3
     """The provider rejected the input as too long."""
+    BACKGROUND = 4
+    """The context crossed the policy's soft threshold (a background compaction)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,13 @@ class ModelInputs:
         if as_of_seq is not None:
             return await self._replay_input(ctx, as_of_seq, max_output_tokens)
         view = ctx.model_input(max_output_tokens)
+        if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
+            # Past the hard threshold: wait for a background compaction summarising
+            # now rather than start a second one, and compact here only if still needed.
+            background = self.rt.background
+            if background is not None and await background.wait_running(session_id):
+                ctx = await self.rt.context(session_id)
+                view = ctx.model_input(max_output_tokens)
         # Layered clearing (service.layered) needs no summariser.
         layered = ctx.policy.clear_tool_results_at_least > 0
         if auto_compact and view.compaction_recommended and (self.compactor.summarizer or layered):
@@ -105,6 +112,7 @@ class ModelInputs:
                     raise
             ctx = await self.rt.context(session_id)
             view = ctx.model_input(max_output_tokens)
+        self.rt.grew(ctx)
         self.rt.metrics.observe_model_input(view.tokens)
         return view
 

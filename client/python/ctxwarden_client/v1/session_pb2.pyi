@@ -69,6 +69,7 @@ class ContextPolicy(_message.Message):
     KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
     CLEAR_TOOL_RESULTS_AT_LEAST_FIELD_NUMBER: _builtins.int
     CLEAR_TOOL_RESULTS_KEEP_FIELD_NUMBER: _builtins.int
+    BACKGROUND_COMPACTION_PERCENT_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -104,6 +105,13 @@ class ContextPolicy(_message.Message):
     """
     clear_tool_results_keep: _builtins.int
     """How many of the newest tool results a clearing keeps in full. Default 3."""
+    background_compaction_percent: _builtins.int
+    """Soft threshold for background compaction, in percent (1-99) of the
+    compaction threshold. When the effective context grows past it and the
+    server has a summariser, the server compacts the session in the
+    background, so BuildModelInput does not wait for the summariser unless the
+    hard threshold is crossed too. 0 (the default) turns background compaction off.
+    """
     def __init__(
         self,
         *,
@@ -116,10 +124,11 @@ class ContextPolicy(_message.Message):
         keep_tool_results: _builtins.int = ...,
         clear_tool_results_at_least: _builtins.int = ...,
         clear_tool_results_keep: _builtins.int = ...,
+        background_compaction_percent: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
