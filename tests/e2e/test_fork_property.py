@@ -37,27 +37,24 @@ class Driven:
 
     stub: Stub
     sid: str
-    log: list[tuple[Op, int]] = field(default_factory=list)
-    """(operation, last_seq before it)."""
-    compactions: int = 0
+    last_seq: int = 0
+    log: list[tuple[Op, int, str]] = field(default_factory=list)
+    """(operation, last_seq before it, the message_id it appends)."""
 
-    def last_seq(self) -> int:
-        return self.stub.GetSession(pb.GetSessionRequest(session_id=self.sid)).last_seq
-
-    def apply(self, op: Op) -> None:
+    def apply(self, op: Op, message_id: str = "") -> None:
+        """``message_id``: of the message ``op`` appends (a twin appends the same)."""
         kind, n = op
-        last = self.last_seq()
-        self.log.append((op, last))
+        last = self.last_seq
+        message_id = message_id or uuid.uuid4().hex
+        self.log.append((op, last, message_id))
         if kind in ("user", "assistant", "failed"):
             text = f"{kind} {n} " * 8
-            msg = (
-                user(text)
-                if kind == "user"
-                else assistant(text)
-                if kind == "assistant"
-                else failed(text)
-            )
-            self.stub.AppendMessages(pb.AppendMessagesRequest(session_id=self.sid, messages=[msg]))
+            make = {"user": user, "assistant": assistant}.get(kind)
+            msg = make(text) if make is not None else failed(text)
+            msg.message_id = message_id
+            self.last_seq = self.stub.AppendMessages(
+                pb.AppendMessagesRequest(session_id=self.sid, messages=[msg])
+            ).last_seq
         elif kind == "rollback":
             self.stub.RollbackTurn(pb.RollbackTurnRequest(session_id=self.sid))
         elif kind == "rewind" and last > 0:
@@ -114,26 +111,26 @@ def _input(stub: Stub, sid: str, as_of_seq: int = 0) -> bytes:
     return mi.SerializeToString(deterministic=True)
 
 
-def _twin_ops(log: list[tuple[Op, int]], at: int) -> list[Op]:
+def _twin_ops(log: list[tuple[Op, int, str]], at: int) -> list[tuple[Op, str]]:
     """The source's operations that happened before message ``at`` was appended."""
     out = []
-    for op, last_before in log:
+    for op, last_before, message_id in log:
         appends = op[0] in ("user", "assistant", "failed")
         if last_before >= at or (appends and last_before == at - 1):
             break
-        out.append(op)
+        out.append((op, message_id))
     return out
 
 
 @settings(
-    max_examples=12,
+    max_examples=15,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    before=st.lists(OPS, min_size=1, max_size=14),
+    before=st.lists(OPS, min_size=1, max_size=12),
     at_pick=st.integers(0, 1000),
-    after=st.lists(st.tuples(st.booleans(), OPS), max_size=14),
+    after=st.lists(st.tuples(st.booleans(), OPS), max_size=12),
 )
 def test_a_fork_lives_like_a_twin(
     stub: Stub, before: list[Op], at_pick: int, after: list[tuple[bool, Op]]
@@ -141,21 +138,20 @@ def test_a_fork_lives_like_a_twin(
     source = Driven(stub, _session(stub))
     for op in before:
         source.apply(op)
-    last = source.last_seq()
-    at = 1 + at_pick % (last + 1)
+    at = 1 + at_pick % (source.last_seq + 1)
     expected = _input(stub, source.sid, at)
-    fork = Driven(
-        stub, stub.ForkSession(pb.ForkSessionRequest(session_id=source.sid, at_seq=at)).session_id
-    )
+    forked = stub.ForkSession(pb.ForkSessionRequest(session_id=source.sid, at_seq=at))
+    fork = Driven(stub, forked.session_id, forked.last_seq)
     twin = Driven(stub, _session(stub))
-    for op in _twin_ops(source.log, at):
-        twin.apply(op)
+    for op, message_id in _twin_ops(source.log, at):
+        twin.apply(op, message_id)
     assert _input(stub, fork.sid) == expected
     assert _input(stub, twin.sid) == expected
     for on_fork, op in after:
         if on_fork:
-            fork.apply(op)
-            twin.apply(op)
+            message_id = uuid.uuid4().hex
+            fork.apply(op, message_id)
+            twin.apply(op, message_id)
         else:
             source.apply(op)
         assert _input(stub, fork.sid) == _input(stub, twin.sid), (on_fork, op)
