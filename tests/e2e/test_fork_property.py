@@ -49,8 +49,10 @@ class Driven:
         self.log.append((op, last, message_id))
         if kind in ("user", "assistant", "failed"):
             text = f"{kind} {n} " * 8
-            make = {"user": user, "assistant": assistant}.get(kind)
-            msg = make(text) if make is not None else failed(text)
+            if kind == "user":
+                msg = user(text)
+            else:
+                msg = assistant(text) if kind == "assistant" else failed(text)
             msg.message_id = message_id
             self.last_seq = self.stub.AppendMessages(
                 pb.AppendMessagesRequest(session_id=self.sid, messages=[msg])
