@@ -133,6 +133,19 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
         out.append(
             _check(
                 results,
+                "fork of a 100,000-msg session <= 2x fork of a 100-msg session",
+                b,
+                ["fork_100000", "fork_100"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms vs {r[1].median_ms:.2f} ms = "
+                    f"{(r[0].median_ms or 0) / (r[1].median_ms or 1):.2f}x",
+                    (r[0].median_ms or 0) <= 2 * (r[1].median_ms or 0),
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
                 "restore 100,000 msgs with checkpoint <= 2x restore of 100 msgs",
                 b,
                 ["restore_checkpoint_100000", "restore_no_checkpoint_100"],

@@ -28,6 +28,8 @@ def _blocks() -> dict[str, str]:
             named["one loop"] = block
         elif first.startswith("# layered example"):
             named["layered"] = block
+        elif first.startswith("# fork example"):
+            named["fork"] = block
     return named
 
 
@@ -80,6 +82,11 @@ def test_layered_compaction_example_runs(server_target: str, tmp_path: Path) -> 
     # The shared server has no summariser: the clearing alone brings the input back.
     out = _run(_blocks()["layered"], server_target, tmp_path).splitlines()
     assert out == ["True True", "True"]
+
+
+def test_fork_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["fork"], server_target, tmp_path).splitlines()
+    assert out == ["True 3", "['Name a prime.', '7', 'Another?', '13']", "1", "True"]
 
 
 def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) -> None:

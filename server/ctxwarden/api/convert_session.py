@@ -122,6 +122,10 @@ def session_to_pb(
         etag=s.etag,
         create_time=timestamp(s.create_time_us),
         update_time=timestamp(s.update_time_us),
+        # A parent whose ID was used again after its deletion has a retired key
+        # (ID#DELETE_TIME, see store/sessions.py); the client knows it by its ID.
+        parent_session_id=outer_id(s.parent_session_id).split("#", 1)[0],
+        parent_seq=s.parent_seq,
     )
     if s.state:
         out.state.CopyFrom(dict_to_struct(s.state))

@@ -103,6 +103,12 @@ class Session:
     compares-and-sets it, so a replica never writes or serves a stale copy."""
     state: Mapping[str, Any] = field(default_factory=dict)
     """The session's JSON object state (see core.state)."""
+    parent_session_id: str = ""
+    """A fork's parent (internal key; "" for a session that is no fork)."""
+    parent_seq: int = 0
+    """The last seq a fork inherits from its parent."""
+    fork_seq: int = 0
+    """The seq a fork was made at (it sees its parent as it was just before)."""
 
     @property
     def etag(self) -> str:

@@ -15,6 +15,7 @@ from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.background_compaction import BackgroundCompactions
+from ctxwarden.service.forks import Forks
 from ctxwarden.service.layered import LayeredCompactor
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
@@ -52,6 +53,7 @@ class SessionManager:
         self.list_sessions = sessions.list_sessions
         self.update_session = sessions.update_session
         self.delete_session = sessions.delete_session
+        self.fork_session = Forks(runtime).fork_session
         self.append = messages.append
         self.list_messages = messages.list_messages
         self.append_model_output = ModelOutputs(runtime, messages).append_model_output

@@ -180,6 +180,8 @@ class Session(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     USER_STATE_FIELD_NUMBER: _builtins.int
     PROJECT_STATE_FIELD_NUMBER: _builtins.int
+    PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    PARENT_SEQ_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Unique ID: client-chosen (1-255 characters of [A-Za-z0-9._:-], starting
     with a letter or digit) or server-made (sortable by creation time). Output
@@ -209,6 +211,15 @@ class Session(_message.Message):
     etag: _builtins.str
     """Output only. Changes whenever the session's settings change (not on
     appends). Pass it to UpdateSession for optimistic concurrency.
+    """
+    parent_session_id: _builtins.str
+    """Output only. For a fork (see ForkSession), the ID of the session it was
+    forked from (that session may since have been deleted); empty otherwise.
+    """
+    parent_seq: _builtins.int
+    """Output only. For a fork, the last seq it inherits from parent_session_id:
+    its messages with a seq up to this one are the parent's, the later ones its
+    own. A rollback into the inherited messages lowers it. 0 otherwise.
     """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolDefinition]:
@@ -272,10 +283,12 @@ class Session(_message.Message):
         state: _struct_pb2.Struct | None = ...,
         user_state: _struct_pb2.Struct | None = ...,
         project_state: _struct_pb2.Struct | None = ...,
+        parent_session_id: _builtins.str = ...,
+        parent_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "policy", b"policy", "project_state", b"project_state", "state", b"state", "update_time", b"update_time", "user_state", b"user_state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "project_state", b"project_state", "session_id", b"session_id", "state", b"state", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id", "user_state", b"user_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "parent_seq", b"parent_seq", "parent_session_id", b"parent_session_id", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "project_state", b"project_state", "session_id", b"session_id", "state", b"state", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id", "user_state", b"user_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
