@@ -112,6 +112,8 @@ var directRPCs = map[string]bool{
 	"ListCompactions":   true,
 	"GetToolOutput":     true,
 	"CountTokens":       true,
+	"ArchiveSession":    true,
+	"UnarchiveSession":  true,
 }
 
 func contextService(t *testing.T) protoreflect.ServiceDescriptor {

@@ -84,6 +84,12 @@ type ContextServiceClient interface {
 	// Counts tokens of messages, tools and text with a model's (or a named)
 	// tokenizer, without a session.
 	CountTokens(ctx context.Context, in *CountTokensRequest, opts ...grpc.CallOption) (*CountTokensResponse, error)
+	// Archives a session and returns it (archive_time set). Idempotent: an
+	// archived session is returned unchanged.
+	ArchiveSession(ctx context.Context, in *ArchiveSessionRequest, opts ...grpc.CallOption) (*Session, error)
+	// Makes an archived session writable again and returns it (archive_time
+	// unset). Idempotent: a session that is not archived is returned unchanged.
+	UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*Session, error)
 }
 
 type contextServiceClient struct {
@@ -269,6 +275,24 @@ func (c *contextServiceClient) CountTokens(ctx context.Context, in *CountTokensR
 	return out, nil
 }
 
+func (c *contextServiceClient) ArchiveSession(ctx context.Context, in *ArchiveSessionRequest, opts ...grpc.CallOption) (*Session, error) {
+	out := new(Session)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/ArchiveSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *contextServiceClient) UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*Session, error) {
+	out := new(Session)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/UnarchiveSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ContextServiceServer is the server API for ContextService service.
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility
@@ -339,6 +363,12 @@ type ContextServiceServer interface {
 	// Counts tokens of messages, tools and text with a model's (or a named)
 	// tokenizer, without a session.
 	CountTokens(context.Context, *CountTokensRequest) (*CountTokensResponse, error)
+	// Archives a session and returns it (archive_time set). Idempotent: an
+	// archived session is returned unchanged.
+	ArchiveSession(context.Context, *ArchiveSessionRequest) (*Session, error)
+	// Makes an archived session writable again and returns it (archive_time
+	// unset). Idempotent: a session that is not archived is returned unchanged.
+	UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error)
 	mustEmbedUnimplementedContextServiceServer()
 }
 
@@ -396,6 +426,12 @@ func (UnimplementedContextServiceServer) GetToolOutput(context.Context, *GetTool
 }
 func (UnimplementedContextServiceServer) CountTokens(context.Context, *CountTokensRequest) (*CountTokensResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CountTokens not implemented")
+}
+func (UnimplementedContextServiceServer) ArchiveSession(context.Context, *ArchiveSessionRequest) (*Session, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ArchiveSession not implemented")
+}
+func (UnimplementedContextServiceServer) UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UnarchiveSession not implemented")
 }
 func (UnimplementedContextServiceServer) mustEmbedUnimplementedContextServiceServer() {}
 
@@ -724,6 +760,42 @@ func _ContextService_CountTokens_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContextService_ArchiveSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ArchiveSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).ArchiveSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/ArchiveSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).ArchiveSession(ctx, req.(*ArchiveSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ContextService_UnarchiveSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnarchiveSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).UnarchiveSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/UnarchiveSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).UnarchiveSession(ctx, req.(*UnarchiveSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ContextService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "ctxwarden.v1.ContextService",
 	HandlerType: (*ContextServiceServer)(nil),
@@ -791,6 +863,14 @@ var _ContextService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CountTokens",
 			Handler:    _ContextService_CountTokens_Handler,
+		},
+		{
+			MethodName: "ArchiveSession",
+			Handler:    _ContextService_ArchiveSession_Handler,
+		},
+		{
+			MethodName: "UnarchiveSession",
+			Handler:    _ContextService_UnarchiveSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -245,6 +245,8 @@ const DIRECT = new Set([
   "ListCompactions",
   "GetToolOutput",
   "CountTokens",
+  "ArchiveSession",
+  "UnarchiveSession",
 ]);
 
 // -- sample values ----------------------------------------------------------------

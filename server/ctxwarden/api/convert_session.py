@@ -113,6 +113,8 @@ def session_to_pb(
         create_time=timestamp(s.create_time_us),
         update_time=timestamp(s.update_time_us),
     )
+    if s.archive_time_us:
+        out.archive_time.CopyFrom(timestamp(s.archive_time_us))
     if s.state:
         out.state.CopyFrom(dict_to_struct(s.state))
     if user_state:

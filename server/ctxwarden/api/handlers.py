@@ -68,6 +68,8 @@ UNARY_METHODS: dict[str, Types] = {
     "ListCompactions": (pb.ListCompactionsRequest, pb.ListCompactionsResponse),
     "GetToolOutput": (pb.GetToolOutputRequest, pb.GetToolOutputResponse),
     "CountTokens": (pb.CountTokensRequest, pb.CountTokensResponse),
+    "ArchiveSession": (pb.ArchiveSessionRequest, ses_pb.Session),
+    "UnarchiveSession": (pb.UnarchiveSessionRequest, ses_pb.Session),
 }
 STREAM_METHODS: dict[str, Types] = {
     "StreamMessages": (pb.AppendMessagesRequest, pb.AppendMessagesResponse),

@@ -89,6 +89,8 @@ class Session:
     compares-and-sets it, so a replica never writes or serves a stale copy."""
     state: Mapping[str, Any] = field(default_factory=dict)
     """The session's JSON object state (see core.state)."""
+    archive_time_us: int = 0
+    """When ArchiveSession archived it (0: not archived): read-only until unarchived."""
 
     @property
     def etag(self) -> str:
@@ -97,6 +99,10 @@ class Session:
     @property
     def deleted(self) -> bool:
         return self.delete_time_us != 0
+
+    @property
+    def archived(self) -> bool:
+        return self.archive_time_us != 0
 
 
 class CompactionTrigger(enum.IntEnum):

@@ -95,7 +95,12 @@ class ModelInputs:
         if as_of_seq is not None:
             return await self._replay_input(ctx, as_of_seq, max_output_tokens)
         view = ctx.model_input(max_output_tokens)
-        if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
+        if (
+            auto_compact
+            and view.compaction_recommended
+            and self.compactor.summarizer is not None
+            and not ctx.session.archived  # read-only: never compacted by a read
+        ):
             try:
                 await self.compactor.compact(session_id, "", 0, None, CompactionTrigger.THRESHOLD)
             except FailedPrecondition as exc:

@@ -23,6 +23,7 @@ from ctxwarden.core.validation import (
     check_session_fields,
     check_session_id,
 )
+from ctxwarden.service.hot import EvictionCause
 from ctxwarden.service.pages import (
     clamp_page_size,
     decode_token,
@@ -118,13 +119,20 @@ class Sessions:
         return SessionWithState(session, shared.user, shared.project)
 
     async def list_sessions(
-        self, user_id: str, project_id: str, page_size: int, page_token: str, tenant: str = ""
+        self,
+        user_id: str,
+        project_id: str,
+        page_size: int,
+        page_token: str,
+        tenant: str = "",
+        show_archived: bool = False,
     ) -> tuple[list[Session], str]:
         size = clamp_page_size(page_size, 50)
         before: tuple[int, str] | None = None
         if page_token:
             tok = decode_token(page_token)
-            if tok.get("u") != user_id or tok.get("p") != project_id:
+            filters = (tok.get("u"), tok.get("p"), bool(tok.get("a", False)))
+            if filters != (user_id, project_id, show_archived):
                 raise InvalidArgument(
                     "page_token was issued for different filters",
                     reason=ErrorReason.INVALID_PAGE_TOKEN,
@@ -138,6 +146,7 @@ class Sessions:
                 project_id=project_id,
                 limit=size + 1,
                 before=before,
+                show_archived=show_archived,
             )
         )
         token = ""
@@ -145,7 +154,13 @@ class Sessions:
             rows = rows[:size]
             last = rows[-1]
             token = encode_token(
-                {"u": user_id, "p": project_id, "t": last.create_time_us, "i": last.session_id}
+                {
+                    "u": user_id,
+                    "p": project_id,
+                    "a": show_archived,
+                    "t": last.create_time_us,
+                    "i": last.session_id,
+                }
             )
         # A hot session's row may lag its in-memory counters by nothing: rows are
         # written before memory changes, so the row is authoritative here.
@@ -223,6 +238,6 @@ class Sessions:
             deleted = await self.rt.db(
                 lambda: self.rt.store.sessions.delete(session_id, ids.now_us())
             )
-            self.rt.hot.evict(session_id)
+            self.rt.hot.evict(session_id, EvictionCause.DELETED)
         if not deleted:
             raise self.rt.not_found(session_id)

@@ -153,9 +153,13 @@ class SessionRepository:
         project_id: str,
         limit: int,
         before: tuple[int, str] | None,
+        show_archived: bool = False,
     ) -> list[Session]:
-        """Live sessions, newest first; ``before`` is the last (create_time, id) seen."""
+        """Live sessions, newest first; ``before`` is the last (create_time, id) seen.
+        Archived sessions only with ``show_archived``."""
         q = select(S).where(S.c.tenant_id == tenant, S.c.delete_time_us == 0)
+        if not show_archived:
+            q = q.where(S.c.archive_time_us == 0)
         if user_id:
             q = q.where(S.c.user_id == user_id)
         if project_id:
@@ -192,7 +196,13 @@ class SessionRepository:
         (else ConcurrentWrite). ``token_counts`` re-records (seq, count, tokenizer)
         after a tokenizer change."""
         values = session_row_values(session)
-        for key in ("session_id", "create_time_us", "last_seq", "delete_time_us"):
+        for key in (
+            "session_id",
+            "create_time_us",
+            "last_seq",
+            "delete_time_us",
+            "archive_time_us",
+        ):
             values.pop(key)
         values.pop("calibration_json")
         added = revision_bytes(session)
@@ -207,6 +217,27 @@ class SessionRepository:
                     .where(M.c.session_id == session.session_id, M.c.seq == seq)
                     .values(token_count=count, counted_with=spec)
                 )
+
+    @boundary
+    async def set_archived(self, session_id: str, archive_time_us: int) -> Session | None:
+        """Archive (``archive_time_us`` > 0) or unarchive (0) a live session; returns
+        it as stored, None when there is no live session. A session already in
+        that state is returned unchanged; a change advances the version, so every
+        replica's copy is stale (reads reload it, writes lose their compare-and-set)."""
+        live = and_(S.c.session_id == session_id, S.c.delete_time_us == 0)
+        async with self.gate.begin() as conn:
+            row = (await conn.execute(select(S).where(live).with_for_update())).first()
+            if row is None:
+                return None
+            if (int(row.archive_time_us) > 0) == (archive_time_us > 0):
+                return session_from_row(row)
+            await conn.execute(
+                update(S)
+                .where(live, S.c.version == row.version)
+                .values(archive_time_us=archive_time_us, version=S.c.version + 1)
+            )
+            row = (await conn.execute(select(S).where(live))).first()
+        return None if row is None else session_from_row(row)
 
     @boundary
     async def delete(self, session_id: str, now_us: int) -> bool:
