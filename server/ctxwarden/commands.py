@@ -188,7 +188,9 @@ def purge(args: argparse.Namespace) -> int:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
     if args.older_than:
-        days = _duration_seconds(args.older_than) / 86400
+        # "0s" means every deleted session, which a rule value of 0 (off) cannot
+        # say: a positive value too small to move the cutoff says it.
+        days = _duration_seconds(args.older_than) / 86400 or 1e-12
         rules = replace(rules, default=replace(rules.default, purge_deleted_after_days=days))
     if rules.empty:
         print(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 from google.protobuf import field_mask_pb2
@@ -62,7 +64,7 @@ def test_archived_session_refuses_every_write_until_unarchived(stub: Stub) -> No
     again = stub.ArchiveSession(pb.ArchiveSessionRequest(session_id=sid))
     assert again.archive_time == archived.archive_time  # idempotent: unchanged
 
-    writes = [
+    writes: list[tuple[Callable[..., Any], Any]] = [
         (stub.AppendMessages, pb.AppendMessagesRequest(session_id=sid, messages=[user("x")])),
         (
             stub.AppendModelOutput,

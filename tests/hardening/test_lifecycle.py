@@ -33,7 +33,9 @@ def _tenant() -> str:
 async def _filled(m: SessionManager, tenant: str = "", **fields: object) -> str:
     sid = await new_session(m, tenant, f"s-{uuid.uuid4().hex[:8]}", **fields)
     for i in range(3):
-        await m.append(sid, [user_msg(f"question {i} " * 30), assistant_msg(f"a{i} " * 30)], None, None)
+        await m.append(
+            sid, [user_msg(f"question {i} " * 30), assistant_msg(f"a{i} " * 30)], None, None
+        )
     return sid
 
 
@@ -129,11 +131,18 @@ async def test_each_rule_purges_exactly_what_it_names(backend_url: str) -> None:
         registry = CollectorRegistry()
         metrics = LifecycleMetrics(registry)
         done = await Retention(m.store, rules, metrics, now_us=lambda: later).run()
-        assert done.counts[(RuleKind.ARCHIVED, t1)] == 1 and (RuleKind.ARCHIVED, t2) not in done.counts
+        assert (
+            done.counts[(RuleKind.ARCHIVED, t1)] == 1 and (RuleKind.ARCHIVED, t2) not in done.counts
+        )
         assert done.counts[(RuleKind.DELETED, t1)] == done.counts[(RuleKind.DELETED, t2)] == 1
         for gone in (arch1, del1, del2):
             for table in ("sessions", "messages", "session_revisions"):
-                assert _rows(backend_url, f"SELECT COUNT(*) FROM {table} WHERE session_id = :s", s=gone) == 0
+                assert (
+                    _rows(
+                        backend_url, f"SELECT COUNT(*) FROM {table} WHERE session_id = :s", s=gone
+                    )
+                    == 0
+                )
         for kept in (live1, live2, arch2):
             assert (await m.get_session(kept)).last_seq == 6
         # The purged archived session no longer counts against its tenant's quota.
@@ -215,4 +224,6 @@ async def test_the_schedule_runs_retention_by_the_clock_and_counts_failures(
         clock.now += 1
         await schedule.tick()  # due: fails, is counted, and the schedule carries on
         assert registry.get_sample_value("ctxwarden_retention_failures_total") == 1
-        assert registry.get_sample_value("ctxwarden_retention_runs_total", {"result": "failed"}) == 1
+        assert (
+            registry.get_sample_value("ctxwarden_retention_runs_total", {"result": "failed"}) == 1
+        )
