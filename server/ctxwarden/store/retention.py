@@ -23,7 +23,6 @@ from ctxwarden.core.retention import Cutoff, RuleKind, TenantScope
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store import purge
 from ctxwarden.store.gate import WriteGate
-from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RECORD_OVERHEAD
 from ctxwarden.store.tables import R, S, T
 
@@ -104,15 +103,30 @@ async def _purge_archived(gate: WriteGate, cut: Cutoff) -> Counter[str]:
             ).all()
             if not rows:
                 return done
+            gone: list[str] = []
+            freed: Counter[str] = Counter()
+            removed: Counter[str] = Counter()
             for row in rows:
                 sid = str(row.session_id)
-                gone = await conn.execute(S.delete().where(S.c.session_id == sid, _archived(cut)))
-                if gone.rowcount != 1:
-                    continue
+                deleted = await conn.execute(
+                    S.delete().where(S.c.session_id == sid, _archived(cut))
+                )
+                if deleted.rowcount == 1:
+                    gone.append(sid)
+                    freed[str(row.tenant_id)] += int(row.stored_bytes)
+                    removed[str(row.tenant_id)] += 1
+            if gone:
                 for table in purge.CHILDREN:
-                    await conn.execute(table.delete().where(table.c.session_id == sid))
-                await TenantQuota.release(conn, str(row.tenant_id), int(row.stored_bytes))
-                done[str(row.tenant_id)] += 1
+                    await conn.execute(table.delete().where(table.c.session_id.in_(gone)))
+            for tenant, n in removed.items():  # as TenantQuota.release, once per tenant
+                await conn.execute(
+                    update(T)
+                    .where(T.c.tenant_id == tenant)
+                    .values(
+                        sessions=T.c.sessions - n, stored_bytes=T.c.stored_bytes - freed[tenant]
+                    )
+                )
+        done.update(removed)
 
 
 async def _purge_records(gate: WriteGate, cut: Cutoff) -> Counter[str]:
