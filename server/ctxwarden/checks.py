@@ -19,6 +19,7 @@ AT_LEAST_ONE = (
     "max_connections",
     "max_concurrent_rpcs",
     "max_concurrent_reads",
+    "background_max_attempts",
 )
 NOT_NEGATIVE = (
     "encoding_cache_mb",
@@ -33,6 +34,9 @@ NOT_NEGATIVE = (
     "purge_idempotency_after_hours",
     "purge_interval",
     "idle_evict_seconds",
+    "background_compactions",
+    "background_retry_seconds",
+    "background_retry_max_seconds",
 )
 POSITIVE = (
     "db_connect_timeout",
