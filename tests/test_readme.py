@@ -30,6 +30,8 @@ def _blocks() -> dict[str, str]:
             named["layered"] = block
         elif first.startswith("# fork example"):
             named["fork"] = block
+        elif first.startswith("# lifecycle example"):
+            named["lifecycle"] = block
     return named
 
 
@@ -87,6 +89,11 @@ def test_layered_compaction_example_runs(server_target: str, tmp_path: Path) -> 
 def test_fork_example_runs(server_target: str, tmp_path: Path) -> None:
     out = _run(_blocks()["fork"], server_target, tmp_path).splitlines()
     assert out == ["True 3", "['Name a prime.', '7', 'Another?', '13']", "1", "True"]
+
+
+def test_lifecycle_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["lifecycle"], server_target, tmp_path).splitlines()
+    assert out == ["True", "SESSION_ARCHIVED", "True", "True 2"]
 
 
 def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from ctxwarden import listen
+from ctxwarden import lifecycle_serve, listen
 from ctxwarden.api import reflection_v1
 from ctxwarden.api.auth import Authenticator, JwtConfig, describe, load_api_keys, load_jwks
 from ctxwarden.api.convert import new_encoding_cache
@@ -189,6 +189,7 @@ async def serve(settings: Settings) -> None:
     obs.watch_sessions(lambda: len(manager.hot), manager.hot.capacity, lambda: manager.restores)
     metrics_server: MetricsServer | None = None
     console: ConsoleServer | None = None
+    schedule = lifecycle_serve.start(settings, manager, obs.registry)
     try:
         if settings.metrics_listen:
             try:
@@ -205,6 +206,7 @@ async def serve(settings: Settings) -> None:
             settings, manager, auth, credentials, obs, tracing, metrics_server, console
         )
     finally:
+        await lifecycle_serve.stop(schedule)
         if console is not None:
             await console.close()
         if metrics_server is not None:

@@ -29,6 +29,11 @@ NOT_NEGATIVE = (
     "max_stored_bytes_per_tenant",
     "max_read_staleness",
     "db_timeout",
+    "purge_archived_after_days",
+    "purge_deleted_after_days",
+    "purge_idempotency_after_hours",
+    "purge_interval",
+    "idle_evict_seconds",
     "background_compactions",
     "background_retry_seconds",
     "background_retry_max_seconds",
@@ -61,6 +66,13 @@ def problems(args: argparse.Namespace) -> list[str]:
             f"append_writers = {args.append_writers!r}: must be 0 (off), 1 or more, or unset "
             "for the default"
         )
+    if args.tenant_retention:
+        from ctxwarden.lifecycle_args import load_tenant_rules
+
+        try:
+            load_tenant_rules(args.tenant_retention)
+        except ValueError as exc:
+            out.append(f"tenant_retention: {exc}")
     try:
         async_url(args.database_url)
     except Exception as exc:

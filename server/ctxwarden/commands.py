@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from ctxwarden import checks, configfile
 from ctxwarden.config import DEFAULT_LISTEN
@@ -60,13 +61,23 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     check.add_argument("file", nargs="?", default=os.environ.get("CTXWARDEN_CONFIG", ""))
 
     purge = sub.add_parser(
-        "purge", help="remove soft-deleted sessions older than a retention period"
+        "purge",
+        help="apply the retention rules: purge archived and deleted sessions and idempotency "
+        "records older than the rules say (nothing a rule does not name)",
     )
     add_database(purge)
+    from ctxwarden.lifecycle_args import add_retention
+
+    add_retention(purge)
     purge.add_argument(
         "--older-than",
-        default=os.environ.get("CTXWARDEN_PURGE_OLDER_THAN", "30d"),
-        help="retention of deleted sessions, e.g. 30d, 12h, 90m (default %(default)s)",
+        default=os.environ.get("CTXWARDEN_PURGE_OLDER_THAN", ""),
+        help="the same as --purge-deleted-after-days, as a duration: 30d, 12h, 90m",
+    )
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only count what each rule would purge, by tenant; remove nothing",
     )
 
     sessions = sub.add_parser(
@@ -161,28 +172,60 @@ def _duration_seconds(text: str) -> float:
 
 
 def purge(args: argparse.Namespace) -> int:
+    """``purge``: apply the retention rules once (``--dry-run``: count only)."""
     import asyncio
+    from dataclasses import replace
 
-    from ctxwarden import ids
+    from ctxwarden.core.retention import RULE_KEYS, RuleKind
+    from ctxwarden.lifecycle_args import retention_rules
+    from ctxwarden.service.retention import Retention
     from ctxwarden.store.engine import make_engine
-    from ctxwarden.store.repository import Store, purge_deleted
+    from ctxwarden.store.repository import Store
 
-    cutoff = ids.now_us() - int(_duration_seconds(args.older_than) * 1_000_000)
+    try:
+        rules = retention_rules(args)
+    except ValueError as exc:
+        print(f"ctxwarden: {exc}", file=sys.stderr)
+        return 2
+    if args.older_than:
+        # "0s" means every deleted session, which a rule value of 0 (off) cannot
+        # say: a positive value too small to move the cutoff says it.
+        days = _duration_seconds(args.older_than) / 86400 or 1e-12
+        rules = replace(rules, default=replace(rules.default, purge_deleted_after_days=days))
+    if rules.empty:
+        print(
+            "ctxwarden: no retention rule is set, so nothing would be purged: give "
+            "--purge-archived-after-days, --purge-deleted-after-days (or --older-than), "
+            "--purge-idempotency-after-hours or --tenant-retention",
+            file=sys.stderr,
+        )
+        return 2
+    spinner = _Spinner("applying retention rules")
+    spinner.update()
 
-    spinner = _Spinner("purging deleted sessions")
-
-    async def run() -> int:
+    async def run() -> Any:
         store = Store(make_engine(args.database_url))
         try:
-            return await purge_deleted(
-                store, deleted_before_us=cutoff, progress=lambda n: spinner.update(f"{n} purged")
-            )
+            return await Retention(store, rules).run(dry_run=args.dry_run)
         finally:
             await store.close()
 
-    count = asyncio.run(run())
+    report = asyncio.run(run())
     spinner.done()
-    print(f"purged {count} deleted sessions (deleted more than {args.older_than} ago)")
+    verb = "would purge" if args.dry_run else "purged"
+    labels = {
+        RuleKind.ARCHIVED: "archived sessions",
+        RuleKind.DELETED: "deleted sessions",
+        RuleKind.IDEMPOTENCY: "idempotency records",
+    }
+    named = {cut.kind for cut in report.cutoffs}
+    for kind in RuleKind:
+        if kind not in named:
+            print(f"{labels[kind]}: no rule ({RULE_KEYS[kind]} is 0 for every tenant)")
+            continue
+        by_tenant = sorted((t, n) for (k, t), n in report.counts.items() if k is kind)
+        detail = ", ".join(f"{t or '(no tenant)'}: {n}" for t, n in by_tenant)
+        print(f"{verb} {report.total(kind)} {labels[kind]}" + (f" ({detail})" if detail else ""))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ctxwarden.core.compaction.types import FileToolNames
+from ctxwarden.core.retention import RetentionRules
 from ctxwarden.store.urls import DEFAULT_DATABASE_URL
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -93,3 +94,9 @@ class Settings:
     hf_tokenizer_dirs: tuple[str, ...] = ()
     """Directories clients may name hf: tokenizers in (policy.tokenizer)."""
     model_table_file: str = ""
+    retention: RetentionRules = field(default_factory=RetentionRules)
+    """Per-tenant and server-wide retention rules (core.retention)."""
+    purge_interval_seconds: float = 0.0
+    """Seconds between the server's runs of the retention rules; 0: never."""
+    idle_evict_seconds: float = 0.0
+    """Evict a hot session nobody touched for this long; 0: only LRU pressure."""

@@ -57,6 +57,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     _limits(sec)
     _observability(serve)
     _files(serve)
+    from ctxwarden.lifecycle_args import add_lifecycle
+
+    add_lifecycle(serve)
 
 
 def _general(serve: argparse.ArgumentParser) -> None:

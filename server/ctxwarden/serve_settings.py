@@ -6,6 +6,7 @@ import argparse
 
 from ctxwarden.config import Limits, Settings
 from ctxwarden.core.compaction.types import FileToolNames
+from ctxwarden.core.retention import RetentionRules
 
 
 def _names(value: str) -> tuple[str, ...]:
@@ -86,4 +87,16 @@ def settings(args: argparse.Namespace) -> Settings:
         db_pool_timeout_seconds=args.db_pool_timeout,
         hf_tokenizer_dirs=tuple(args.hf_tokenizer_dir),
         model_table_file=args.model_table,
+        retention=_rules(args),
+        purge_interval_seconds=args.purge_interval,
+        idle_evict_seconds=args.idle_evict_seconds,
     )
+
+
+def _rules(args: argparse.Namespace) -> RetentionRules:
+    from ctxwarden.lifecycle_args import retention_rules
+
+    try:
+        return retention_rules(args)
+    except ValueError as exc:
+        raise SystemExit(f"ctxwarden: {exc}") from None

@@ -113,6 +113,8 @@ var directRPCs = map[string]bool{
 	"GetToolOutput":     true,
 	"CountTokens":       true,
 	"ForkSession":       true,
+	"ArchiveSession":    true,
+	"UnarchiveSession":  true,
 }
 
 func contextService(t *testing.T) protoreflect.ServiceDescriptor {

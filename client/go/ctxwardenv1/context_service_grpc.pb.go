@@ -92,6 +92,12 @@ type ContextServiceClient interface {
 	// INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
 	// new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
 	ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*Session, error)
+	// Archives a session and returns it (archive_time set). Idempotent: an
+	// archived session is returned unchanged.
+	ArchiveSession(ctx context.Context, in *ArchiveSessionRequest, opts ...grpc.CallOption) (*Session, error)
+	// Makes an archived session writable again and returns it (archive_time
+	// unset). Idempotent: a session that is not archived is returned unchanged.
+	UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*Session, error)
 }
 
 type contextServiceClient struct {
@@ -286,6 +292,24 @@ func (c *contextServiceClient) ForkSession(ctx context.Context, in *ForkSessionR
 	return out, nil
 }
 
+func (c *contextServiceClient) ArchiveSession(ctx context.Context, in *ArchiveSessionRequest, opts ...grpc.CallOption) (*Session, error) {
+	out := new(Session)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/ArchiveSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *contextServiceClient) UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*Session, error) {
+	out := new(Session)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/UnarchiveSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ContextServiceServer is the server API for ContextService service.
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility
@@ -364,6 +388,12 @@ type ContextServiceServer interface {
 	// INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
 	// new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
 	ForkSession(context.Context, *ForkSessionRequest) (*Session, error)
+	// Archives a session and returns it (archive_time set). Idempotent: an
+	// archived session is returned unchanged.
+	ArchiveSession(context.Context, *ArchiveSessionRequest) (*Session, error)
+	// Makes an archived session writable again and returns it (archive_time
+	// unset). Idempotent: a session that is not archived is returned unchanged.
+	UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error)
 	mustEmbedUnimplementedContextServiceServer()
 }
 
@@ -424,6 +454,12 @@ func (UnimplementedContextServiceServer) CountTokens(context.Context, *CountToke
 }
 func (UnimplementedContextServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*Session, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ForkSession not implemented")
+}
+func (UnimplementedContextServiceServer) ArchiveSession(context.Context, *ArchiveSessionRequest) (*Session, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ArchiveSession not implemented")
+}
+func (UnimplementedContextServiceServer) UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UnarchiveSession not implemented")
 }
 func (UnimplementedContextServiceServer) mustEmbedUnimplementedContextServiceServer() {}
 
@@ -770,6 +806,42 @@ func _ContextService_ForkSession_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContextService_ArchiveSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ArchiveSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).ArchiveSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/ArchiveSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).ArchiveSession(ctx, req.(*ArchiveSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ContextService_UnarchiveSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnarchiveSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).UnarchiveSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/UnarchiveSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).UnarchiveSession(ctx, req.(*UnarchiveSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ContextService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "ctxwarden.v1.ContextService",
 	HandlerType: (*ContextServiceServer)(nil),
@@ -841,6 +913,14 @@ var _ContextService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForkSession",
 			Handler:    _ContextService_ForkSession_Handler,
+		},
+		{
+			MethodName: "ArchiveSession",
+			Handler:    _ContextService_ArchiveSession_Handler,
+		},
+		{
+			MethodName: "UnarchiveSession",
+			Handler:    _ContextService_UnarchiveSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -19,6 +19,7 @@ from . import _calls, _defaults, _pagination
 from ._async_rpc import AsyncRpc
 from ._async_stream import AsyncMessageStream
 from ._calls import MessagesArg, SessionFields, StateDeltaArg
+from ._lifecycle import AsyncLifecycle
 from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # typing-only class from the generated .pyi
 __all__ = ["AsyncClient"]
 
 
-class AsyncClient(AsyncRpc):
+class AsyncClient(AsyncRpc, AsyncLifecycle):
     """asyncio client for ``ctxwarden.v1.ContextService`` (``grpc.aio``).
 
     Same methods as :class:`ctxwarden_client.Client`, as coroutines; the list
@@ -125,16 +126,18 @@ class AsyncClient(AsyncRpc):
         *,
         page_token: str = "",
         parent_session_id: str = "",
+        show_archived: bool = False,
         timeout: float | None = None,
     ) -> AsyncIterator[session_pb2.Session]:
         """Iterates over sessions, newest first, fetching pages lazily.
 
         ``page_token`` starts the listing at that page (a ``next_page_token`` of an
         earlier ListSessions with the same filters) instead of the first one;
-        ``parent_session_id``: only the forks of that session."""
+        ``parent_session_id``: only the forks of that session; ``show_archived``
+        lists archived sessions too."""
         async for item in self._pages(
             _pagination.list_sessions(
-                user_id, project_id, page_size, page_token, parent_session_id
+                user_id, project_id, page_size, page_token, parent_session_id, show_archived
             ),
             timeout,
         ):

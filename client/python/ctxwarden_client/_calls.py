@@ -110,6 +110,16 @@ def delete_session(session_id: str) -> Call[pb.DeleteSessionRequest, empty_pb2.E
     return Call(lambda stub: stub.DeleteSession, request, safe=False)
 
 
+def archive_session(session_id: str) -> Call[pb.ArchiveSessionRequest, session_pb2.Session]:
+    request = pb.ArchiveSessionRequest(session_id=session_id)
+    return Call(lambda stub: stub.ArchiveSession, request, safe=True)  # idempotent
+
+
+def unarchive_session(session_id: str) -> Call[pb.UnarchiveSessionRequest, session_pb2.Session]:
+    request = pb.UnarchiveSessionRequest(session_id=session_id)
+    return Call(lambda stub: stub.UnarchiveSession, request, safe=True)  # idempotent
+
+
 # -- messages ----------------------------------------------------------------
 
 

@@ -55,7 +55,12 @@ class Pages(Generic[Req, PageT, Item]):
 
 
 def list_sessions(
-    user_id: str, project_id: str, page_size: int, page_token: str, parent_session_id: str = ""
+    user_id: str,
+    project_id: str,
+    page_size: int,
+    page_token: str,
+    parent_session_id: str = "",
+    show_archived: bool = False,
 ) -> Pages[pb.ListSessionsRequest, pb.ListSessionsResponse, session_pb2.Session]:
     def call_for(token: str) -> Call[pb.ListSessionsRequest, pb.ListSessionsResponse]:
         request = pb.ListSessionsRequest(
@@ -64,6 +69,7 @@ def list_sessions(
             page_size=page_size,
             page_token=token,
             parent_session_id=parent_session_id,
+            show_archived=show_archived,
         )
         return Call(lambda stub: stub.ListSessions, request, safe=True)
 

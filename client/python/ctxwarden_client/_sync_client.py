@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from . import _calls, _defaults, _pagination
 from ._calls import Call, MessagesArg, SessionFields, StateDeltaArg
 from ._client_base import ClientBase
+from ._lifecycle import SyncLifecycle
 from ._pagination import Pages
 from ._retry import retry_delay
 from ._sync_stream import MessageStream
@@ -26,7 +27,7 @@ _Resp = TypeVar("_Resp")
 _Item = TypeVar("_Item")
 
 
-class Client(ClientBase):
+class Client(ClientBase, SyncLifecycle):
     """Blocking client for ``ctxwarden.v1.ContextService``.
 
     ``timeout`` is the default deadline in seconds of every call (``None``: no
@@ -129,16 +130,18 @@ class Client(ClientBase):
         *,
         page_token: str = "",
         parent_session_id: str = "",
+        show_archived: bool = False,
         timeout: float | None = None,
     ) -> Iterator[session_pb2.Session]:
         """Iterates over sessions, newest first, fetching pages lazily.
 
         ``page_token`` starts the listing at that page (a ``next_page_token`` of an
         earlier ListSessions with the same filters) instead of the first one;
-        ``parent_session_id``: only the forks of that session."""
+        ``parent_session_id``: only the forks of that session; ``show_archived``
+        lists archived sessions too."""
         yield from self._pages(
             _pagination.list_sessions(
-                user_id, project_id, page_size, page_token, parent_session_id
+                user_id, project_id, page_size, page_token, parent_session_id, show_archived
             ),
             timeout,
         )

@@ -246,6 +246,8 @@ const DIRECT = new Set([
   "GetToolOutput",
   "CountTokens",
   "ForkSession",
+  "ArchiveSession",
+  "UnarchiveSession",
 ]);
 
 // -- sample values ----------------------------------------------------------------

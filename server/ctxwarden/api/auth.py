@@ -30,6 +30,8 @@ READ_METHODS = frozenset(
         "CountTokens",
     }
 )
+"""Methods a ``ctxwarden:read`` token may call; every other method (ArchiveSession and
+UnarchiveSession too) needs ``ctxwarden:write``."""
 JWT_ALGORITHMS = ("HS256", "RS256", "ES256")
 
 

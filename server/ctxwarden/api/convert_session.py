@@ -127,6 +127,8 @@ def session_to_pb(
         parent_session_id=outer_id(s.parent_session_id).split("#", 1)[0],
         parent_seq=s.parent_seq,
     )
+    if s.archive_time_us:
+        out.archive_time.CopyFrom(timestamp(s.archive_time_us))
     if s.state:
         out.state.CopyFrom(dict_to_struct(s.state))
     if user_state:

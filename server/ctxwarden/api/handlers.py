@@ -69,6 +69,8 @@ UNARY_METHODS: dict[str, Types] = {
     "GetToolOutput": (pb.GetToolOutputRequest, pb.GetToolOutputResponse),
     "CountTokens": (pb.CountTokensRequest, pb.CountTokensResponse),
     "ForkSession": (pb.ForkSessionRequest, ses_pb.Session),
+    "ArchiveSession": (pb.ArchiveSessionRequest, ses_pb.Session),
+    "UnarchiveSession": (pb.UnarchiveSessionRequest, ses_pb.Session),
 }
 STREAM_METHODS: dict[str, Types] = {
     "StreamMessages": (pb.AppendMessagesRequest, pb.AppendMessagesResponse),

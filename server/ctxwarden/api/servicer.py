@@ -26,6 +26,7 @@ from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.forks import ForkHandlers
 from ctxwarden.api.handlers import service_handler
+from ctxwarden.api.lifecycle_rpcs import LifecycleRpcs
 from ctxwarden.api.model_input_wire import basic_model_input_bytes, model_input_bytes, resume_offset
 from ctxwarden.api.responses import (
     carries_messages,
@@ -48,7 +49,7 @@ log = logging.getLogger("ctxwarden.rpc")
 UPDATABLE = ("title", "system_prompt", "tools", "model", "policy", "pinned_state", "labels")
 
 
-class ContextServicer(ForkHandlers):
+class ContextServicer(ForkHandlers, LifecycleRpcs):
     def __init__(
         self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
     ) -> None:
@@ -87,6 +88,7 @@ class ContextServicer(ForkHandlers):
             request.page_token,
             tenant=current_tenant.get(),
             parent=inner_id(parent, "parent_session_id") if parent else "",
+            show_archived=request.show_archived,
         )
         return pb.ListSessionsResponse(
             sessions=[session_to_pb(s) for s in sessions], next_page_token=token

@@ -121,6 +121,8 @@ class ErrorReason(enum.StrEnum):
     """The compaction plan outlived --compaction-plan-ttl."""
     NO_SUMMARIZER = "NO_SUMMARIZER"
     """Compact was called but the server has no summariser configured."""
+    SESSION_ARCHIVED = "SESSION_ARCHIVED"
+    """The session is archived (read-only): UnarchiveSession makes it writable again."""
     SUMMARIZER_FAILED = "SUMMARIZER_FAILED"
     """The summariser failed (UNAVAILABLE if retrying may help, else FAILED_PRECONDITION)."""
 

@@ -109,6 +109,8 @@ class Session:
     """The last seq a fork inherits from its parent."""
     fork_seq: int = 0
     """The seq a fork was made at (it sees its parent as it was just before)."""
+    archive_time_us: int = 0
+    """When ArchiveSession archived it (0: not archived): read-only until unarchived."""
 
     @property
     def etag(self) -> str:
@@ -117,6 +119,10 @@ class Session:
     @property
     def deleted(self) -> bool:
         return self.delete_time_us != 0
+
+    @property
+    def archived(self) -> bool:
+        return self.archive_time_us != 0
 
 
 class CompactionTrigger(enum.IntEnum):

@@ -220,8 +220,8 @@ class BackgroundCompactions:
             log.info("background compaction of session %s will be retried: %s", sid, exc)
             return _RETRY
         except FailedPrecondition as exc:
-            if exc.reason == ErrorReason.NOTHING_TO_COMPACT:
-                return "superseded"
+            if exc.reason in (ErrorReason.NOTHING_TO_COMPACT, ErrorReason.SESSION_ARCHIVED):
+                return "superseded"  # archived meanwhile: read-only now
             log.warning("background compaction of session %s failed: %s", sid, exc)
             return "failed"  # the summariser rejected the request: a retry would too
         except Unavailable as exc:

@@ -10,7 +10,8 @@ critical section at the same time.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+import time
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -73,12 +74,36 @@ class SessionLocks:
                 del self._entries[session_id]
 
 
+class EvictionCause:
+    """Why a session's copy left memory (the ``cause`` label of the evictions metric)."""
+
+    LRU = "lru"
+    """Room for another session (--max-hot-sessions)."""
+    IDLE = "idle"
+    """Not touched for --idle-evict-seconds."""
+    ARCHIVED = "archived"
+    DELETED = "deleted"
+    STALE = "stale"
+    """Another writer changed the session, or a write's outcome is unknown."""
+
+
 class HotSessions:
-    def __init__(self, capacity: int, lock_timeout: float = 0.0) -> None:
+    """``clock`` (seconds, monotonic) stamps each access, for idle eviction."""
+
+    def __init__(
+        self,
+        capacity: int,
+        lock_timeout: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.capacity = max(1, capacity)
         self._items: OrderedDict[str, SessionContext] = OrderedDict()
+        self._touched: dict[str, float] = {}
         self.locks = SessionLocks(lock_timeout)
         self._listeners: list[Callable[[str], None]] = []
+        self.clock = clock
+        self.evictions: Counter[str] = Counter()
+        """Copies that left memory, by EvictionCause (read by the metrics at scrape)."""
 
     def __len__(self) -> int:
         return len(self._items)
@@ -103,6 +128,7 @@ class HotSessions:
         ctx = self._items.get(session_id)
         if ctx is not None:
             self._items.move_to_end(session_id)
+            self._touched[session_id] = self.clock()
         return ctx
 
     def put(self, session_id: str, ctx: SessionContext) -> None:
@@ -111,6 +137,7 @@ class HotSessions:
             self._left(session_id)
         self._items[session_id] = ctx
         self._items.move_to_end(session_id)
+        self._touched[session_id] = self.clock()
         if len(self._items) <= self.capacity:
             return
         # Evict the least recently used sessions nobody is working on.
@@ -118,9 +145,30 @@ class HotSessions:
             if len(self._items) <= self.capacity:
                 break
             if sid != session_id and not self.locks.held(sid):
-                del self._items[sid]
-                self._left(sid)
+                self._remove(sid, EvictionCause.LRU)
 
-    def evict(self, session_id: str) -> None:
-        if self._items.pop(session_id, None) is not None:
-            self._left(session_id)
+    def _remove(self, session_id: str, cause: str) -> None:
+        del self._items[session_id]
+        self._touched.pop(session_id, None)
+        self.evictions[cause] += 1
+        self._left(session_id)
+
+    def evict(self, session_id: str, cause: str = EvictionCause.STALE) -> None:
+        if session_id in self._items:
+            self._remove(session_id, cause)
+
+    def evict_idle(self, idle_seconds: float) -> int:
+        """Evict the sessions not touched for ``idle_seconds`` that nobody is
+        working on; returns how many. The LRU order is the order of last touch,
+        so the scan stops at the first session touched recently."""
+        if idle_seconds <= 0:
+            return 0
+        now = self.clock()
+        evicted = 0
+        for sid in list(self._items):
+            if now - self._touched.get(sid, now) < idle_seconds:
+                break
+            if not self.locks.held(sid):
+                self._remove(sid, EvictionCause.IDLE)
+                evicted += 1
+        return evicted

@@ -17,6 +17,7 @@ from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.background_compaction import BackgroundCompactions
 from ctxwarden.service.forks import Forks
 from ctxwarden.service.layered import LayeredCompactor
+from ctxwarden.service.lifecycle import Lifecycle
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
 from ctxwarden.service.model_output import ModelOutputs
@@ -66,6 +67,9 @@ class SessionManager:
         self.prepare_compaction = self.compactor.prepare
         self.commit_compaction = self.compactor.commit
         self.list_compactions = self.compactor.list
+        lifecycle = Lifecycle(runtime)
+        self.archive_session = lifecycle.archive_session
+        self.unarchive_session = lifecycle.unarchive_session
 
     @property
     def restores(self) -> int:

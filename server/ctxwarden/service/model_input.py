@@ -95,7 +95,9 @@ class ModelInputs:
         if as_of_seq is not None:
             return await self._replay_input(ctx, as_of_seq, max_output_tokens)
         view = ctx.model_input(max_output_tokens)
-        if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
+        # An archived session is read-only: a read never compacts it.
+        may_compact = auto_compact and not ctx.session.archived
+        if may_compact and view.compaction_recommended and self.compactor.summarizer is not None:
             # Past the hard threshold: wait for a background compaction summarising
             # now rather than start a second one, and compact here only if still needed.
             background = self.rt.background
@@ -104,7 +106,7 @@ class ModelInputs:
                 view = ctx.model_input(max_output_tokens)
         # Layered clearing (service.layered) needs no summariser.
         layered = ctx.policy.clear_tool_results_at_least > 0
-        if auto_compact and view.compaction_recommended and (self.compactor.summarizer or layered):
+        if may_compact and view.compaction_recommended and (self.compactor.summarizer or layered):
             try:
                 await self.compactor.compact(session_id, "", 0, None, CompactionTrigger.THRESHOLD)
             except FailedPrecondition as exc:

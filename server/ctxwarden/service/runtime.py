@@ -13,14 +13,20 @@ from ctxwarden import ids
 from ctxwarden.config import Settings
 from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.context import SessionContext
-from ctxwarden.core.errors import Aborted, InvalidArgument, NotFound, Unavailable
+from ctxwarden.core.errors import (
+    Aborted,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.core.validation import check_session_id
 from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.errors import store_error
-from ctxwarden.service.hot import HotSessions
+from ctxwarden.service.hot import EvictionCause, HotSessions
 from ctxwarden.service.results import IdempotencyKey
 from ctxwarden.service.tokenizer_access import tokenizer_for
 from ctxwarden.store.errors import (
@@ -54,7 +60,9 @@ class SessionRuntime:
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.store = store
         self.settings = settings
-        self.hot = HotSessions(settings.max_hot_sessions, settings.db_timeout_seconds)
+        self.hot = HotSessions(
+            settings.max_hot_sessions, settings.db_timeout_seconds, lambda: self.clock()
+        )
         self.restores = 0
         self.model_calibration = ModelCalibration()
         self.db_timeout = settings.db_timeout_seconds
@@ -63,8 +71,9 @@ class SessionRuntime:
 
     def grew(self, ctx: SessionContext) -> None:
         """The session's context grew (an append, a BuildModelInput): queue a
-        background compaction if it passed the policy's soft threshold."""
-        if self.background is not None:
+        background compaction if it passed the policy's soft threshold (never for
+        an archived session, which is read-only)."""
+        if self.background is not None and not ctx.session.archived:
             self.background.offer(ctx)
 
     # -- plumbing -------------------------------------------------------------
@@ -111,7 +120,7 @@ class SessionRuntime:
         if ctx is not None and (not verify or await self.current(ctx)):
             return ctx
         async with self.hot.lock(session_id):
-            return await self.context_locked(session_id, verify=verify)
+            return await self._load(session_id, verify=verify)
 
     async def current(self, ctx: SessionContext) -> bool:
         """Whether the in-memory copy is the stored session's current version
@@ -122,7 +131,7 @@ class SessionRuntime:
         sid = ctx.session.session_id
         stored = await self.db(lambda: self.store.sessions.version(sid))
         if stored is None or stored.deleted:
-            self.hot.evict(sid)
+            self.hot.evict(sid, EvictionCause.DELETED)
             raise self.not_found(sid)
         if stored.version != ctx.session.version:
             return False
@@ -130,7 +139,15 @@ class SessionRuntime:
         return True
 
     async def context_locked(self, session_id: str, *, verify: bool = False) -> SessionContext:
-        """Like ``context``, for a caller that already holds the session's lock."""
+        """Like ``context``, for a caller that already holds the session's lock to
+        write: an archived session is refused (FAILED_PRECONDITION)."""
+        ctx = await self._load(session_id, verify=verify)
+        if ctx.session.archived:
+            raise self.archived(session_id)
+        return ctx
+
+    async def _load(self, session_id: str, *, verify: bool) -> SessionContext:
+        """The hot copy (checked when ``verify``), else the restored session."""
         check_session_id(session_id)
         ctx = self.hot.get(session_id)
         if ctx is not None:
@@ -144,7 +161,8 @@ class SessionRuntime:
 
         Reads the session row, its newest valid checkpoint and the active
         messages from that checkpoint's first_kept_seq on (Store.load_snapshot):
-        O(kept), whatever the length of the history. Caller holds the lock."""
+        O(kept), whatever the length of the history. Caller holds the lock.
+        An archived session is returned for reading but not kept in memory."""
         snapshot = await self.db(lambda: self.store.load_snapshot(session_id))
         if snapshot is None or snapshot.session.deleted:
             raise self.not_found(session_id)
@@ -157,7 +175,8 @@ class SessionRuntime:
         ctx = await asyncio.to_thread(build) if len(snapshot.kept) > 2000 else build()
         self.restores += 1
         ctx.checked_at = self.clock()
-        self.hot.put(session_id, ctx)
+        if not s.archived:
+            self.hot.put(session_id, ctx)
         return ctx
 
     @staticmethod
@@ -166,6 +185,15 @@ class SessionRuntime:
         return NotFound(
             f"session {shown!r} does not exist (or was deleted)",
             reason=ErrorReason.SESSION_NOT_FOUND,
+            metadata={"session_id": shown},
+        )
+
+    @staticmethod
+    def archived(session_id: str) -> FailedPrecondition:
+        shown = visible_id(session_id)
+        return FailedPrecondition(
+            f"session {shown!r} is archived and read-only; call UnarchiveSession to write to it",
+            reason=ErrorReason.SESSION_ARCHIVED,
             metadata={"session_id": shown},
         )
 

@@ -23,6 +23,7 @@ from ctxwarden.core.validation import (
     check_session_fields,
     check_session_id,
 )
+from ctxwarden.service.hot import EvictionCause
 from ctxwarden.service.pages import (
     clamp_page_size,
     decode_token,
@@ -125,6 +126,7 @@ class Sessions:
         page_token: str,
         tenant: str = "",
         parent: str = "",
+        show_archived: bool = False,
     ) -> tuple[list[Session], str]:
         """``parent`` (internal): only the forks of that session."""
         size = clamp_page_size(page_size, 50)
@@ -133,7 +135,8 @@ class Sessions:
         before: tuple[int, str] | None = None
         if page_token:
             tok = decode_token(page_token)
-            if tok.get("u") != user_id or tok.get("p") != project_id or tok.get("f", "") != parent:
+            filters = (tok.get("u"), tok.get("p"), tok.get("f", ""), bool(tok.get("a", False)))
+            if filters != (user_id, project_id, parent, show_archived):
                 raise InvalidArgument(
                     "page_token was issued for different filters",
                     reason=ErrorReason.INVALID_PAGE_TOKEN,
@@ -148,13 +151,20 @@ class Sessions:
                 limit=size + 1,
                 before=before,
                 parent=parent,
+                show_archived=show_archived,
             )
         )
         token = ""
         if len(rows) > size:
             rows = rows[:size]
             last = rows[-1]
-            fields = {"u": user_id, "p": project_id, "t": last.create_time_us, "i": last.session_id}
+            fields = {
+                "u": user_id,
+                "p": project_id,
+                "a": show_archived,
+                "t": last.create_time_us,
+                "i": last.session_id,
+            }
             token = encode_token({**fields, "f": parent} if parent else fields)
         # A hot session's row may lag its in-memory counters by nothing: rows are
         # written before memory changes, so the row is authoritative here.
@@ -232,6 +242,6 @@ class Sessions:
             deleted = await self.rt.db(
                 lambda: self.rt.store.sessions.delete(session_id, ids.now_us())
             )
-            self.rt.hot.evict(session_id)
+            self.rt.hot.evict(session_id, EvictionCause.DELETED)
         if not deleted:
             raise self.rt.not_found(session_id)

@@ -81,6 +81,8 @@ class SessionRow(Base):
     create_time_us: Mapped[int] = mapped_column(BigInteger)
     update_time_us: Mapped[int] = mapped_column(BigInteger)
     delete_time_us: Mapped[int] = mapped_column(BigInteger, default=0)
+    archive_time_us: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """When the session was archived (0: not archived; see ArchiveSession)."""
     compaction_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
     """The checkpoint in effect ("" before the first compaction)."""
     stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
@@ -112,6 +114,7 @@ class SessionRow(Base):
         Index("ix_sessions_list", "tenant_id", "delete_time_us", "create_time_us", "session_id"),
         Index("ix_sessions_user", "tenant_id", "user_id", "create_time_us"),
         Index("ix_sessions_project", "tenant_id", "project_id", "create_time_us"),
+        Index("ix_sessions_archived", "tenant_id", "archive_time_us"),
     )
 
 
@@ -179,6 +182,8 @@ class RequestRow(Base):
     request_hash: Mapped[str] = mapped_column(ascii_id(64))
     outcome: Mapped[bytes] = mapped_column(long_blob())
     create_time_us: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_request_records_time", "tenant_id", "create_time_us"),)
 
 
 class CompactionPlanRow(Base):

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import ColumnElement, exists, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.tables import C, M, P, R, S, V
 
 CHILDREN = (M, C, P, V, R)
@@ -15,11 +16,13 @@ CHILDREN = (M, C, P, V, R)
 
 
 async def purge_deleted(
-    engine: AsyncEngine,
+    engine: AsyncEngine | WriteGate,
     *,
     deleted_before_us: int,
     batch: int = 100,
     progress: Callable[[int], None] | None = None,
+    scope: ColumnElement[bool] | None = None,
+    on_batch: Callable[[list[str]], None] | None = None,
 ) -> int:
     """Remove soft-deleted sessions (and all their rows) deleted before the cutoff.
 
@@ -27,7 +30,8 @@ async def purge_deleted(
     IDs by equality (``session_id IN (...)``; idempotency records have a typed
     session_id column), and only sessions whose delete_time_us is set and older
     than the cutoff are chosen. Works in batches so a large purge never holds
-    long locks. Returns sessions purged.
+    long locks. Returns sessions purged. ``scope`` narrows the sessions further
+    (a retention rule's tenants); ``on_batch`` is told each batch's session keys.
 
     A session some fork still reads from (its ``parent_key``) is kept, whatever
     that fork's state: its rows are the fork's history. Once the forks are gone,
@@ -44,8 +48,9 @@ async def purge_deleted(
                         .where(
                             S.c.delete_time_us > 0,
                             S.c.delete_time_us < deleted_before_us,
-                            ~_has_forks(),
+                            ~has_forks(),
                         )
+                        .where(scope if scope is not None else S.c.delete_time_us > 0)
                         .limit(batch)
                     )
                 ).all()
@@ -55,12 +60,14 @@ async def purge_deleted(
             for table in CHILDREN:
                 await conn.execute(table.delete().where(table.c.session_id.in_(ids)))
             await conn.execute(S.delete().where(S.c.session_id.in_(ids), S.c.delete_time_us > 0))
+        if on_batch is not None:
+            on_batch(ids)
         purged += len(ids)
         if progress is not None:
             progress(purged)
 
 
-def _has_forks() -> Any:
+def has_forks() -> Any:
     """Whether some session reads from the candidate (a fork of it)."""
     child = S.alias("child")
     return exists().where(child.c.parent_key == S.c.session_id)

@@ -194,12 +194,16 @@ class SessionRepository:
         limit: int,
         before: tuple[int, str] | None,
         parent: str = "",
+        show_archived: bool = False,
     ) -> list[Session]:
         """Live sessions, newest first; ``before`` is the last (create_time, id) seen;
-        ``parent`` (an internal key): only its forks."""
+        ``parent`` (an internal key): only its forks. Archived sessions only with
+        ``show_archived``."""
         q = select(S).where(S.c.tenant_id == tenant, S.c.delete_time_us == 0)
         if parent:
             q = q.where(S.c.parent_key == parent)
+        if not show_archived:
+            q = q.where(S.c.archive_time_us == 0)
         if user_id:
             q = q.where(S.c.user_id == user_id)
         if project_id:
@@ -244,6 +248,7 @@ class SessionRepository:
             "parent_key",
             "parent_seq",
             "fork_seq",
+            "archive_time_us",
         ):
             values.pop(key)
         values.pop("calibration_json")
@@ -259,6 +264,27 @@ class SessionRepository:
                     .where(M.c.session_id == session.session_id, M.c.seq == seq)
                     .values(token_count=count, counted_with=spec)
                 )
+
+    @boundary
+    async def set_archived(self, session_id: str, archive_time_us: int) -> Session | None:
+        """Archive (``archive_time_us`` > 0) or unarchive (0) a live session; returns
+        it as stored, None when there is no live session. A session already in
+        that state is returned unchanged; a change advances the version, so every
+        replica's copy is stale (reads reload it, writes lose their compare-and-set)."""
+        live = and_(S.c.session_id == session_id, S.c.delete_time_us == 0)
+        async with self.gate.begin() as conn:
+            row = (await conn.execute(select(S).where(live).with_for_update())).first()
+            if row is None:
+                return None
+            if (int(row.archive_time_us) > 0) == (archive_time_us > 0):
+                return session_from_row(row)
+            await conn.execute(
+                update(S)
+                .where(live, S.c.version == row.version)
+                .values(archive_time_us=archive_time_us, version=S.c.version + 1)
+            )
+            row = (await conn.execute(select(S).where(live))).first()
+        return None if row is None else session_from_row(row)
 
     @boundary
     async def delete(self, session_id: str, now_us: int) -> bool:

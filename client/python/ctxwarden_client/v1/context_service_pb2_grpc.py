@@ -131,6 +131,16 @@ class ContextServiceStub:
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.ForkSessionRequest.SerializeToString,
                 response_deserializer=ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
                 _registered_method=True)
+        self.ArchiveSession = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/ArchiveSession',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.ArchiveSessionRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+                _registered_method=True)
+        self.UnarchiveSession = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/UnarchiveSession',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -307,6 +317,28 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ArchiveSession(self, request, context):
+        """Session lifecycle. An archived session leaves the server's memory and is
+        read-only: GetSession, ListMessages, BuildModelInput, ListCompactions and
+        GetToolOutput read it from the database, every write fails with
+        FAILED_PRECONDITION (reason SESSION_ARCHIVED), and ListSessions leaves it
+        out unless show_archived is set.
+
+        Archives a session and returns it (archive_time set). Idempotent: an
+        archived session is returned unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnarchiveSession(self, request, context):
+        """Makes an archived session writable again and returns it (archive_time
+        unset). Idempotent: a session that is not archived is returned unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -398,6 +430,16 @@ def add_ContextServiceServicer_to_server(servicer, server):
             'ForkSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkSession,
                     request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.ForkSessionRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_session__pb2.Session.SerializeToString,
+            ),
+            'ArchiveSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ArchiveSession,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.ArchiveSessionRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_session__pb2.Session.SerializeToString,
+            ),
+            'UnarchiveSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnarchiveSession,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.FromString,
                     response_serializer=ctxwarden_dot_v1_dot_session__pb2.Session.SerializeToString,
             ),
     }
@@ -891,6 +933,60 @@ class ContextService:
             target,
             '/ctxwarden.v1.ContextService/ForkSession',
             ctxwarden_dot_v1_dot_context__service__pb2.ForkSessionRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ArchiveSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/ArchiveSession',
+            ctxwarden_dot_v1_dot_context__service__pb2.ArchiveSessionRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnarchiveSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/UnarchiveSession',
+            ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.SerializeToString,
             ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
             options,
             channel_credentials,

@@ -131,6 +131,20 @@ class ContextServiceStub:
     INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
     new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
     """
+    ArchiveSession: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ArchiveSessionRequest, _session_pb2.Session]
+    """Session lifecycle. An archived session leaves the server's memory and is
+    read-only: GetSession, ListMessages, BuildModelInput, ListCompactions and
+    GetToolOutput read it from the database, every write fails with
+    FAILED_PRECONDITION (reason SESSION_ARCHIVED), and ListSessions leaves it
+    out unless show_archived is set.
+
+    Archives a session and returns it (archive_time set). Idempotent: an
+    archived session is returned unchanged.
+    """
+    UnarchiveSession: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.UnarchiveSessionRequest, _session_pb2.Session]
+    """Makes an archived session writable again and returns it (archive_time
+    unset). Idempotent: a session that is not archived is returned unchanged.
+    """
 
 @_typing.type_check_only
 class ContextServiceAsyncStub(ContextServiceStub):
@@ -232,6 +246,20 @@ class ContextServiceAsyncStub(ContextServiceStub):
     Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
     INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
     new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
+    """
+    ArchiveSession: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ArchiveSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
+    """Session lifecycle. An archived session leaves the server's memory and is
+    read-only: GetSession, ListMessages, BuildModelInput, ListCompactions and
+    GetToolOutput read it from the database, every write fails with
+    FAILED_PRECONDITION (reason SESSION_ARCHIVED), and ListSessions leaves it
+    out unless show_archived is set.
+
+    Archives a session and returns it (archive_time set). Idempotent: an
+    archived session is returned unchanged.
+    """
+    UnarchiveSession: _aio.UnaryUnaryMultiCallable[_context_service_pb2.UnarchiveSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
+    """Makes an archived session writable again and returns it (archive_time
+    unset). Idempotent: a session that is not archived is returned unchanged.
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -439,6 +467,32 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
         INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
         new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
+        """
+
+    @_abc_1.abstractmethod
+    def ArchiveSession(
+        self,
+        request: _context_service_pb2.ArchiveSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
+        """Session lifecycle. An archived session leaves the server's memory and is
+        read-only: GetSession, ListMessages, BuildModelInput, ListCompactions and
+        GetToolOutput read it from the database, every write fails with
+        FAILED_PRECONDITION (reason SESSION_ARCHIVED), and ListSessions leaves it
+        out unless show_archived is set.
+
+        Archives a session and returns it (archive_time set). Idempotent: an
+        archived session is returned unchanged.
+        """
+
+    @_abc_1.abstractmethod
+    def UnarchiveSession(
+        self,
+        request: _context_service_pb2.UnarchiveSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
+        """Makes an archived session writable again and returns it (archive_time
+        unset). Idempotent: a session that is not archived is returned unchanged.
         """
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -182,6 +182,7 @@ class Session(_message.Message):
     PROJECT_STATE_FIELD_NUMBER: _builtins.int
     PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
     PARENT_SEQ_FIELD_NUMBER: _builtins.int
+    ARCHIVE_TIME_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Unique ID: client-chosen (1-255 characters of [A-Za-z0-9._:-], starting
     with a letter or digit) or server-made (sortable by creation time). Output
@@ -262,6 +263,14 @@ class Session(_message.Message):
         Returned by GetSession only (empty in other responses).
         """
 
+    @_builtins.property
+    def archive_time(self) -> _timestamp_pb2.Timestamp:
+        """Output only. When ArchiveSession archived the session; unset while it is
+        not archived. An archived session is read-only (every write fails with
+        FAILED_PRECONDITION, reason SESSION_ARCHIVED) until UnarchiveSession, and
+        a tenant's retention rule may purge it some days after this time.
+        """
+
     def __init__(
         self,
         *,
@@ -285,10 +294,11 @@ class Session(_message.Message):
         project_state: _struct_pb2.Struct | None = ...,
         parent_session_id: _builtins.str = ...,
         parent_seq: _builtins.int = ...,
+        archive_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "policy", b"policy", "project_state", b"project_state", "state", b"state", "update_time", b"update_time", "user_state", b"user_state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["archive_time", b"archive_time", "create_time", b"create_time", "policy", b"policy", "project_state", b"project_state", "state", b"state", "update_time", b"update_time", "user_state", b"user_state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "parent_seq", b"parent_seq", "parent_session_id", b"parent_session_id", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "project_state", b"project_state", "session_id", b"session_id", "state", b"state", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id", "user_state", b"user_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archive_time", b"archive_time", "context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "parent_seq", b"parent_seq", "parent_session_id", b"parent_session_id", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "project_state", b"project_state", "session_id", b"session_id", "state", b"state", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id", "user_state", b"user_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
