@@ -112,6 +112,11 @@ var directRPCs = map[string]bool{
 	"ListCompactions":   true,
 	"GetToolOutput":     true,
 	"CountTokens":       true,
+	"CreateMemory":      true,
+	"GetMemory":         true,
+	"ListMemories":      true,
+	"UpdateMemory":      true,
+	"DeleteMemory":      true,
 }
 
 func contextService(t *testing.T) protoreflect.ServiceDescriptor {

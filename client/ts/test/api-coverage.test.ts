@@ -245,6 +245,11 @@ const DIRECT = new Set([
   "ListCompactions",
   "GetToolOutput",
   "CountTokens",
+  "CreateMemory",
+  "GetMemory",
+  "ListMemories",
+  "UpdateMemory",
+  "DeleteMemory",
 ]);
 
 // -- sample values ----------------------------------------------------------------

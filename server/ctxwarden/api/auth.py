@@ -28,6 +28,8 @@ READ_METHODS = frozenset(
         "ListCompactions",
         "GetToolOutput",
         "CountTokens",
+        "GetMemory",
+        "ListMemories",
     }
 )
 JWT_ALGORITHMS = ("HS256", "RS256", "ES256")

@@ -266,6 +266,8 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         create_time=timestamp(c.create_time_us),
         superseded=c.superseded,
         at_seq=c.at_seq,
+        proposed_memory_ids=list(c.proposed_memory_ids),
+        memory_tokens=c.memory_tokens,
     )
 
 

@@ -37,6 +37,7 @@ _POLICY_COUNTS = (
     "tool_output_max_bytes",
     "tool_output_max_lines",
     "keep_tool_results",
+    "memory_max_tokens",
 )
 """ContextPolicy's numeric fields (the same names in the proto and the domain)."""
 
@@ -52,7 +53,13 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
     # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
     check_no_nul(p.tokenizer, "policy.tokenizer")
     counts: dict[str, int] = {name: getattr(p, name) for name in _POLICY_COUNTS}
-    return ContextPolicy(tokenizer=p.tokenizer, **counts)
+    if p.memory_write not in ses_pb.MemoryWriteMode.values():
+        raise InvalidArgument(
+            f"policy.memory_write {p.memory_write} is unknown; use OFF, PROPOSE or AUTO",
+            reason=ErrorReason.INVALID_MEMORY_STATE,
+            field="policy.memory_write",
+        )
+    return ContextPolicy(tokenizer=p.tokenizer, memory_write=int(p.memory_write), **counts)
 
 
 def session_from_pb(s: ses_pb.Session) -> Session:
@@ -103,7 +110,9 @@ def session_to_pb(
         tools=[tool_to_pb(t) for t in s.tools],
         model=s.model,
         policy=ses_pb.ContextPolicy(
-            tokenizer=p.tokenizer, **{name: getattr(p, name) for name in _POLICY_COUNTS}
+            tokenizer=p.tokenizer,
+            memory_write=p.memory_write,  # type: ignore[arg-type]
+            **{name: getattr(p, name) for name in _POLICY_COUNTS},
         ),
         pinned_state=s.pinned_state,
         labels=dict(s.labels),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,19 +22,21 @@ from ctxwarden.api.convert import (
     provider_error_from_pb,
     trigger_from_pb,
 )
+from ctxwarden.api.convert_memory import proposed_from_pb
 from ctxwarden.api.convert_requests import append_response, message_filter, state_delta_from_pb
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
-from ctxwarden.api.handlers import Malformed, service_handler
+from ctxwarden.api.handlers import service_handler
+from ctxwarden.api.memory_servicer import MemoryServicer
 from ctxwarden.api.model_input_wire import basic_model_input_bytes, model_input_bytes, resume_offset
 from ctxwarden.api.responses import (
     carries_messages,
     check_response_size,
     page_length,
-    response_size,
 )
 from ctxwarden.api.tenancy import current_tenant, inner_id
+from ctxwarden.api.unary import check_decoded, unary
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
@@ -53,39 +54,6 @@ Resp = TypeVar("Resp", bound=PbMessage)
 Handler = Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
-def _check_decoded(request: object) -> None:
-    if isinstance(request, Malformed):
-        raise InvalidArgument(
-            f"the request is not valid protobuf ({request.error}); string fields must be "
-            "valid UTF-8",
-            reason=ErrorReason.MALFORMED_REQUEST,
-        )
-
-
-def unary(fn: Handler) -> Handler:
-    """Map domain errors to rich gRPC statuses; hide unexpected errors as INTERNAL.
-
-    A response larger than the server may send is RESPONSE_TOO_LARGE, not the
-    transport's bare error.
-    """
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            _check_decoded(request)
-            response = await fn(self, request, context)
-            check_response_size(fn.__name__, response_size(response), self.limits.max_request_bytes)
-            return response
-        except CtxwardenError as exc:
-            code, message, trailer = to_status(exc)
-        except Exception:
-            log.exception("unhandled error in %s", fn.__name__)
-            code, message, trailer = internal_status()
-        await context.abort(code, message, trailing_metadata=trailer)
-
-    return wrapper
-
-
 def _key(request: Any) -> IdempotencyKey | None:
     request_id: str = request.request_id
     if not request_id:
@@ -94,7 +62,7 @@ def _key(request: Any) -> IdempotencyKey | None:
     return IdempotencyKey(request_id, digest)
 
 
-class ContextServicer:
+class ContextServicer(MemoryServicer):
     def __init__(
         self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
     ) -> None:
@@ -184,7 +152,7 @@ class ContextServicer:
         return out
 
     async def _append(self, request: pb.AppendMessagesRequest) -> pb.AppendMessagesResponse:
-        _check_decoded(request)
+        check_decoded(request)
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append(
             inner_id(request.session_id),
@@ -199,7 +167,7 @@ class ContextServicer:
     async def AppendModelOutput(
         self, request: pb.AppendModelOutputRequest, context: Any
     ) -> pb.AppendMessagesResponse:
-        _check_decoded(request)
+        check_decoded(request)
         which = request.WhichOneof("output")
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append_model_output(
@@ -269,6 +237,7 @@ class ContextServicer:
             request.auto_compact,
             as_of,
             int(request.format),
+            refresh_memory=request.refresh_memory,
         )
         if not with_messages:
             return basic_model_input_bytes(view, int(request.format), request.resume_token)
@@ -340,6 +309,7 @@ class ContextServicer:
             request.plan_id,
             request.summary,
             request.turn_prefix_summary,
+            proposed_from_pb(request.proposed_memories),
         )
         return checkpoint_to_pb(checkpoint)
 

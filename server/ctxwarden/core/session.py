@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock, MemoryWrite
 from ctxwarden.core.models import lookup_model
 
 DEFAULT_RESERVE_TOKENS = 16384
@@ -33,6 +34,14 @@ class ContextPolicy:
     tool_output_max_lines: int = 0
     tokenizer: str = ""
     keep_tool_results: int = 0
+    memory_max_tokens: int = 0
+    """0: no memory block; N: a block of at most N tokens (core.memory)."""
+    memory_write: int = 0
+    """A MemoryWrite value; 0 means OFF."""
+
+    @property
+    def memory_write_mode(self) -> MemoryWrite:
+        return MemoryWrite(self.memory_write) if self.memory_write else MemoryWrite.OFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +98,9 @@ class Session:
     compares-and-sets it, so a replica never writes or serves a stale copy."""
     state: Mapping[str, Any] = field(default_factory=dict)
     """The session's JSON object state (see core.state)."""
+    memory: MemoryBlock = EMPTY_BLOCK
+    """The frozen memory block (core.memory): selected at creation, compaction or
+    an explicit refresh, stored with the session row."""
 
     @property
     def etag(self) -> str:
@@ -129,6 +141,10 @@ class Checkpoint:
     trigger: CompactionTrigger = CompactionTrigger.MANUAL
     at_seq: int = 0
     superseded: bool = False
+    proposed_memory_ids: tuple[str, ...] = ()
+    """Memories stored from this compaction's durable facts (policy.memory_write)."""
+    memory_tokens: int = 0
+    """Tokens of the memory block selected at this compaction."""
 
     @property
     def carried_summary(self) -> str:

@@ -15,6 +15,7 @@ from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.memories import Memories
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
 from ctxwarden.service.model_output import ModelOutputs
@@ -62,6 +63,7 @@ class SessionManager:
         self.prepare_compaction = self.compactor.prepare
         self.commit_compaction = self.compactor.commit
         self.list_compactions = self.compactor.list
+        self.memories = Memories(runtime)
 
     @property
     def restores(self) -> int:

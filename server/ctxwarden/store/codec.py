@@ -15,6 +15,7 @@ from typing import Any
 
 import msgpack
 
+from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock
 from ctxwarden.core.messages import (
     EMPTY_METADATA,
     ContentBlock,
@@ -184,6 +185,9 @@ def _policy_json(p: ContextPolicy) -> str:
             "tool_output_max_lines": p.tool_output_max_lines,
             "tokenizer": p.tokenizer,
             "keep_tool_results": p.keep_tool_results,
+            # Only when set, so the policies of sessions without memory encode as before.
+            **({"memory_max_tokens": p.memory_max_tokens} if p.memory_max_tokens else {}),
+            **({"memory_write": p.memory_write} if p.memory_write else {}),
         }
     )
 
@@ -210,6 +214,7 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "delete_time_us": s.delete_time_us,
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
         "state_json": encode_state(s.state) if s.state else None,
+        "memory_json": memory_json(s.memory),
         "version": s.version,
     }
 
@@ -315,8 +320,23 @@ def session_from_row(row: SessionRow | Any) -> Session:
         delete_time_us=row.delete_time_us,
         version=getattr(row, "version", 0),
         state=decode_state(getattr(row, "state_json", None)),
+        memory=memory_block(getattr(row, "memory_json", None)),
         **_calibration(getattr(row, "calibration_json", "")),
     )
+
+
+def memory_json(block: MemoryBlock) -> str | None:
+    """The frozen memory block as stored in sessions.memory_json (NULL: none)."""
+    if not block:
+        return None
+    return _dumps({"text": block.text, "ids": list(block.memory_ids)})
+
+
+def memory_block(text: str | None) -> MemoryBlock:
+    if not text:
+        return EMPTY_BLOCK
+    value = json.loads(text)
+    return MemoryBlock(str(value["text"]), tuple(str(i) for i in value["ids"]))
 
 
 def _calibration(text: str) -> dict[str, Any]:
@@ -335,6 +355,9 @@ def checkpoint_details(c: Checkpoint) -> str:
             "modified_files": list(c.modified_files),
             "summarizer": c.summarizer,
             "trigger": c.trigger,
+            # Only when set, so checkpoints without memory encode as before.
+            **({"memories": list(c.proposed_memory_ids)} if c.proposed_memory_ids else {}),
+            **({"memory_tokens": c.memory_tokens} if c.memory_tokens else {}),
         }
     )
 
@@ -377,4 +400,6 @@ def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
         trigger=CompactionTrigger(d.get("trigger", CompactionTrigger.MANUAL)),
         at_seq=row.at_seq,
         superseded=row.superseded_at_seq != 0,
+        proposed_memory_ids=tuple(d.get("memories", ())),
+        memory_tokens=int(d.get("memory_tokens", 0)),
     )

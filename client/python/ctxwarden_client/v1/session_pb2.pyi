@@ -9,6 +9,7 @@ from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -19,6 +20,34 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _MemoryWriteMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MemoryWriteModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryWriteMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMORY_WRITE_MODE_UNSPECIFIED: _MemoryWriteMode.ValueType  # 0
+    """Same as MEMORY_WRITE_MODE_OFF."""
+    MEMORY_WRITE_MODE_OFF: _MemoryWriteMode.ValueType  # 1
+    """Summaries are not asked for durable facts; proposed memories are ignored."""
+    MEMORY_WRITE_MODE_PROPOSE: _MemoryWriteMode.ValueType  # 2
+    """Durable facts are stored as PROPOSED memories (seen by no session until made ACTIVE)."""
+    MEMORY_WRITE_MODE_AUTO: _MemoryWriteMode.ValueType  # 3
+    """Durable facts are stored as ACTIVE memories."""
+
+class MemoryWriteMode(_MemoryWriteMode, metaclass=_MemoryWriteModeEnumTypeWrapper):
+    """What a session's compactions do with durable facts (ContextPolicy.memory_write)."""
+
+MEMORY_WRITE_MODE_UNSPECIFIED: MemoryWriteMode.ValueType  # 0
+"""Same as MEMORY_WRITE_MODE_OFF."""
+MEMORY_WRITE_MODE_OFF: MemoryWriteMode.ValueType  # 1
+"""Summaries are not asked for durable facts; proposed memories are ignored."""
+MEMORY_WRITE_MODE_PROPOSE: MemoryWriteMode.ValueType  # 2
+"""Durable facts are stored as PROPOSED memories (seen by no session until made ACTIVE)."""
+MEMORY_WRITE_MODE_AUTO: MemoryWriteMode.ValueType  # 3
+"""Durable facts are stored as ACTIVE memories."""
+Global___MemoryWriteMode: _TypeAlias = MemoryWriteMode  # noqa: Y015
 
 @_typing.final
 class ToolDefinition(_message.Message):
@@ -67,6 +96,8 @@ class ContextPolicy(_message.Message):
     TOOL_OUTPUT_MAX_LINES_FIELD_NUMBER: _builtins.int
     TOKENIZER_FIELD_NUMBER: _builtins.int
     KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
+    MEMORY_MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    MEMORY_WRITE_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -92,6 +123,15 @@ class ContextPolicy(_message.Message):
     ones become a one-line stub with their size and seq (read them back with
     GetToolOutput). 0 keeps all in full.
     """
+    memory_max_tokens: _builtins.int
+    """Opt in to long-term memory: the model input carries a memory block (the
+    ACTIVE memories of the session's user and project, pinned first, then the
+    most recently updated) right after the system prompt, of at most this
+    many tokens. It is frozen with the session: memory changes reach it at
+    the next compaction or BuildModelInputRequest.refresh_memory. 0: no block.
+    """
+    memory_write: Global___MemoryWriteMode.ValueType
+    """Whether compaction summaries may write memories. Default OFF."""
     def __init__(
         self,
         *,
@@ -102,10 +142,12 @@ class ContextPolicy(_message.Message):
         tool_output_max_lines: _builtins.int = ...,
         tokenizer: _builtins.str = ...,
         keep_tool_results: _builtins.int = ...,
+        memory_max_tokens: _builtins.int = ...,
+        memory_write: Global___MemoryWriteMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
