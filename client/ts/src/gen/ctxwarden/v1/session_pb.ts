@@ -2,8 +2,8 @@
 // @generated from file ctxwarden/v1/session.proto (package ctxwarden.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/session.proto.
  */
 export const file_ctxwarden_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIscBCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAyLoBAoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRINCgV0aXRsZRgEIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAUgASgJEisKBXRvb2xzGAYgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEg0KBW1vZGVsGAcgASgJEisKBnBvbGljeRgIIAEoCzIbLmN0eHdhcmRlbi52MS5Db250ZXh0UG9saWN5EhQKDHBpbm5lZF9zdGF0ZRgJIAEoCRIxCgZsYWJlbHMYCiADKAsyIS5jdHh3YXJkZW4udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIQCghsYXN0X3NlcRgLIAEoAxIWCg5jb250ZXh0X3Rva2VucxgMIAEoAxIMCgRldGFnGA0gASgJEi8KC2NyZWF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoFc3RhdGUYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EisKCnVzZXJfc3RhdGUYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KDXByb2plY3Rfc3RhdGUYEiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCQlpAZ2l0aHViLmNvbS9jdHh3YXJkZW4vY3R4d2FyZGVuL2NsaWVudC9nby9jdHh3YXJkZW52MTtjdHh3YXJkZW52MWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIpcCCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAxIZChFtZW1vcnlfbWF4X3Rva2VucxgIIAEoAxIzCgxtZW1vcnlfd3JpdGUYCSABKA4yHS5jdHh3YXJkZW4udjEuTWVtb3J5V3JpdGVNb2RlIugECgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRISCgpwcm9qZWN0X2lkGAMgASgJEg0KBXRpdGxlGAQgASgJEhUKDXN5c3RlbV9wcm9tcHQYBSABKAkSKwoFdG9vbHMYBiADKAsyHC5jdHh3YXJkZW4udjEuVG9vbERlZmluaXRpb24SDQoFbW9kZWwYByABKAkSKwoGcG9saWN5GAggASgLMhsuY3R4d2FyZGVuLnYxLkNvbnRleHRQb2xpY3kSFAoMcGlubmVkX3N0YXRlGAkgASgJEjEKBmxhYmVscxgKIAMoCzIhLmN0eHdhcmRlbi52MS5TZXNzaW9uLkxhYmVsc0VudHJ5EhAKCGxhc3Rfc2VxGAsgASgDEhYKDmNvbnRleHRfdG9rZW5zGAwgASgDEgwKBGV0YWcYDSABKAkSLwoLY3JlYXRlX3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgVzdGF0ZRgQIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKwoKdXNlcl9zdGF0ZRgRIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLgoNcHJvamVjdF9zdGF0ZRgSIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASqKAQoPTWVtb3J5V3JpdGVNb2RlEiEKHU1FTU9SWV9XUklURV9NT0RFX1VOU1BFQ0lGSUVEEAASGQoVTUVNT1JZX1dSSVRFX01PREVfT0ZGEAESHQoZTUVNT1JZX1dSSVRFX01PREVfUFJPUE9TRRACEhoKFk1FTU9SWV9XUklURV9NT0RFX0FVVE8QA0JCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A tool the model may call. Sent to the model with every input, so it is part
@@ -111,6 +111,24 @@ export type ContextPolicy = Message<"ctxwarden.v1.ContextPolicy"> & {
    * @generated from field: int64 keep_tool_results = 7;
    */
   keepToolResults: bigint;
+
+  /**
+   * Opt in to long-term memory: the model input carries a memory block (the
+   * ACTIVE memories of the session's user and project, pinned first, then the
+   * most recently updated) right after the system prompt, of at most this
+   * many tokens. It is frozen with the session: memory changes reach it at
+   * the next compaction or BuildModelInputRequest.refresh_memory. 0: no block.
+   *
+   * @generated from field: int64 memory_max_tokens = 8;
+   */
+  memoryMaxTokens: bigint;
+
+  /**
+   * Whether compaction summaries may write memories. Default OFF.
+   *
+   * @generated from field: ctxwarden.v1.MemoryWriteMode memory_write = 9;
+   */
+  memoryWrite: MemoryWriteMode;
 };
 
 /**
@@ -272,4 +290,45 @@ export type Session = Message<"ctxwarden.v1.Session"> & {
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_session, 2);
+
+/**
+ * What a session's compactions do with durable facts (ContextPolicy.memory_write).
+ *
+ * @generated from enum ctxwarden.v1.MemoryWriteMode
+ */
+export enum MemoryWriteMode {
+  /**
+   * Same as MEMORY_WRITE_MODE_OFF.
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Summaries are not asked for durable facts; proposed memories are ignored.
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_OFF = 1;
+   */
+  OFF = 1,
+
+  /**
+   * Durable facts are stored as PROPOSED memories (seen by no session until made ACTIVE).
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_PROPOSE = 2;
+   */
+  PROPOSE = 2,
+
+  /**
+   * Durable facts are stored as ACTIVE memories.
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_AUTO = 3;
+   */
+  AUTO = 3,
+}
+
+/**
+ * Describes the enum ctxwarden.v1.MemoryWriteMode.
+ */
+export const MemoryWriteModeSchema: GenEnum<MemoryWriteMode> = /*@__PURE__*/
+  enumDesc(file_ctxwarden_v1_session, 0);
 
