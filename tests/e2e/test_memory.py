@@ -22,6 +22,9 @@ from ctxwarden.v1 import session_pb2 as ses
 from tests.e2e.conftest import Stub
 from tests.e2e.test_compaction import turns
 from tests.e2e.test_messages import append
+from tests.e2e.test_summarizers import history_request, openai_args, serving
+from tests.summarizers.conftest import fake_openai  # noqa: F401
+from tests.summarizers.fake_providers import FakeProvider
 from tests.support.builders import user
 from tests.support.errors import expect_error
 from tests.support.server import ServerProcess
@@ -214,7 +217,7 @@ def test_block_is_frozen_until_refresh_and_keeps_the_prefix(stub: Stub) -> None:
     sid = open_session(stub, u, p, memory_max_tokens=300)
     append(stub, sid, user("hello"))
     before = build(stub, sid)
-    rendered = {f: build(stub, sid, format=f).rendered_json for f in FORMATS}
+    held = {f: build(stub, sid, format=f) for f in FORMATS}
     later = remember(stub, "likes coffee too", user_id=u)
     append(stub, sid, user("next question"))
     after = build(stub, sid)
@@ -224,12 +227,14 @@ def test_block_is_frozen_until_refresh_and_keeps_the_prefix(stub: Stub) -> None:
     assert list(after.messages[: len(before.messages)]) == list(before.messages)
     resumed = build(stub, sid, resume_token=before.resume_token)
     assert resumed.messages_offset == len(before.messages)
-    for f, old in rendered.items():
-        new = build(stub, sid, format=f)
-        assert "likes tea" in new.rendered_json and "coffee" not in new.rendered_json
-        again = build(stub, sid, format=f, resume_token=build(stub, sid, format=f).resume_token)
-        assert again.rendered_prefix_bytes > 0 or again.rendered_json == new.rendered_json
-        del old
+    for f, old in held.items():
+        whole = build(stub, sid, format=f).rendered_json
+        assert "likes tea" in whole and "coffee" not in whole and "next question" in whole
+        part = build(stub, sid, format=f, resume_token=old.resume_token)
+        # Only what follows the unchanged leading provider messages is sent again.
+        assert part.rendered_prefix_bytes > 0, f
+        prefix = old.rendered_json.encode()[: part.rendered_prefix_bytes]
+        assert prefix.decode() + part.rendered_json == whole, f
     # An explicit refresh takes the new memory in, and the prefix changes.
     refreshed = build(stub, sid, refresh_memory=True)
     assert "likes coffee too" in refreshed.memory_block
@@ -407,3 +412,35 @@ def test_restart_gives_the_same_block_and_bytes(backend_url: str, tmp_path: Path
             )
     finally:
         server.stop()
+
+
+def test_a_server_summariser_answer_is_read_for_durable_facts(
+    backend_url: str,
+    tmp_path: Path,
+    fake_openai: FakeProvider,  # noqa: F811
+) -> None:
+    fake_openai.reply_text = (
+        "## Goal\nShip.\n\n## Durable facts about the user/project\n- [project] CI runs on Linux"
+    )
+    with serving(backend_url, tmp_path, *openai_args(fake_openai)) as (_, stub):
+        p = uid("p")
+        sid = open_session(
+            stub,
+            uid("u"),
+            p,
+            memory_max_tokens=200,
+            keep_recent_tokens=60,
+            memory_write=ses.MEMORY_WRITE_MODE_AUTO,
+        )
+        turns(stub, sid, 5)
+        done = stub.Compact(pb.CompactRequest(session_id=sid), timeout=60)
+        prompt = history_request(fake_openai).body["messages"][1]["content"]
+        assert "## Durable facts about the user/project" in prompt
+        assert done.summary == "## Goal\nShip." and len(done.proposed_memory_ids) == 1
+        (fact,) = stub.ListMemories(mem.ListMemoriesRequest(project_id=p)).memories
+        assert (fact.text, fact.user_id, fact.memory_id) == (
+            "CI runs on Linux",
+            "",
+            done.proposed_memory_ids[0],
+        )
+        assert "CI runs on Linux" in build(stub, sid).memory_block
