@@ -22,9 +22,11 @@ from ctxwarden.core.memory import (
     MemoryState,
     block_message,
     block_text,
+    line_tokens,
     select_block,
     split_durable_facts,
     visible_to,
+    wrapper_tokens,
 )
 from ctxwarden.core.messages import ContentBlock, Message, Role
 from ctxwarden.core.model_input import prefix_hash
@@ -38,6 +40,10 @@ PROFILE = CountingProfile(TOK, 3, 3, "openai")
 
 def count(text: str) -> int:
     return PROFILE.message(block_message(text))
+
+
+def count_text(text: str) -> int:
+    return TOK.count(text)
 
 
 SCOPES = st.sampled_from(
@@ -68,7 +74,7 @@ memories = st.lists(
 
 
 def select(ms: list[Memory], budget: int) -> MemoryBlock:
-    return select_block(ms, budget, count, user_id="u1", project_id="p1")
+    return select_block(ms, budget, count, count_text, user_id="u1", project_id="p1")
 
 
 def rank_key(m: Memory) -> tuple[bool, int, str]:
@@ -110,8 +116,10 @@ def test_selection_is_deterministic_and_ordered_pinned_then_newest(
 @settings(max_examples=100, deadline=None)
 @given(memories, st.integers(0, 400))
 def test_every_memory_left_out_would_not_have_fit(ms: list[Memory], budget: int) -> None:
-    """Greedy in rank order: a memory is left out only when the block with it
-    (and the memories ranked before it) would exceed the budget."""
+    """Greedy in rank order: a memory is left out only when its line, added to
+    the wrapper and the lines taken before it, would exceed the budget (with the
+    heuristic tokenizer the exact count of the block never exceeds that sum, so
+    nothing is dropped afterwards)."""
     block = select(ms, budget)
     chosen = set(block.memory_ids)
     eligible = sorted(
@@ -122,12 +130,12 @@ def test_every_memory_left_out_would_not_have_fit(ms: list[Memory], budget: int)
         ),
         key=rank_key,
     )
-    taken: list[Memory] = []
+    used = wrapper_tokens(count)
     for m in eligible:
         if m.memory_id in chosen:
-            taken.append(m)
+            used += line_tokens(m, count_text)
         else:
-            assert count(block_text([*taken, m])) > budget
+            assert used + line_tokens(m, count_text) > budget
 
 
 def test_budget_zero_and_no_memories_give_no_block() -> None:
@@ -144,12 +152,15 @@ def test_ranker_is_pluggable() -> None:
 
     ranker: MemoryRanker = Reverse()
     ms = [Memory(f"m{i}", "", f"fact {i}", user_id="u1", update_time_us=i) for i in range(3)]
-    block = select_block(ms, 1000, count, user_id="u1", project_id="", ranker=ranker)
+    block = select_block(ms, 1000, count, count_text, user_id="u1", project_id="", ranker=ranker)
     assert block.memory_ids == ("m2", "m1", "m0")
-    default = select_block(ms, 1000, count, user_id="u1", project_id="")
+    default = select_block(ms, 1000, count, count_text, user_id="u1", project_id="")
     assert default.memory_ids == ("m2", "m1", "m0")  # newest first
     pinned = [replace(ms[0], pinned=True), *ms[1:]]
-    assert select_block(pinned, 1000, count, user_id="u1", project_id="").memory_ids[0] == "m0"
+    assert (
+        select_block(pinned, 1000, count, count_text, user_id="u1", project_id="").memory_ids[0]
+        == "m0"
+    )
 
 
 def test_block_text_format() -> None:

@@ -109,11 +109,14 @@ def memory_line(memory: Memory) -> str:
     return f"- {memory.key}: {text}" if memory.key else f"- {text}"
 
 
+def _wrap(lines: str) -> str:
+    return f"{MEMORY_PREAMBLE}\n\n<memory>\n{lines}\n</memory>"
+
+
 def block_text(memories: Sequence[Memory]) -> str:
     if not memories:
         return ""
-    lines = "\n".join(memory_line(m) for m in memories)
-    return f"{MEMORY_PREAMBLE}\n\n<memory>\n{lines}\n</memory>"
+    return _wrap("\n".join(memory_line(m) for m in memories))
 
 
 def block_message(text: str) -> Message:
@@ -129,16 +132,23 @@ def select_block(
     memories: Sequence[Memory],
     budget: int,
     count: Callable[[str], int],
+    count_text: Callable[[str], int],
     *,
     user_id: str,
     project_id: str,
     ranker: MemoryRanker = DEFAULT_RANKER,
     context: str = "",
 ) -> MemoryBlock:
-    """The block for a session: its visible ACTIVE memories in ranker order,
-    each taken when the block with it still counts at most ``budget`` tokens
-    (``count`` counts a block's text as the session charges it); one that does
-    not fit is skipped, so a smaller later one may still go in."""
+    """The block for a session: its visible ACTIVE memories in ranker order.
+
+    Each memory costs the tokens of its line (``count_text``); the block's
+    wrapper (preamble, tags, message framing: ``count`` of a block's text as
+    the session charges it) is paid once. Memories are taken in rank order
+    while the total fits ``budget``; one that does not fit is skipped, so a
+    smaller later one may still go in. The finished block is then counted
+    exactly, and the lowest-ranked memories are dropped until it fits (a
+    tokenizer may count a whole a little differently from its parts). Linear in
+    the candidates' text, not quadratic."""
     if budget <= 0:
         return EMPTY_BLOCK
     eligible = [
@@ -147,10 +157,23 @@ def select_block(
         if m.state is MemoryState.ACTIVE and m.text.strip() and visible_to(m, user_id, project_id)
     ]
     chosen: list[Memory] = []
+    used = wrapper_tokens(count)
     for memory in ranker.rank(eligible, context):
-        if count(block_text([*chosen, memory])) <= budget:
+        cost = line_tokens(memory, count_text)
+        if used + cost <= budget:
             chosen.append(memory)
+            used += cost
+    while chosen and count(block_text(chosen)) > budget:
+        chosen.pop()
     return MemoryBlock(block_text(chosen), tuple(m.memory_id for m in chosen))
+
+
+def wrapper_tokens(count: Callable[[str], int]) -> int:
+    return count(_wrap(""))
+
+
+def line_tokens(memory: Memory, count_text: Callable[[str], int]) -> int:
+    return count_text(memory_line(memory) + "\n")
 
 
 # -- durable facts in compaction summaries ----------------------------------------

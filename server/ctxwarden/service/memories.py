@@ -116,6 +116,7 @@ class MemoryBlocks:
             candidates,
             budget,
             lambda text: profile.message(block_message(text)),
+            tokenizer.count,
             user_id=session.user_id,
             project_id=session.project_id,
         )
