@@ -186,6 +186,23 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
         out.append(
             _check(
                 results,
+                "BuildModelInput p99 with background compactions running (2 s summariser) "
+                "<= 2x without, none past the hard threshold",
+                b,
+                ["build_model_input_background", "build_model_input_no_background"],
+                lambda r: (
+                    f"p99 {r[0].p99_ms:.1f} ms vs {r[1].p99_ms:.1f} ms = "
+                    f"{(r[0].p99_ms or 0) / (r[1].p99_ms or 1):.2f}x, "
+                    f"{r[0].extra['background_compactions']} compactions",
+                    (r[0].p99_ms or 0) <= 2 * (r[1].p99_ms or 0)
+                    and r[0].extra["background_compactions"] > 0
+                    and r[0].extra["over_hard_threshold"] == 0,
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
                 "unary append median <= 1.5x (bare gRPC round trip + one durable commit)",
                 b,
                 ["append_unary", "baseline_grpc_unary", "baseline_durable_commit"],

@@ -11,6 +11,8 @@
 #   mariadb-server                         mariadbd and mariadb-install-db for the private
 #                                          server of the database outage tests (needed when
 #                                          CTXWARDEN_TEST_MYSQL_URL is set)
+#   galera-4 rsync                         the Galera cluster tests (scripts/galera.sh; needed
+#                                          when CTXWARDEN_TEST_GALERA is set)
 #   golang-go golang-google-grpc-dev       the Go client's tests, offline in GOPATH mode
 #   golang-github-golang-protobuf-1-5-dev  (v1.5: the v1.3 grpc-go pulls in by default
 #   golang-google-protobuf-dev              cannot marshal APIv2 messages)
@@ -24,7 +26,7 @@
 #                                          /usr/bin/chromium; it downloads no browser)
 set -euo pipefail
 
-all=(python3-venv mariadb-server golang-go golang-google-grpc-dev
+all=(python3-venv mariadb-server galera-4 rsync golang-go golang-google-grpc-dev
   golang-github-golang-protobuf-1-5-dev golang-google-protobuf-dev golang-google-genproto-dev
   protoc-gen-go protoc-gen-go-grpc kubectl nodejs npm chromium chromium-driver)
 min_node=20.18.1
@@ -48,6 +50,13 @@ if [[ -n "${CTXWARDEN_TEST_MYSQL_URL:-}" ]]; then
   if ! { have mariadbd || [[ -x /usr/sbin/mariadbd ]]; } || ! have mariadb-install-db; then
     need+=(mariadb-server)
   fi
+fi
+if [[ -n "${CTXWARDEN_TEST_GALERA:-}" ]]; then
+  if ! { have mariadbd || [[ -x /usr/sbin/mariadbd ]]; } || ! have mariadb-install-db; then
+    [[ " ${need[*]} " == *" mariadb-server "* ]] || need+=(mariadb-server)
+  fi
+  [[ -r "${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}" ]] || need+=(galera-4)
+  have rsync || need+=(rsync)
 fi
 have go || need+=(golang-go)
 [[ -d "$gocode/google.golang.org/grpc" ]] || need+=(golang-google-grpc-dev)

@@ -185,6 +185,7 @@ def _policy_json(p: ContextPolicy) -> str:
             "tool_output_max_lines": p.tool_output_max_lines,
             "tokenizer": p.tokenizer,
             "keep_tool_results": p.keep_tool_results,
+            "background_compaction_percent": p.background_compaction_percent,
             # Only when set, so the policies of sessions without memory encode as before.
             **({"memory_max_tokens": p.memory_max_tokens} if p.memory_max_tokens else {}),
             **({"memory_write": p.memory_write} if p.memory_write else {}),

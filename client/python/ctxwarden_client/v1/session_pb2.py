@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63txwarden/v1/session.proto\x12\x0c\x63txwarden.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"\x97\x02\n\rContextPolicy\x12\x16\n\x0e\x63ontext_window\x18\x01 \x01(\x03\x12\x16\n\x0ereserve_tokens\x18\x02 \x01(\x03\x12\x1a\n\x12keep_recent_tokens\x18\x03 \x01(\x03\x12\x1d\n\x15tool_output_max_bytes\x18\x04 \x01(\x03\x12\x1d\n\x15tool_output_max_lines\x18\x05 \x01(\x03\x12\x11\n\ttokenizer\x18\x06 \x01(\t\x12\x19\n\x11keep_tool_results\x18\x07 \x01(\x03\x12\x19\n\x11memory_max_tokens\x18\x08 \x01(\x03\x12\x33\n\x0cmemory_write\x18\t \x01(\x0e\x32\x1d.ctxwarden.v1.MemoryWriteMode\"\xe8\x04\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nproject_id\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x15\n\rsystem_prompt\x18\x05 \x01(\t\x12+\n\x05tools\x18\x06 \x03(\x0b\x32\x1c.ctxwarden.v1.ToolDefinition\x12\r\n\x05model\x18\x07 \x01(\t\x12+\n\x06policy\x18\x08 \x01(\x0b\x32\x1b.ctxwarden.v1.ContextPolicy\x12\x14\n\x0cpinned_state\x18\t \x01(\t\x12\x31\n\x06labels\x18\n \x03(\x0b\x32!.ctxwarden.v1.Session.LabelsEntry\x12\x10\n\x08last_seq\x18\x0b \x01(\x03\x12\x16\n\x0e\x63ontext_tokens\x18\x0c \x01(\x03\x12\x0c\n\x04\x65tag\x18\r \x01(\t\x12/\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x05state\x18\x10 \x01(\x0b\x32\x17.google.protobuf.Struct\x12+\n\nuser_state\x18\x11 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\rproject_state\x18\x12 \x01(\x0b\x32\x17.google.protobuf.Struct\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x8a\x01\n\x0fMemoryWriteMode\x12!\n\x1dMEMORY_WRITE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15MEMORY_WRITE_MODE_OFF\x10\x01\x12\x1d\n\x19MEMORY_WRITE_MODE_PROPOSE\x10\x02\x12\x1a\n\x16MEMORY_WRITE_MODE_AUTO\x10\x03\x42\x42Z@github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1;ctxwardenv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63txwarden/v1/session.proto\x12\x0c\x63txwarden.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"\xbe\x02\n\rContextPolicy\x12\x16\n\x0e\x63ontext_window\x18\x01 \x01(\x03\x12\x16\n\x0ereserve_tokens\x18\x02 \x01(\x03\x12\x1a\n\x12keep_recent_tokens\x18\x03 \x01(\x03\x12\x1d\n\x15tool_output_max_bytes\x18\x04 \x01(\x03\x12\x1d\n\x15tool_output_max_lines\x18\x05 \x01(\x03\x12\x11\n\ttokenizer\x18\x06 \x01(\t\x12\x19\n\x11keep_tool_results\x18\x07 \x01(\x03\x12\x19\n\x11memory_max_tokens\x18\x08 \x01(\x03\x12\x33\n\x0cmemory_write\x18\t \x01(\x0e\x32\x1d.ctxwarden.v1.MemoryWriteMode\x12%\n\x1d\x62\x61\x63kground_compaction_percent\x18\r \x01(\x03\"\xe8\x04\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nproject_id\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x15\n\rsystem_prompt\x18\x05 \x01(\t\x12+\n\x05tools\x18\x06 \x03(\x0b\x32\x1c.ctxwarden.v1.ToolDefinition\x12\r\n\x05model\x18\x07 \x01(\t\x12+\n\x06policy\x18\x08 \x01(\x0b\x32\x1b.ctxwarden.v1.ContextPolicy\x12\x14\n\x0cpinned_state\x18\t \x01(\t\x12\x31\n\x06labels\x18\n \x03(\x0b\x32!.ctxwarden.v1.Session.LabelsEntry\x12\x10\n\x08last_seq\x18\x0b \x01(\x03\x12\x16\n\x0e\x63ontext_tokens\x18\x0c \x01(\x03\x12\x0c\n\x04\x65tag\x18\r \x01(\t\x12/\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x05state\x18\x10 \x01(\x0b\x32\x17.google.protobuf.Struct\x12+\n\nuser_state\x18\x11 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\rproject_state\x18\x12 \x01(\x0b\x32\x17.google.protobuf.Struct\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x8a\x01\n\x0fMemoryWriteMode\x12!\n\x1dMEMORY_WRITE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15MEMORY_WRITE_MODE_OFF\x10\x01\x12\x1d\n\x19MEMORY_WRITE_MODE_PROPOSE\x10\x02\x12\x1a\n\x16MEMORY_WRITE_MODE_AUTO\x10\x03\x42\x42Z@github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1;ctxwardenv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,14 +36,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z@github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1;ctxwardenv1'
   _globals['_SESSION_LABELSENTRY']._loaded_options = None
   _globals['_SESSION_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_MEMORYWRITEMODE']._serialized_start=1087
-  _globals['_MEMORYWRITEMODE']._serialized_end=1225
+  _globals['_MEMORYWRITEMODE']._serialized_start=1126
+  _globals['_MEMORYWRITEMODE']._serialized_end=1264
   _globals['_TOOLDEFINITION']._serialized_start=107
   _globals['_TOOLDEFINITION']._serialized_end=183
   _globals['_CONTEXTPOLICY']._serialized_start=186
-  _globals['_CONTEXTPOLICY']._serialized_end=465
-  _globals['_SESSION']._serialized_start=468
-  _globals['_SESSION']._serialized_end=1084
-  _globals['_SESSION_LABELSENTRY']._serialized_start=1039
-  _globals['_SESSION_LABELSENTRY']._serialized_end=1084
+  _globals['_CONTEXTPOLICY']._serialized_end=504
+  _globals['_SESSION']._serialized_start=507
+  _globals['_SESSION']._serialized_end=1123
+  _globals['_SESSION_LABELSENTRY']._serialized_start=1078
+  _globals['_SESSION_LABELSENTRY']._serialized_end=1123
 # @@protoc_insertion_point(module_scope)

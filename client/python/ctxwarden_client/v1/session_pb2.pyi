@@ -98,6 +98,7 @@ class ContextPolicy(_message.Message):
     KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
     MEMORY_MAX_TOKENS_FIELD_NUMBER: _builtins.int
     MEMORY_WRITE_FIELD_NUMBER: _builtins.int
+    BACKGROUND_COMPACTION_PERCENT_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -132,6 +133,13 @@ class ContextPolicy(_message.Message):
     """
     memory_write: Global___MemoryWriteMode.ValueType
     """Whether compaction summaries may write memories. Default OFF."""
+    background_compaction_percent: _builtins.int
+    """Soft threshold for background compaction, in percent (1-99) of the
+    compaction threshold. When the effective context grows past it and the
+    server has a summariser, the server compacts the session in the
+    background, so BuildModelInput does not wait for the summariser unless the
+    hard threshold is crossed too. 0 (the default) turns background compaction off.
+    """
     def __init__(
         self,
         *,
@@ -144,10 +152,11 @@ class ContextPolicy(_message.Message):
         keep_tool_results: _builtins.int = ...,
         memory_max_tokens: _builtins.int = ...,
         memory_write: Global___MemoryWriteMode.ValueType = ...,
+        background_compaction_percent: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
