@@ -25,6 +25,7 @@ client_dir="client/python/ctxwarden_client/v1"
 client_files=(
   context_service_pb2.py context_service_pb2.pyi
   context_service_pb2_grpc.py context_service_pb2_grpc.pyi
+  memory_pb2.py memory_pb2.pyi
   message_pb2.py message_pb2.pyi
   session_pb2.py session_pb2.pyi
 )

@@ -32,6 +32,8 @@ def _blocks() -> dict[str, str]:
             named["fork"] = block
         elif first.startswith("# lifecycle example"):
             named["lifecycle"] = block
+        elif first.startswith("# memory example"):
+            named["memory"] = block
     return named
 
 
@@ -94,6 +96,11 @@ def test_fork_example_runs(server_target: str, tmp_path: Path) -> None:
 def test_lifecycle_example_runs(server_target: str, tmp_path: Path) -> None:
     out = _run(_blocks()["lifecycle"], server_target, tmp_path).splitlines()
     assert out == ["True", "SESSION_ARCHIVED", "True", "True 2"]
+
+
+def test_memory_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["memory"], server_target, tmp_path).splitlines()
+    assert out == ["1 2", "False", "True"]
 
 
 def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) -> None:

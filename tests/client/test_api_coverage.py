@@ -75,6 +75,12 @@ def _message_sample(full_name: str) -> tuple[object, object]:
     if full_name == "ctxwarden.v1.StateDelta":
         delta = cw.state_delta({"step": 2, "gone": None}, user={"theme": "dark"})
         return delta, delta
+    if full_name == "ctxwarden.v1.ProposedMemory":
+        proposed = cw.memory_pb2.ProposedMemory(key="k-1", text="a fact", project_scope=True)
+        return proposed, proposed
+    if full_name == "ctxwarden.v1.Memory":
+        memory = cw.memory("a fact", user_id="u-1", key="k-1", labels={"a": "b"}, pinned=True)
+        return memory, memory
     if full_name == "google.protobuf.Timestamp":
         when = datetime(2026, 1, 2, 3, 4, 5, 600_000, tzinfo=UTC)
         stamp = timestamp_pb2.Timestamp()
@@ -85,6 +91,8 @@ def _message_sample(full_name: str) -> tuple[object, object]:
 
 def sample(field: FieldDescriptor) -> tuple[object, object]:
     """A non-default value for ``field``: as a method argument and as the field's value."""
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        return {"key-1": "value-1"}, {"key-1": "value-1"}
     if field.message_type is not None:
         argument, value = _message_sample(field.message_type.full_name)
         return ([argument], [value]) if field.is_repeated else (argument, value)

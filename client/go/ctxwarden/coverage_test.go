@@ -115,6 +115,11 @@ var directRPCs = map[string]bool{
 	"ForkSession":       true,
 	"ArchiveSession":    true,
 	"UnarchiveSession":  true,
+	"CreateMemory":      true,
+	"GetMemory":         true,
+	"ListMemories":      true,
+	"UpdateMemory":      true,
+	"DeleteMemory":      true,
 }
 
 func contextService(t *testing.T) protoreflect.ServiceDescriptor {

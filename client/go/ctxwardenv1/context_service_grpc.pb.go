@@ -98,6 +98,17 @@ type ContextServiceClient interface {
 	// Makes an archived session writable again and returns it (archive_time
 	// unset). Idempotent: a session that is not archived is returned unchanged.
 	UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*Session, error)
+	// Creates a memory, or updates the one with the same key in its scope.
+	CreateMemory(ctx context.Context, in *CreateMemoryRequest, opts ...grpc.CallOption) (*Memory, error)
+	// Reads one memory.
+	GetMemory(ctx context.Context, in *GetMemoryRequest, opts ...grpc.CallOption) (*Memory, error)
+	// Lists memories, newest first, with filters.
+	ListMemories(ctx context.Context, in *ListMemoriesRequest, opts ...grpc.CallOption) (*ListMemoriesResponse, error)
+	// Field-mask update of a memory (e.g. approve a PROPOSED one: state ACTIVE).
+	UpdateMemory(ctx context.Context, in *UpdateMemoryRequest, opts ...grpc.CallOption) (*Memory, error)
+	// Deletes a memory. Session memory blocks that hold it keep it until their
+	// next refresh.
+	DeleteMemory(ctx context.Context, in *DeleteMemoryRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 }
 
 type contextServiceClient struct {
@@ -310,6 +321,51 @@ func (c *contextServiceClient) UnarchiveSession(ctx context.Context, in *Unarchi
 	return out, nil
 }
 
+func (c *contextServiceClient) CreateMemory(ctx context.Context, in *CreateMemoryRequest, opts ...grpc.CallOption) (*Memory, error) {
+	out := new(Memory)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/CreateMemory", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *contextServiceClient) GetMemory(ctx context.Context, in *GetMemoryRequest, opts ...grpc.CallOption) (*Memory, error) {
+	out := new(Memory)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/GetMemory", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *contextServiceClient) ListMemories(ctx context.Context, in *ListMemoriesRequest, opts ...grpc.CallOption) (*ListMemoriesResponse, error) {
+	out := new(ListMemoriesResponse)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/ListMemories", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *contextServiceClient) UpdateMemory(ctx context.Context, in *UpdateMemoryRequest, opts ...grpc.CallOption) (*Memory, error) {
+	out := new(Memory)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/UpdateMemory", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *contextServiceClient) DeleteMemory(ctx context.Context, in *DeleteMemoryRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/DeleteMemory", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ContextServiceServer is the server API for ContextService service.
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility
@@ -394,6 +450,17 @@ type ContextServiceServer interface {
 	// Makes an archived session writable again and returns it (archive_time
 	// unset). Idempotent: a session that is not archived is returned unchanged.
 	UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error)
+	// Creates a memory, or updates the one with the same key in its scope.
+	CreateMemory(context.Context, *CreateMemoryRequest) (*Memory, error)
+	// Reads one memory.
+	GetMemory(context.Context, *GetMemoryRequest) (*Memory, error)
+	// Lists memories, newest first, with filters.
+	ListMemories(context.Context, *ListMemoriesRequest) (*ListMemoriesResponse, error)
+	// Field-mask update of a memory (e.g. approve a PROPOSED one: state ACTIVE).
+	UpdateMemory(context.Context, *UpdateMemoryRequest) (*Memory, error)
+	// Deletes a memory. Session memory blocks that hold it keep it until their
+	// next refresh.
+	DeleteMemory(context.Context, *DeleteMemoryRequest) (*emptypb.Empty, error)
 	mustEmbedUnimplementedContextServiceServer()
 }
 
@@ -460,6 +527,21 @@ func (UnimplementedContextServiceServer) ArchiveSession(context.Context, *Archiv
 }
 func (UnimplementedContextServiceServer) UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method UnarchiveSession not implemented")
+}
+func (UnimplementedContextServiceServer) CreateMemory(context.Context, *CreateMemoryRequest) (*Memory, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CreateMemory not implemented")
+}
+func (UnimplementedContextServiceServer) GetMemory(context.Context, *GetMemoryRequest) (*Memory, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetMemory not implemented")
+}
+func (UnimplementedContextServiceServer) ListMemories(context.Context, *ListMemoriesRequest) (*ListMemoriesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListMemories not implemented")
+}
+func (UnimplementedContextServiceServer) UpdateMemory(context.Context, *UpdateMemoryRequest) (*Memory, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UpdateMemory not implemented")
+}
+func (UnimplementedContextServiceServer) DeleteMemory(context.Context, *DeleteMemoryRequest) (*emptypb.Empty, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteMemory not implemented")
 }
 func (UnimplementedContextServiceServer) mustEmbedUnimplementedContextServiceServer() {}
 
@@ -842,6 +924,96 @@ func _ContextService_UnarchiveSession_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContextService_CreateMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).CreateMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/CreateMemory",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).CreateMemory(ctx, req.(*CreateMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ContextService_GetMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).GetMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/GetMemory",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).GetMemory(ctx, req.(*GetMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ContextService_ListMemories_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMemoriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).ListMemories(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/ListMemories",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).ListMemories(ctx, req.(*ListMemoriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ContextService_UpdateMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).UpdateMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/UpdateMemory",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).UpdateMemory(ctx, req.(*UpdateMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ContextService_DeleteMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).DeleteMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/DeleteMemory",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).DeleteMemory(ctx, req.(*DeleteMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ContextService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "ctxwarden.v1.ContextService",
 	HandlerType: (*ContextServiceServer)(nil),
@@ -921,6 +1093,26 @@ var _ContextService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UnarchiveSession",
 			Handler:    _ContextService_UnarchiveSession_Handler,
+		},
+		{
+			MethodName: "CreateMemory",
+			Handler:    _ContextService_CreateMemory_Handler,
+		},
+		{
+			MethodName: "GetMemory",
+			Handler:    _ContextService_GetMemory_Handler,
+		},
+		{
+			MethodName: "ListMemories",
+			Handler:    _ContextService_ListMemories_Handler,
+		},
+		{
+			MethodName: "UpdateMemory",
+			Handler:    _ContextService_UpdateMemory_Handler,
+		},
+		{
+			MethodName: "DeleteMemory",
+			Handler:    _ContextService_DeleteMemory_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -26,6 +26,7 @@ from ._errors import (
     UnavailableError,
     error_from_rpc_error,
 )
+from ._memory_client import memory
 from ._retry import RetryPolicy
 from ._sync_client import Client
 from ._sync_stream import MessageStream
@@ -41,7 +42,7 @@ from .builders import (
     usage,
     user,
 )
-from .v1 import context_service_pb2, message_pb2, session_pb2
+from .v1 import context_service_pb2, memory_pb2, message_pb2, session_pb2
 
 __all__ = [
     "AbortedError",
@@ -64,6 +65,8 @@ __all__ = [
     "error_from_rpc_error",
     "history_only",
     "image",
+    "memory",
+    "memory_pb2",
     "message_pb2",
     "provider_error",
     "session_pb2",

@@ -20,7 +20,8 @@ from ._async_rpc import AsyncRpc
 from ._async_stream import AsyncMessageStream
 from ._calls import MessagesArg, SessionFields, StateDeltaArg
 from ._lifecycle import AsyncLifecycle
-from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
+from ._memory_client import AsyncMemoryMethods
+from .v1 import context_service_pb2, context_service_pb2_grpc, memory_pb2, message_pb2, session_pb2
 
 if TYPE_CHECKING:  # typing-only class from the generated .pyi
     from .v1.context_service_pb2_grpc import ContextServiceAsyncStub
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # typing-only class from the generated .pyi
 __all__ = ["AsyncClient"]
 
 
-class AsyncClient(AsyncRpc, AsyncLifecycle):
+class AsyncClient(AsyncMemoryMethods, AsyncRpc, AsyncLifecycle):
     """asyncio client for ``ctxwarden.v1.ContextService`` (``grpc.aio``).
 
     Same methods as :class:`ctxwarden_client.Client`, as coroutines; the list
@@ -280,6 +281,7 @@ class AsyncClient(AsyncRpc, AsyncLifecycle):
         view: context_service_pb2.ModelInputView.ValueType = _defaults.DEFAULT_VIEW,
         as_of_seq: int | None = None,
         resume_token: str = "",
+        refresh_memory: bool = False,
         timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
         """Returns exactly what to send to the model next (compacting first with
@@ -310,6 +312,7 @@ class AsyncClient(AsyncRpc, AsyncLifecycle):
             as_of_seq,
             resume_token,
             cache,
+            refresh_memory,
         )
         return await self._call(call, timeout)
 
@@ -371,10 +374,13 @@ class AsyncClient(AsyncRpc, AsyncLifecycle):
         summary: str,
         *,
         turn_prefix_summary: str = "",
+        proposed_memories: Iterable[memory_pb2.ProposedMemory] = (),
         timeout: float | None = None,
     ) -> context_service_pb2.Compaction:
         """Commits a plan with the LLM's answers (idempotent per plan, so retried)."""
-        call = _calls.commit_compaction(session_id, plan_id, summary, turn_prefix_summary)
+        call = _calls.commit_compaction(
+            session_id, plan_id, summary, turn_prefix_summary, proposed_memories
+        )
         return await self._call(call, timeout)
 
     async def list_compactions(

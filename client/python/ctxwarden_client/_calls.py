@@ -18,7 +18,7 @@ from google.protobuf import empty_pb2, field_mask_pb2, json_format
 
 from ._input_cache import InputCache
 from .v1 import context_service_pb2 as pb
-from .v1 import message_pb2, session_pb2
+from .v1 import memory_pb2, message_pb2, session_pb2
 from .v1.context_service_pb2_grpc import ContextServiceStub
 
 Req = TypeVar("Req")
@@ -211,6 +211,7 @@ def build_model_input(
     as_of_seq: int | None,
     resume_token: str,
     cache: InputCache | None,
+    refresh_memory: bool = False,
 ) -> Call[pb.BuildModelInputRequest, pb.ModelInput]:
     """``cache`` (for incremental calls) supplies the resume token and merges the answer.
 
@@ -229,6 +230,7 @@ def build_model_input(
         format=format,
         view=view,
         resume_token=resume_token,
+        refresh_memory=refresh_memory,
     )
     if as_of_seq is not None:
         request.as_of_seq = as_of_seq
@@ -293,13 +295,18 @@ def prepare_compaction(
 
 
 def commit_compaction(
-    session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
+    session_id: str,
+    plan_id: str,
+    summary: str,
+    turn_prefix_summary: str,
+    proposed_memories: Iterable[memory_pb2.ProposedMemory] = (),
 ) -> Call[pb.CommitCompactionRequest, pb.Compaction]:
     request = pb.CommitCompactionRequest(
         session_id=session_id,
         plan_id=plan_id,
         summary=summary,
         turn_prefix_summary=turn_prefix_summary,
+        proposed_memories=list(proposed_memories),
     )
     # Idempotent per plan, so safe to retry.
     return Call(lambda stub: stub.CommitCompaction, request, safe=True)
@@ -339,3 +346,34 @@ def count_tokens(
         text=text,
     )
     return Call(lambda stub: stub.CountTokens, request, safe=True)
+
+
+# -- long-term memory ------------------------------------------------------------
+
+
+def create_memory(
+    memory: memory_pb2.Memory,
+) -> Call[memory_pb2.CreateMemoryRequest, memory_pb2.Memory]:
+    request = memory_pb2.CreateMemoryRequest(memory=memory)
+    # With a key it is an upsert (the same outcome when repeated); without one a
+    # retry could store the memory twice.
+    return Call(lambda stub: stub.CreateMemory, request, safe=bool(memory.key))
+
+
+def get_memory(memory_id: str) -> Call[memory_pb2.GetMemoryRequest, memory_pb2.Memory]:
+    request = memory_pb2.GetMemoryRequest(memory_id=memory_id)
+    return Call(lambda stub: stub.GetMemory, request, safe=True)
+
+
+def update_memory(
+    memory: memory_pb2.Memory, update_mask: Sequence[str], etag: str
+) -> Call[memory_pb2.UpdateMemoryRequest, memory_pb2.Memory]:
+    request = memory_pb2.UpdateMemoryRequest(
+        memory=memory, update_mask=field_mask_pb2.FieldMask(paths=list(update_mask)), etag=etag
+    )
+    return Call(lambda stub: stub.UpdateMemory, request, safe=bool(etag))
+
+
+def delete_memory(memory_id: str) -> Call[memory_pb2.DeleteMemoryRequest, empty_pb2.Empty]:
+    request = memory_pb2.DeleteMemoryRequest(memory_id=memory_id)
+    return Call(lambda stub: stub.DeleteMemory, request, safe=False)

@@ -14,7 +14,7 @@ from google.protobuf import timestamp_pb2
 
 from ._calls import Call
 from .v1 import context_service_pb2 as pb
-from .v1 import message_pb2, session_pb2
+from .v1 import memory_pb2, message_pb2, session_pb2
 
 
 class Page(Protocol):
@@ -121,3 +121,19 @@ def list_compactions(
         return Call(lambda stub: stub.ListCompactions, request, safe=True)
 
     return Pages(call_for, lambda page: page.compactions, page_token)
+
+
+def list_memories(
+    request: memory_pb2.ListMemoriesRequest,
+) -> Pages[memory_pb2.ListMemoriesRequest, memory_pb2.ListMemoriesResponse, memory_pb2.Memory]:
+    """``request``: the filters and page size; its page_token is where to start."""
+
+    def call_for(
+        token: str,
+    ) -> Call[memory_pb2.ListMemoriesRequest, memory_pb2.ListMemoriesResponse]:
+        page = memory_pb2.ListMemoriesRequest()
+        page.CopyFrom(request)
+        page.page_token = token
+        return Call(lambda stub: stub.ListMemories, page, safe=True)
+
+    return Pages(call_for, lambda page: page.memories, request.page_token)

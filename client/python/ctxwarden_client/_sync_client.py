@@ -15,10 +15,11 @@ from . import _calls, _defaults, _pagination
 from ._calls import Call, MessagesArg, SessionFields, StateDeltaArg
 from ._client_base import ClientBase
 from ._lifecycle import SyncLifecycle
+from ._memory_client import MemoryMethods
 from ._pagination import Pages
 from ._retry import retry_delay
 from ._sync_stream import MessageStream
-from .v1 import context_service_pb2, context_service_pb2_grpc, message_pb2, session_pb2
+from .v1 import context_service_pb2, context_service_pb2_grpc, memory_pb2, message_pb2, session_pb2
 
 __all__ = ["Client"]
 
@@ -27,7 +28,7 @@ _Resp = TypeVar("_Resp")
 _Item = TypeVar("_Item")
 
 
-class Client(ClientBase, SyncLifecycle):
+class Client(MemoryMethods, ClientBase, SyncLifecycle):
     """Blocking client for ``ctxwarden.v1.ContextService``.
 
     ``timeout`` is the default deadline in seconds of every call (``None``: no
@@ -281,6 +282,7 @@ class Client(ClientBase, SyncLifecycle):
         view: context_service_pb2.ModelInputView.ValueType = _defaults.DEFAULT_VIEW,
         as_of_seq: int | None = None,
         resume_token: str = "",
+        refresh_memory: bool = False,
         timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
         """Returns exactly what to send to the model next (compacting first with
@@ -311,6 +313,7 @@ class Client(ClientBase, SyncLifecycle):
             as_of_seq,
             resume_token,
             cache,
+            refresh_memory,
         )
         return self._call(call, timeout)
 
@@ -372,10 +375,13 @@ class Client(ClientBase, SyncLifecycle):
         summary: str,
         *,
         turn_prefix_summary: str = "",
+        proposed_memories: Iterable[memory_pb2.ProposedMemory] = (),
         timeout: float | None = None,
     ) -> context_service_pb2.Compaction:
         """Commits a plan with the LLM's answers (idempotent per plan, so retried)."""
-        call = _calls.commit_compaction(session_id, plan_id, summary, turn_prefix_summary)
+        call = _calls.commit_compaction(
+            session_id, plan_id, summary, turn_prefix_summary, proposed_memories
+        )
         return self._call(call, timeout)
 
     def list_compactions(

@@ -78,6 +78,7 @@ const ADAPTER_BUILD_EXEMPT = {
   view: ADAPTER_READ,
   as_of_seq: ADAPTER_READ,
   resume_token: "sent from the held input (InputCache)",
+  refresh_memory: "the framework has no moment for it: the memory block is refreshed at compaction",
 };
 
 /** `message` as a `schema` message (it is one: the test made it from the descriptor). */
@@ -248,6 +249,11 @@ const DIRECT = new Set([
   "ForkSession",
   "ArchiveSession",
   "UnarchiveSession",
+  "CreateMemory",
+  "GetMemory",
+  "ListMemories",
+  "UpdateMemory",
+  "DeleteMemory",
 ]);
 
 // -- sample values ----------------------------------------------------------------

@@ -28,6 +28,8 @@ READ_METHODS = frozenset(
         "ListCompactions",
         "GetToolOutput",
         "CountTokens",
+        "GetMemory",
+        "ListMemories",
     }
 )
 """Methods a ``ctxwarden:read`` token may call; every other method (ArchiveSession and

@@ -272,6 +272,8 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         tool_results_cleared=c.tool_results_cleared,
         tool_result_tokens_cleared=c.tool_result_tokens_cleared,
         clearing_only=c.clearing_only,
+        proposed_memory_ids=list(c.proposed_memory_ids),
+        memory_tokens=c.memory_tokens,
     )
 
 

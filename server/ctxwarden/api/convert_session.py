@@ -39,6 +39,7 @@ _POLICY_COUNTS = (
     "keep_tool_results",
     "clear_tool_results_at_least",
     "clear_tool_results_keep",
+    "memory_max_tokens",
     "background_compaction_percent",
 )
 """ContextPolicy's numeric fields (the same names in the proto and the domain)."""
@@ -62,7 +63,13 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
     # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
     check_no_nul(p.tokenizer, "policy.tokenizer")
     counts: dict[str, int] = {name: getattr(p, name) for name in _POLICY_COUNTS}
-    return ContextPolicy(tokenizer=p.tokenizer, **counts)
+    if p.memory_write not in ses_pb.MemoryWriteMode.values():
+        raise InvalidArgument(
+            f"policy.memory_write {p.memory_write} is unknown; use OFF, PROPOSE or AUTO",
+            reason=ErrorReason.INVALID_MEMORY_STATE,
+            field="policy.memory_write",
+        )
+    return ContextPolicy(tokenizer=p.tokenizer, memory_write=int(p.memory_write), **counts)
 
 
 def session_from_pb(s: ses_pb.Session) -> Session:
@@ -113,7 +120,9 @@ def session_to_pb(
         tools=[tool_to_pb(t) for t in s.tools],
         model=s.model,
         policy=ses_pb.ContextPolicy(
-            tokenizer=p.tokenizer, **{name: getattr(p, name) for name in _POLICY_COUNTS}
+            tokenizer=p.tokenizer,
+            memory_write=p.memory_write,  # type: ignore[arg-type]
+            **{name: getattr(p, name) for name in _POLICY_COUNTS},
         ),
         pinned_state=s.pinned_state,
         labels=dict(s.labels),

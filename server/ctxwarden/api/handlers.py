@@ -17,6 +17,7 @@ from google.protobuf import empty_pb2
 from google.protobuf.message import DecodeError, Message
 
 from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import memory_pb2 as mem_pb
 from ctxwarden.v1 import session_pb2 as ses_pb
 
 SERVICE_NAME = "ctxwarden.v1.ContextService"
@@ -71,6 +72,11 @@ UNARY_METHODS: dict[str, Types] = {
     "ForkSession": (pb.ForkSessionRequest, ses_pb.Session),
     "ArchiveSession": (pb.ArchiveSessionRequest, ses_pb.Session),
     "UnarchiveSession": (pb.UnarchiveSessionRequest, ses_pb.Session),
+    "CreateMemory": (mem_pb.CreateMemoryRequest, mem_pb.Memory),
+    "GetMemory": (mem_pb.GetMemoryRequest, mem_pb.Memory),
+    "ListMemories": (mem_pb.ListMemoriesRequest, mem_pb.ListMemoriesResponse),
+    "UpdateMemory": (mem_pb.UpdateMemoryRequest, mem_pb.Memory),
+    "DeleteMemory": (mem_pb.DeleteMemoryRequest, empty_pb2.Empty),
 }
 STREAM_METHODS: dict[str, Types] = {
     "StreamMessages": (pb.AppendMessagesRequest, pb.AppendMessagesResponse),

@@ -132,6 +132,7 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
             anchored_total_tokens=t.anchored_total_tokens,
             estimate_error_ratio=t.estimate_error_ratio,
             method=method_to_pb(t.method),
+            memory_tokens=t.memory_tokens,
         ),
         compaction_recommended=v.compaction_recommended,
         first_kept_seq=v.first_kept_seq,
@@ -142,4 +143,6 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
         summary=v.summary,
         rendered_json=v.rendered_json,
         resume_token=resume_token(v),
+        memory_block=v.session.memory.text,
+        memory_ids=list(v.session.memory.memory_ids),
     )

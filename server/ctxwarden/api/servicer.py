@@ -20,6 +20,7 @@ from ctxwarden.api.convert import (
     provider_error_from_pb,
     trigger_from_pb,
 )
+from ctxwarden.api.convert_memory import proposed_from_pb
 from ctxwarden.api.convert_requests import append_response, message_filter, state_delta_from_pb
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
 from ctxwarden.api.encoding import EncodingCache
@@ -27,6 +28,7 @@ from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.forks import ForkHandlers
 from ctxwarden.api.handlers import service_handler
 from ctxwarden.api.lifecycle_rpcs import LifecycleRpcs
+from ctxwarden.api.memory_servicer import MemoryServicer
 from ctxwarden.api.model_input_wire import basic_model_input_bytes, model_input_bytes, resume_offset
 from ctxwarden.api.responses import (
     carries_messages,
@@ -49,7 +51,7 @@ log = logging.getLogger("ctxwarden.rpc")
 UPDATABLE = ("title", "system_prompt", "tools", "model", "policy", "pinned_state", "labels")
 
 
-class ContextServicer(ForkHandlers, LifecycleRpcs):
+class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer):
     def __init__(
         self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
     ) -> None:
@@ -227,6 +229,7 @@ class ContextServicer(ForkHandlers, LifecycleRpcs):
             request.auto_compact,
             as_of,
             int(request.format),
+            refresh_memory=request.refresh_memory,
         )
         if not with_messages:
             return basic_model_input_bytes(view, int(request.format), request.resume_token)
@@ -298,6 +301,7 @@ class ContextServicer(ForkHandlers, LifecycleRpcs):
             request.plan_id,
             request.summary,
             request.turn_prefix_summary,
+            proposed_from_pb(request.proposed_memories),
         )
         return checkpoint_to_pb(checkpoint)
 

@@ -15,6 +15,7 @@ from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.calibration import context_tokens as usage_context_tokens
 from ctxwarden.core.clearing import view_entry
 from ctxwarden.core.errors import InvalidArgument
+from ctxwarden.core.memory import block_message
 from ctxwarden.core.messages import Message, MessageState, Role
 from ctxwarden.core.model_input import (
     ModelInputView,
@@ -92,11 +93,18 @@ class SessionContext:
         self.system_tokens = system + self.profile.reply
         self.tools_tokens = count_text(tools_text(self.session.tools), tok)
         self._summary: Message | None = None
-        self.summary_tokens = 0
+        self.summary_tokens = self.memory_tokens = 0
+        prefix: list[Message] = []  # what the program puts before the kept messages
+        if self.session.memory:
+            memory = block_message(self.session.memory.text)
+            self.memory_tokens = self.profile.message(memory)
+            prefix.append(replace(memory, token_count=self.memory_tokens))
         if self.checkpoint is not None and self.checkpoint.summary:  # not a first clearing
             self._summary = summary_message(self.checkpoint, self.session.pinned_state)
             self.summary_tokens = self.profile.message(self._summary)
             self._summary = replace(self._summary, token_count=self.summary_tokens)
+            prefix.append(self._summary)
+        self._prefix = tuple(prefix)
         self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok) + self.profile.framing
         cp = self.checkpoint  # tool results up to cleared_through are stubs (core.clearing)
         self.cleared_through = cp.tool_results_cleared_through if cp is not None else 0
@@ -143,8 +151,8 @@ class SessionContext:
 
     @property
     def fixed_tokens(self) -> int:
-        """System prompt, tools and summary: the part every input starts with."""
-        return self.system_tokens + self.tools_tokens + self.summary_tokens
+        """System prompt, tools, memory and summary: the part every input starts with."""
+        return self.system_tokens + self.tools_tokens + self.memory_tokens + self.summary_tokens
 
     @property
     def first_kept_seq(self) -> int:
@@ -155,7 +163,7 @@ class SessionContext:
     @property
     def context_tokens(self) -> int:
         """Tokens of the effective context as stored (before view repairs)."""
-        return self.system_tokens + self.tools_tokens + self.summary_tokens + self._message_tokens
+        return self.fixed_tokens + self._message_tokens
 
     @property
     def active_messages(self) -> list[Message]:
@@ -194,7 +202,7 @@ class SessionContext:
         ids = iter(new_message_id)
         seq = self.session.last_seq
         calibration = self.calibration
-        fixed = self.system_tokens + self.tools_tokens + self.summary_tokens
+        fixed = self.fixed_tokens
         calls = {k: CallState(v.seq, v.answered, v.name) for k, v in self._calls.items()}
         out: list[Message] = []
         new: list[Message] = []
@@ -340,9 +348,7 @@ class SessionContext:
 
     def model_input(self, max_output_tokens: int = 0) -> ModelInputView:
         view = self._view()
-        messages = view.messages
-        if self._summary is not None:
-            messages = (self._summary, *messages)
+        messages = (*self._prefix, *view.messages)
         tokens = token_breakdown(
             self.system_tokens,
             self.tools_tokens,
@@ -353,6 +359,7 @@ class SessionContext:
             exact=self.tokenizer.exact,
             context_window=self.policy.context_window,
             threshold=self.threshold(max_output_tokens),
+            memory_tokens=self.memory_tokens,
         )
         return ModelInputView(
             session=self.session,
@@ -366,8 +373,8 @@ class SessionContext:
             prefix_hash=self._prefix_hash,
             summary=self.checkpoint.carried_summary if self.checkpoint else "",
             live=True,
-            stable_messages=view.stable + (1 if self._summary is not None else 0),
-            summary_messages=1 if self._summary is not None else 0,
+            stable_messages=view.stable + len(self._prefix),
+            summary_messages=len(self._prefix),
             digests=view.digests,
         )
 
@@ -388,10 +395,10 @@ class SessionContext:
         """Cut a summary to at most ``budget`` tokens, with a marker."""
         return trim_summary(text, budget, self.tokenizer)
 
-    def tokens_with(self, checkpoint: Checkpoint) -> int:
-        """Tokens of the effective context if ``checkpoint`` were in effect."""
+    def tokens_with(self, checkpoint: Checkpoint, session: Session | None = None) -> int:
+        """Tokens of the effective context if ``checkpoint`` (and ``session``) were in effect."""
         probe = SessionContext(
-            self.session,
+            session or self.session,
             checkpoint,
             [m for m in self.active_messages if m.seq >= checkpoint.first_kept_seq],
             self.tokenizer,

@@ -42,6 +42,8 @@ class TokenBreakdown:
     anchored_total_tokens: int = 0
     estimate_error_ratio: float = 1.0
     method: TokenCountMethod = TokenCountMethod.ESTIMATED
+    memory_tokens: int = 0
+    """The memory block message (core.memory); counted in total_tokens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +64,10 @@ class ModelInputView:
     stable_messages: int = 0
     """Leading messages that later inputs start with, until history is rewritten."""
     summary_messages: int = 0
-    """1 when messages[0] is the summary of compacted history."""
+    """Leading messages the program adds before the kept ones: the memory block
+    and the summary of compacted history (0, 1 or 2)."""
     digests: Sequence[int] = field(default=(), compare=False)
-    """digests[i] fingerprints the first i messages after the summary (the api
+    """digests[i] fingerprints the first i messages after those (the api
     layer turns them into resume tokens); empty: the input cannot be resumed."""
     rendered: Rendered | None = field(default=None, compare=False)
     """The input in a provider's wire schema (when a format was asked for)."""
@@ -86,13 +89,16 @@ def counting_profile(model: str, tokenizer: Tokenizer) -> CountingProfile:
 
 
 def prefix_hash(session: Session, summary: str) -> str:
-    """Hash of the stable prompt prefix (system prompt, tools, summary)."""
+    """Hash of the stable prompt prefix (system prompt, tools, memory block, summary)."""
+    parts = {
+        "system": session.system_prompt,
+        "tools": [[t.name, t.description, t.parameters_json] for t in session.tools],
+        "summary": summary,
+    }
+    if session.memory:  # only then, so sessions without memory hash as before
+        parts["memory"] = session.memory.text
     payload = json.dumps(
-        {
-            "system": session.system_prompt,
-            "tools": [[t.name, t.description, t.parameters_json] for t in session.tools],
-            "summary": summary,
-        },
+        parts,
         sort_keys=True,
         ensure_ascii=False,
         separators=(",", ":"),
@@ -111,11 +117,12 @@ def token_breakdown(
     exact: bool,
     context_window: int,
     threshold: int,
+    memory_tokens: int = 0,
 ) -> TokenBreakdown:
     """The parts' counts and the best total: anchored on reported usage when that
     is larger than the calibrated estimate, exact when the tokenizer is exact and
     nothing was calibrated, else the estimate."""
-    counted = system_tokens + tools_tokens + summary_tokens + message_tokens
+    counted = system_tokens + tools_tokens + memory_tokens + summary_tokens + message_tokens
     estimate = calibration.apply(counted)
     if anchored > estimate:
         total, method = anchored, TokenCountMethod.ANCHORED
@@ -135,4 +142,5 @@ def token_breakdown(
         anchored_total_tokens=anchored,
         estimate_error_ratio=calibration.ratio,
         method=method,
+        memory_tokens=memory_tokens,
     )

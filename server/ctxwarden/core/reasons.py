@@ -96,6 +96,10 @@ class ErrorReason(enum.StrEnum):
     """A request_id was already used for a different request."""
     WRITE_REJECTED = "WRITE_REJECTED"
     """The database refused to store the request's data."""
+    INVALID_MEMORY_SCOPE = "INVALID_MEMORY_SCOPE"
+    """A memory has neither a user_id nor a project_id."""
+    INVALID_MEMORY_STATE = "INVALID_MEMORY_STATE"
+    """A memory's state, or a policy's memory_write, is unknown."""
 
     # -- NOT_FOUND, ALREADY_EXISTS ---------------------------------------------------
 
@@ -105,6 +109,8 @@ class ErrorReason(enum.StrEnum):
     """The session has no message with the given seq."""
     PLAN_NOT_FOUND = "PLAN_NOT_FOUND"
     """The compaction plan does not exist for the session."""
+    MEMORY_NOT_FOUND = "MEMORY_NOT_FOUND"
+    """The tenant has no memory with the given memory_id."""
     SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
     """CreateSession names a session_id that is taken."""
 
@@ -131,7 +137,7 @@ class ErrorReason(enum.StrEnum):
     LAST_SEQ_MISMATCH = "LAST_SEQ_MISMATCH"
     """expected_last_seq is not the session's last_seq; nothing was written."""
     ETAG_MISMATCH = "ETAG_MISMATCH"
-    """UpdateSession's etag is stale."""
+    """UpdateSession's or UpdateMemory's etag is stale."""
     CONCURRENT_MODIFICATION = "CONCURRENT_MODIFICATION"
     """Another writer changed the session first."""
     PLAN_STALE = "PLAN_STALE"

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock, MemoryWrite
 from ctxwarden.core.models import lookup_model
 
 DEFAULT_RESERVE_TOKENS = 16384
@@ -39,6 +40,14 @@ class ContextPolicy:
     clear_tool_results_at_least: int = 0
     clear_tool_results_keep: int = 0
     background_compaction_percent: int = 0
+    memory_max_tokens: int = 0
+    """0: no memory block; N: a block of at most N tokens (core.memory)."""
+    memory_write: int = 0
+    """A MemoryWrite value; 0 means OFF."""
+
+    @property
+    def memory_write_mode(self) -> MemoryWrite:
+        return MemoryWrite(self.memory_write) if self.memory_write else MemoryWrite.OFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +120,9 @@ class Session:
     """The seq a fork was made at (it sees its parent as it was just before)."""
     archive_time_us: int = 0
     """When ArchiveSession archived it (0: not archived): read-only until unarchived."""
+    memory: MemoryBlock = EMPTY_BLOCK
+    """The frozen memory block (core.memory): selected at creation, compaction or
+    an explicit refresh, stored with the session row."""
 
     @property
     def etag(self) -> str:
@@ -166,6 +178,11 @@ class Checkpoint:
     def clearing_only(self) -> bool:
         """Only cleared tool results: summary and cut are the previous checkpoint's."""
         return self.summarizer == CLEARING_SUMMARIZER
+
+    proposed_memory_ids: tuple[str, ...] = ()
+    """Memories stored from this compaction's durable facts (policy.memory_write)."""
+    memory_tokens: int = 0
+    """Tokens of the memory block selected at this compaction."""
 
     @property
     def carried_summary(self) -> str:

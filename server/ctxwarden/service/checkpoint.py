@@ -9,7 +9,7 @@ from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Checkpoint, CompactionTrigger
+from ctxwarden.core.session import Checkpoint, CompactionTrigger, Session
 
 NO_EARLIER_HISTORY = "(no earlier history)"
 
@@ -21,6 +21,7 @@ def build_checkpoint(
     turn_prefix_summary: str,
     summarizer: str,
     trigger: CompactionTrigger,
+    session: Session | None = None,
 ) -> Checkpoint:
     """Build the checkpoint; trim the summary so it never pushes the rebuilt
     context over the threshold (nor past its own budget)."""
@@ -63,7 +64,7 @@ def build_checkpoint(
         at_seq=ctx.session.last_seq,
         tool_results_cleared_through=ctx.cleared_through,  # an earlier clearing stays
     )
-    after = ctx.tokens_with(checkpoint)
+    after = ctx.tokens_with(checkpoint, session)  # session: with its new memory block
     threshold = ctx.threshold()
     if after > threshold:
         over = after - threshold
@@ -71,5 +72,5 @@ def build_checkpoint(
         trimmed, changed = ctx.trim_summary(checkpoint.summary, room)
         if changed:
             checkpoint = replace(checkpoint, summary=trimmed)
-            after = ctx.tokens_with(checkpoint)
+            after = ctx.tokens_with(checkpoint, session)
     return replace(checkpoint, tokens_after=after)

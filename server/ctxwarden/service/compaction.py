@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -31,11 +32,13 @@ from ctxwarden.core.errors import (
     NotFound,
     Unavailable,
 )
+from ctxwarden.core.memory import DurableFact, MemoryWrite, split_durable_facts
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.service.checkpoint import build_checkpoint
+from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.plans import StoredPlan
@@ -77,6 +80,7 @@ class Compactor:
     def __init__(self, runtime: SessionRuntime, summarizer: Summarizer | None) -> None:
         self.m = runtime
         self.summarizer = summarizer
+        self.blocks = MemoryBlocks(runtime)
 
     # -- planning -------------------------------------------------------------
 
@@ -100,6 +104,7 @@ class Compactor:
             pinned_state=ctx.session.pinned_state,
             instructions=instructions,
             file_tools=self.m.settings.file_tools,
+            durable_facts=ctx.session.policy.memory_write_mode is not MemoryWrite.OFF,
         )
 
     async def prepare(
@@ -131,12 +136,26 @@ class Compactor:
         plan_id: str = "",
         record_scope: RequestScope | None = None,
         key: IdempotencyKey | None = None,
+        proposed: Sequence[DurableFact] = (),
     ) -> Checkpoint:
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
             _check_current(ctx, terms)
+            mode = ctx.session.policy.memory_write_mode
+            facts = tuple(proposed)
+            if mode is not MemoryWrite.OFF and not facts:
+                summary, facts = split_durable_facts(summary)
+            memory_ids = await self.blocks.store_facts(ctx.session, facts, mode)
+            # A compaction rewrites the prefix anyway: the memory block is selected again.
+            block = await self.blocks.select(ctx.session, ctx.tokenizer)
+            with_block = replace(ctx.session, memory=block)
             checkpoint = build_checkpoint(
-                ctx, terms, summary, turn_prefix_summary, summarizer, trigger
+                ctx, terms, summary, turn_prefix_summary, summarizer, trigger, with_block
+            )
+            checkpoint = replace(
+                checkpoint,
+                proposed_memory_ids=memory_ids,
+                memory_tokens=self.blocks.tokens(with_block, ctx.tokenizer),
             )
             now = ids.now_us()
             record = (
@@ -145,7 +164,7 @@ class Compactor:
                 else None
             )
             session = replace(
-                ctx.session,
+                with_block,
                 version=ctx.session.version + 1,
                 context_tokens=checkpoint.tokens_after,
                 update_time_us=now,
@@ -162,6 +181,7 @@ class Compactor:
             )
             if not written:
                 raise self.m.concurrent(session_id)
+            ctx.session = with_block
             ctx.apply_checkpoint(checkpoint)
             ctx.session = replace(ctx.session, version=session.version)
             ctx.checked_at = self.m.clock()
@@ -177,7 +197,12 @@ class Compactor:
             return checkpoint
 
     async def commit(
-        self, session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
+        self,
+        session_id: str,
+        plan_id: str,
+        summary: str,
+        turn_prefix_summary: str,
+        proposed: Sequence[DurableFact] = (),
     ) -> Checkpoint:
         if not plan_id:
             raise InvalidArgument(
@@ -213,6 +238,7 @@ class Compactor:
             summarizer="agent",
             trigger=found.terms.trigger,
             plan_id=plan_id,
+            proposed=proposed,
         )
 
     # -- server-side summariser -------------------------------------------------

@@ -18,6 +18,7 @@ from ctxwarden.service.background_compaction import BackgroundCompactions
 from ctxwarden.service.forks import Forks
 from ctxwarden.service.layered import LayeredCompactor
 from ctxwarden.service.lifecycle import Lifecycle
+from ctxwarden.service.memories import Memories
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
 from ctxwarden.service.model_output import ModelOutputs
@@ -70,6 +71,7 @@ class SessionManager:
         lifecycle = Lifecycle(runtime)
         self.archive_session = lifecycle.archive_session
         self.unarchive_session = lifecycle.unarchive_session
+        self.memories = Memories(runtime)
 
     @property
     def restores(self) -> int:

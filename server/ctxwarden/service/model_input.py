@@ -15,6 +15,7 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.render import Format, Rendered, render_view
 from ctxwarden.core.session import CompactionTrigger, effective_policy
 from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.rendered_cache import RenderedCache, plan, run
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import tokenizer_for
@@ -28,6 +29,7 @@ class ModelInputs:
     def __init__(self, rt: SessionRuntime, compactor: Compactor) -> None:
         self.rt = rt
         self.compactor = compactor
+        self.blocks = MemoryBlocks(rt)
         self.rendered = RenderedCache(max(0, rt.settings.encoding_cache_mb) * 1024 * 1024)
 
     # -- model input ------------------------------------------------------------
@@ -39,7 +41,10 @@ class ModelInputs:
         auto_compact: bool = False,
         as_of_seq: int | None = None,
         fmt: int = 0,
+        refresh_memory: bool = False,
     ) -> ModelInputView:
+        if refresh_memory and as_of_seq is None:
+            await self.blocks.refresh(session_id)
         view = await self._build_model_input(session_id, max_output_tokens, auto_compact, as_of_seq)
         if fmt in (0, Format.NATIVE):
             return view

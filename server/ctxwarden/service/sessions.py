@@ -24,6 +24,7 @@ from ctxwarden.core.validation import (
     check_session_id,
 )
 from ctxwarden.service.hot import EvictionCause
+from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.pages import (
     clamp_page_size,
     decode_token,
@@ -54,6 +55,7 @@ class Sessions:
 
     def __init__(self, rt: SessionRuntime) -> None:
         self.rt = rt
+        self.blocks = MemoryBlocks(rt)
 
     # -- sessions -------------------------------------------------------------
 
@@ -85,6 +87,8 @@ class Sessions:
             update_time_us=now,
             delete_time_us=0,
         )
+        # Cold start: a session that opts in has its memory block from the first call.
+        fresh = replace(fresh, memory=await self.blocks.select(fresh, tokenizer))
         ctx = SessionContext(fresh, None, (), tokenizer)
         fresh = replace(fresh, context_tokens=ctx.context_tokens)
         ctx.session = fresh
@@ -194,6 +198,9 @@ class Sessions:
                 update_time_us=now,
             )
             check_session_fields(new)
+            if new.policy.memory_max_tokens != current.policy.memory_max_tokens:
+                # A new budget changes the prefix anyway: the block is selected again.
+                new = replace(new, memory=await self.blocks.select(new, ctx.tokenizer))
             new, rebuilt, counts = await self._recount(ctx, new)
             written = await self.rt.write(
                 sid,

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgpack
 
+from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock
 from ctxwarden.core.messages import (
     EMPTY_METADATA,
     ContentBlock,
@@ -185,10 +186,14 @@ def _policy_json(p: ContextPolicy) -> str:
         "keep_tool_results": p.keep_tool_results,
         "background_compaction_percent": p.background_compaction_percent,
     }
-    # Layered clearing's settings only when set: older rows and exports read the same.
+    # Memory's and layered clearing's settings only when set: older rows and exports read the same.
     if p.clear_tool_results_at_least or p.clear_tool_results_keep:
         d["clear_tool_results_at_least"] = p.clear_tool_results_at_least
         d["clear_tool_results_keep"] = p.clear_tool_results_keep
+    if p.memory_max_tokens:
+        d["memory_max_tokens"] = p.memory_max_tokens
+    if p.memory_write:
+        d["memory_write"] = p.memory_write
     return _dumps(d)
 
 
@@ -215,6 +220,7 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "archive_time_us": s.archive_time_us,
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
         "state_json": encode_state(s.state) if s.state else None,
+        "memory_json": memory_json(s.memory),
         "version": s.version,
         "parent_key": s.parent_session_id,
         "parent_seq": s.parent_seq,
@@ -327,8 +333,23 @@ def session_from_row(row: SessionRow | Any) -> Session:
         parent_session_id=getattr(row, "parent_key", ""),
         parent_seq=getattr(row, "parent_seq", 0),
         fork_seq=getattr(row, "fork_seq", 0),
+        memory=memory_block(getattr(row, "memory_json", None)),
         **_calibration(getattr(row, "calibration_json", "")),
     )
+
+
+def memory_json(block: MemoryBlock) -> str | None:
+    """The frozen memory block as stored in sessions.memory_json (NULL: none)."""
+    if not block:
+        return None
+    return _dumps({"text": block.text, "ids": list(block.memory_ids)})
+
+
+def memory_block(text: str | None) -> MemoryBlock:
+    if not text:
+        return EMPTY_BLOCK
+    value = json.loads(text)
+    return MemoryBlock(str(value["text"]), tuple(str(i) for i in value["ids"]))
 
 
 def _calibration(text: str) -> dict[str, Any]:
@@ -351,6 +372,10 @@ def checkpoint_details(c: Checkpoint) -> str:
         d["tool_results_cleared_through"] = c.tool_results_cleared_through
         d["tool_results_cleared"] = c.tool_results_cleared
         d["tool_result_tokens_cleared"] = c.tool_result_tokens_cleared
+    if c.proposed_memory_ids:  # memories stored from durable facts (core.memory)
+        d["memories"] = list(c.proposed_memory_ids)
+    if c.memory_tokens:
+        d["memory_tokens"] = c.memory_tokens
     return _dumps(d)
 
 
@@ -395,4 +420,6 @@ def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
         tool_results_cleared_through=d.get("tool_results_cleared_through", 0),
         tool_results_cleared=d.get("tool_results_cleared", 0),
         tool_result_tokens_cleared=d.get("tool_result_tokens_cleared", 0),
+        proposed_memory_ids=tuple(d.get("memories", ())),
+        memory_tokens=int(d.get("memory_tokens", 0)),
     )

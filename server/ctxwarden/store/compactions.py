@@ -11,7 +11,12 @@ from ctxwarden.core.messages import MessageState
 from ctxwarden.core.rewind import Rewind, plan_rewind
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
-from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
+from ctxwarden.store.codec import (
+    checkpoint_bytes,
+    checkpoint_from_row,
+    checkpoint_row_values,
+    memory_json,
+)
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.lineage import adopt_checkpoints, hand_over, take_over
@@ -51,6 +56,7 @@ class CheckpointRepository:
                 expected_version,
                 compaction_id=checkpoint.compaction_id,
                 stored_bytes=S.c.stored_bytes + added,
+                memory_json=memory_json(session.memory),  # selected again at compaction
             )
             await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
             await conn.execute(insert(C).values(**values))

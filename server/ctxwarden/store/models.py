@@ -93,6 +93,8 @@ class SessionRow(Base):
     """Reported/estimated token ratio and sample count (core.calibration)."""
     state_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
     """The session's JSON object state (NULL: empty)."""
+    memory_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
+    """The session's frozen memory block (codec.memory_json; NULL: none)."""
     version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     """Advanced by every change of the session (append, rollback, settings,
     compaction, delete); every write compares-and-sets it, and replicas compare
@@ -251,3 +253,31 @@ class ProjectStateRow(Base):
     project_id: Mapped[str] = mapped_column(text_col(128), primary_key=True)
     state_json: Mapped[str] = mapped_column(long_text())
     update_time_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class MemoryRow(Base):
+    """A long-term memory of a tenant's user or project (core.memory)."""
+
+    __tablename__ = "memories"
+
+    tenant_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    memory_id: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(text_col(128), default="")
+    project_id: Mapped[str] = mapped_column(text_col(128), default="")
+    memory_key: Mapped[str | None] = mapped_column(text_col(128), nullable=True)
+    """NULL without a key (unique indexes let NULLs repeat on every dialect)."""
+    text: Mapped[str] = mapped_column(long_text())
+    labels_json: Mapped[str] = mapped_column(long_text(), default="{}")
+    pinned: Mapped[int] = mapped_column(SmallInteger, default=0)
+    state: Mapped[int] = mapped_column(SmallInteger)
+    create_time_us: Mapped[int] = mapped_column(BigInteger)
+    update_time_us: Mapped[int] = mapped_column(BigInteger)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    source_session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH), default="")
+
+    __table_args__ = (
+        UniqueConstraint(
+            "tenant_id", "user_id", "project_id", "memory_key", name="uq_memories_key"
+        ),
+        Index("ix_memories_scope", "tenant_id", "project_id", "user_id"),
+    )

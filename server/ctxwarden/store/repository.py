@@ -20,6 +20,7 @@ from ctxwarden.store.compactions import CheckpointRepository
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.group_commit import GroupCommitter
+from ctxwarden.store.memories import MemoryRepository
 from ctxwarden.store.messages import MessageRepository
 from ctxwarden.store.plans import PlanRepository, StoredPlan
 from ctxwarden.store.quota import TenantQuota
@@ -69,6 +70,7 @@ class Store:
         self.plans = PlanRepository(engine, self.gate)
         self.requests = RequestRepository(engine)
         self.states = StateRepository(engine, self.gate, self.quota)
+        self.memories = MemoryRepository(engine, self.gate)
 
     async def close(self) -> None:
         await self.versions.close()

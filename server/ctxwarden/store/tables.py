@@ -12,6 +12,7 @@ from sqlalchemy import Table
 from ctxwarden.store.models import (
     CompactionPlanRow,
     CompactionRow,
+    MemoryRow,
     MessageRow,
     ProjectStateRow,
     RequestRow,
@@ -39,3 +40,5 @@ US = cast(Table, UserStateRow.__table__)
 """user_states (state shared by a user's sessions in a project)"""
 PS = cast(Table, ProjectStateRow.__table__)
 """project_states (state shared by a project's sessions)"""
+MM = cast(Table, MemoryRow.__table__)
+"""memories (long-term memory)"""

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from ctxwarden_client.v1 import memory_pb2 as _memory_pb2
 from ctxwarden_client.v1 import message_pb2 as _message_pb2
 from ctxwarden_client.v1 import session_pb2 as _session_pb2
 from google.protobuf import descriptor as _descriptor
@@ -690,6 +691,7 @@ class BuildModelInputRequest(_message.Message):
     AS_OF_SEQ_FIELD_NUMBER: _builtins.int
     RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     VIEW_FIELD_NUMBER: _builtins.int
+    REFRESH_MEMORY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     max_output_tokens: _builtins.int
@@ -724,6 +726,12 @@ class BuildModelInputRequest(_message.Message):
     UNSPECIFIED means BASIC when format renders the input (rendered_json
     carries the messages, so they are not sent twice) and FULL otherwise.
     """
+    refresh_memory: _builtins.bool
+    """Select the session's memory block again (ContextPolicy.memory_max_tokens)
+    before building the input. The block is otherwise frozen between
+    compactions, so the input keeps its stable prefix; a refresh that changes
+    the block changes the prefix.
+    """
     def __init__(
         self,
         *,
@@ -734,10 +742,11 @@ class BuildModelInputRequest(_message.Message):
         as_of_seq: _builtins.int | None = ...,
         resume_token: _builtins.str = ...,
         view: Global___ModelInputView.ValueType = ...,
+        refresh_memory: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "resume_token", b"resume_token", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "refresh_memory", b"refresh_memory", "resume_token", b"resume_token", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__as_of_seq: _TypeAlias = _typing.Literal["as_of_seq"]  # noqa: Y015
     _WhichOneofArgType__as_of_seq: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq"]  # noqa: Y015
@@ -762,6 +771,7 @@ class TokenBreakdown(_message.Message):
     ANCHORED_TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
     ESTIMATE_ERROR_RATIO_FIELD_NUMBER: _builtins.int
     METHOD_FIELD_NUMBER: _builtins.int
+    MEMORY_TOKENS_FIELD_NUMBER: _builtins.int
     system_tokens: _builtins.int
     """Tokens of the system prompt."""
     tools_tokens: _builtins.int
@@ -789,6 +799,8 @@ class TokenBreakdown(_message.Message):
     """
     method: Global___TokenCountMethod.ValueType
     """How total_tokens was obtained."""
+    memory_tokens: _builtins.int
+    """Tokens of the memory block message (0 without one)."""
     def __init__(
         self,
         *,
@@ -803,10 +815,11 @@ class TokenBreakdown(_message.Message):
         anchored_total_tokens: _builtins.int = ...,
         estimate_error_ratio: _builtins.float = ...,
         method: Global___TokenCountMethod.ValueType = ...,
+        memory_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchored_total_tokens", b"anchored_total_tokens", "compaction_threshold", b"compaction_threshold", "context_window", b"context_window", "estimate_error_ratio", b"estimate_error_ratio", "estimated", b"estimated", "message_tokens", b"message_tokens", "method", b"method", "summary_tokens", b"summary_tokens", "system_tokens", b"system_tokens", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchored_total_tokens", b"anchored_total_tokens", "compaction_threshold", b"compaction_threshold", "context_window", b"context_window", "estimate_error_ratio", b"estimate_error_ratio", "estimated", b"estimated", "memory_tokens", b"memory_tokens", "message_tokens", b"message_tokens", "method", b"method", "summary_tokens", b"summary_tokens", "system_tokens", b"system_tokens", "tools_tokens", b"tools_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -867,6 +880,8 @@ class ModelInput(_message.Message):
     RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     MESSAGES_OFFSET_FIELD_NUMBER: _builtins.int
     RENDERED_PREFIX_BYTES_FIELD_NUMBER: _builtins.int
+    MEMORY_BLOCK_FIELD_NUMBER: _builtins.int
+    MEMORY_IDS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     system_prompt: _builtins.str
@@ -910,6 +925,11 @@ class ModelInput(_message.Message):
     input of the same format whose leading provider messages are unchanged.
     0: rendered_json is whole.
     """
+    memory_block: _builtins.str
+    """The session's frozen memory block, as the model reads it; empty without
+    one. It is the first message of messages (a user message with metadata
+    "ctxwarden.memory", seq 0), before the summary.
+    """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.ToolDefinition]:
         """The tools to offer the model."""
@@ -930,6 +950,10 @@ class ModelInput(_message.Message):
     def notices(self) -> _containers.RepeatedCompositeFieldContainer[Global___Notice]:
         """What the view changed relative to storage (omitted, synthetic, truncated or stubbed messages)."""
 
+    @_builtins.property
+    def memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """IDs of the memories in memory_block, in block order."""
+
     def __init__(
         self,
         *,
@@ -949,10 +973,12 @@ class ModelInput(_message.Message):
         resume_token: _builtins.str = ...,
         messages_offset: _builtins.int = ...,
         rendered_prefix_bytes: _builtins.int = ...,
+        memory_block: _builtins.str = ...,
+        memory_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "messages", b"messages", "messages_offset", b"messages_offset", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "rendered_prefix_bytes", b"rendered_prefix_bytes", "resume_token", b"resume_token", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "memory_block", b"memory_block", "memory_ids", b"memory_ids", "messages", b"messages", "messages_offset", b"messages_offset", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "rendered_prefix_bytes", b"rendered_prefix_bytes", "resume_token", b"resume_token", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1135,6 +1161,8 @@ class Compaction(_message.Message):
     TOOL_RESULTS_CLEARED_FIELD_NUMBER: _builtins.int
     TOOL_RESULT_TOKENS_CLEARED_FIELD_NUMBER: _builtins.int
     CLEARING_ONLY_FIELD_NUMBER: _builtins.int
+    PROPOSED_MEMORY_IDS_FIELD_NUMBER: _builtins.int
+    MEMORY_TOKENS_FIELD_NUMBER: _builtins.int
     compaction_id: _builtins.str
     """Unique ID of the checkpoint (sortable by creation time)."""
     session_id: _builtins.str
@@ -1181,6 +1209,8 @@ class Compaction(_message.Message):
     """True when this checkpoint only cleared tool results: summary and
     first_kept_seq are those of the checkpoint before it, and no summariser ran.
     """
+    memory_tokens: _builtins.int
+    """Tokens of the memory block selected at this compaction (0 without one)."""
     @_builtins.property
     def read_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Files read (and not modified) in the summarised history, cumulative."""
@@ -1192,6 +1222,12 @@ class Compaction(_message.Message):
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the checkpoint was committed."""
+
+    @_builtins.property
+    def proposed_memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """IDs of the memories this compaction stored from durable facts
+        (ContextPolicy.memory_write PROPOSE or AUTO), in order.
+        """
 
     def __init__(
         self,
@@ -1215,10 +1251,12 @@ class Compaction(_message.Message):
         tool_results_cleared: _builtins.int = ...,
         tool_result_tokens_cleared: _builtins.int = ...,
         clearing_only: _builtins.bool = ...,
+        proposed_memory_ids: _abc.Iterable[_builtins.str] | None = ...,
+        memory_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "modified_files", b"modified_files", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "memory_tokens", b"memory_tokens", "modified_files", b"modified_files", "proposed_memory_ids", b"proposed_memory_ids", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1400,6 +1438,7 @@ class CommitCompactionRequest(_message.Message):
     PLAN_ID_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
     TURN_PREFIX_SUMMARY_FIELD_NUMBER: _builtins.int
+    PROPOSED_MEMORIES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     plan_id: _builtins.str
@@ -1408,6 +1447,13 @@ class CommitCompactionRequest(_message.Message):
     """The LLM's answer to history_prompt. Required."""
     turn_prefix_summary: _builtins.str
     """The LLM's answer to turn_prefix_prompt. Required when the plan is a split turn."""
+    @_builtins.property
+    def proposed_memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.ProposedMemory]:
+        """Durable facts to remember beyond the session, stored as memories when the
+        policy's memory_write allows (PROPOSED or ACTIVE), else ignored. Without
+        them, the summary's "Durable facts about the user/project" section is read.
+        """
+
     def __init__(
         self,
         *,
@@ -1415,10 +1461,11 @@ class CommitCompactionRequest(_message.Message):
         plan_id: _builtins.str = ...,
         summary: _builtins.str = ...,
         turn_prefix_summary: _builtins.str = ...,
+        proposed_memories: _abc.Iterable[_memory_pb2.ProposedMemory] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["plan_id", b"plan_id", "session_id", b"session_id", "summary", b"summary", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["plan_id", b"plan_id", "proposed_memories", b"proposed_memories", "session_id", b"session_id", "summary", b"summary", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from ctxwarden_client.v1 import context_service_pb2 as ctxwarden_dot_v1_dot_context__service__pb2
+from ctxwarden_client.v1 import memory_pb2 as ctxwarden_dot_v1_dot_memory__pb2
 from ctxwarden_client.v1 import session_pb2 as ctxwarden_dot_v1_dot_session__pb2
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 
@@ -140,6 +141,31 @@ class ContextServiceStub:
                 '/ctxwarden.v1.ContextService/UnarchiveSession',
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.SerializeToString,
                 response_deserializer=ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+                _registered_method=True)
+        self.CreateMemory = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/CreateMemory',
+                request_serializer=ctxwarden_dot_v1_dot_memory__pb2.CreateMemoryRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_memory__pb2.Memory.FromString,
+                _registered_method=True)
+        self.GetMemory = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/GetMemory',
+                request_serializer=ctxwarden_dot_v1_dot_memory__pb2.GetMemoryRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_memory__pb2.Memory.FromString,
+                _registered_method=True)
+        self.ListMemories = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/ListMemories',
+                request_serializer=ctxwarden_dot_v1_dot_memory__pb2.ListMemoriesRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_memory__pb2.ListMemoriesResponse.FromString,
+                _registered_method=True)
+        self.UpdateMemory = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/UpdateMemory',
+                request_serializer=ctxwarden_dot_v1_dot_memory__pb2.UpdateMemoryRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_memory__pb2.Memory.FromString,
+                _registered_method=True)
+        self.DeleteMemory = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/DeleteMemory',
+                request_serializer=ctxwarden_dot_v1_dot_memory__pb2.DeleteMemoryRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
 
 
@@ -339,6 +365,45 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateMemory(self, request, context):
+        """Long-term memory: durable facts about a user or a project of the tenant,
+        shared by its sessions through their memory block.
+
+        Creates a memory, or updates the one with the same key in its scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMemory(self, request, context):
+        """Reads one memory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemories(self, request, context):
+        """Lists memories, newest first, with filters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMemory(self, request, context):
+        """Field-mask update of a memory (e.g. approve a PROPOSED one: state ACTIVE).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMemory(self, request, context):
+        """Deletes a memory. Session memory blocks that hold it keep it until their
+        next refresh.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -441,6 +506,31 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.UnarchiveSession,
                     request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.FromString,
                     response_serializer=ctxwarden_dot_v1_dot_session__pb2.Session.SerializeToString,
+            ),
+            'CreateMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMemory,
+                    request_deserializer=ctxwarden_dot_v1_dot_memory__pb2.CreateMemoryRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_memory__pb2.Memory.SerializeToString,
+            ),
+            'GetMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemory,
+                    request_deserializer=ctxwarden_dot_v1_dot_memory__pb2.GetMemoryRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_memory__pb2.Memory.SerializeToString,
+            ),
+            'ListMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemories,
+                    request_deserializer=ctxwarden_dot_v1_dot_memory__pb2.ListMemoriesRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_memory__pb2.ListMemoriesResponse.SerializeToString,
+            ),
+            'UpdateMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMemory,
+                    request_deserializer=ctxwarden_dot_v1_dot_memory__pb2.UpdateMemoryRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_memory__pb2.Memory.SerializeToString,
+            ),
+            'DeleteMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMemory,
+                    request_deserializer=ctxwarden_dot_v1_dot_memory__pb2.DeleteMemoryRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -988,6 +1078,141 @@ class ContextService:
             '/ctxwarden.v1.ContextService/UnarchiveSession',
             ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.SerializeToString,
             ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/CreateMemory',
+            ctxwarden_dot_v1_dot_memory__pb2.CreateMemoryRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_memory__pb2.Memory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/GetMemory',
+            ctxwarden_dot_v1_dot_memory__pb2.GetMemoryRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_memory__pb2.Memory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/ListMemories',
+            ctxwarden_dot_v1_dot_memory__pb2.ListMemoriesRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_memory__pb2.ListMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/UpdateMemory',
+            ctxwarden_dot_v1_dot_memory__pb2.UpdateMemoryRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_memory__pb2.Memory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/DeleteMemory',
+            ctxwarden_dot_v1_dot_memory__pb2.DeleteMemoryRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from ctxwarden_client.v1 import context_service_pb2 as _context_service_pb2
+from ctxwarden_client.v1 import memory_pb2 as _memory_pb2
 from ctxwarden_client.v1 import session_pb2 as _session_pb2
 from google.protobuf import empty_pb2 as _empty_pb2
 from grpc import aio as _aio
@@ -145,6 +146,22 @@ class ContextServiceStub:
     """Makes an archived session writable again and returns it (archive_time
     unset). Idempotent: a session that is not archived is returned unchanged.
     """
+    CreateMemory: _grpc.UnaryUnaryMultiCallable[_memory_pb2.CreateMemoryRequest, _memory_pb2.Memory]
+    """Long-term memory: durable facts about a user or a project of the tenant,
+    shared by its sessions through their memory block.
+
+    Creates a memory, or updates the one with the same key in its scope.
+    """
+    GetMemory: _grpc.UnaryUnaryMultiCallable[_memory_pb2.GetMemoryRequest, _memory_pb2.Memory]
+    """Reads one memory."""
+    ListMemories: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListMemoriesRequest, _memory_pb2.ListMemoriesResponse]
+    """Lists memories, newest first, with filters."""
+    UpdateMemory: _grpc.UnaryUnaryMultiCallable[_memory_pb2.UpdateMemoryRequest, _memory_pb2.Memory]
+    """Field-mask update of a memory (e.g. approve a PROPOSED one: state ACTIVE)."""
+    DeleteMemory: _grpc.UnaryUnaryMultiCallable[_memory_pb2.DeleteMemoryRequest, _empty_pb2.Empty]
+    """Deletes a memory. Session memory blocks that hold it keep it until their
+    next refresh.
+    """
 
 @_typing.type_check_only
 class ContextServiceAsyncStub(ContextServiceStub):
@@ -260,6 +277,22 @@ class ContextServiceAsyncStub(ContextServiceStub):
     UnarchiveSession: _aio.UnaryUnaryMultiCallable[_context_service_pb2.UnarchiveSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
     """Makes an archived session writable again and returns it (archive_time
     unset). Idempotent: a session that is not archived is returned unchanged.
+    """
+    CreateMemory: _aio.UnaryUnaryMultiCallable[_memory_pb2.CreateMemoryRequest, _memory_pb2.Memory]  # type: ignore[assignment]
+    """Long-term memory: durable facts about a user or a project of the tenant,
+    shared by its sessions through their memory block.
+
+    Creates a memory, or updates the one with the same key in its scope.
+    """
+    GetMemory: _aio.UnaryUnaryMultiCallable[_memory_pb2.GetMemoryRequest, _memory_pb2.Memory]  # type: ignore[assignment]
+    """Reads one memory."""
+    ListMemories: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListMemoriesRequest, _memory_pb2.ListMemoriesResponse]  # type: ignore[assignment]
+    """Lists memories, newest first, with filters."""
+    UpdateMemory: _aio.UnaryUnaryMultiCallable[_memory_pb2.UpdateMemoryRequest, _memory_pb2.Memory]  # type: ignore[assignment]
+    """Field-mask update of a memory (e.g. approve a PROPOSED one: state ACTIVE)."""
+    DeleteMemory: _aio.UnaryUnaryMultiCallable[_memory_pb2.DeleteMemoryRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    """Deletes a memory. Session memory blocks that hold it keep it until their
+    next refresh.
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -493,6 +526,52 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
         """Makes an archived session writable again and returns it (archive_time
         unset). Idempotent: a session that is not archived is returned unchanged.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateMemory(
+        self,
+        request: _memory_pb2.CreateMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.Memory, _abc.Awaitable[_memory_pb2.Memory]]:
+        """Long-term memory: durable facts about a user or a project of the tenant,
+        shared by its sessions through their memory block.
+
+        Creates a memory, or updates the one with the same key in its scope.
+        """
+
+    @_abc_1.abstractmethod
+    def GetMemory(
+        self,
+        request: _memory_pb2.GetMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.Memory, _abc.Awaitable[_memory_pb2.Memory]]:
+        """Reads one memory."""
+
+    @_abc_1.abstractmethod
+    def ListMemories(
+        self,
+        request: _memory_pb2.ListMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.ListMemoriesResponse, _abc.Awaitable[_memory_pb2.ListMemoriesResponse]]:
+        """Lists memories, newest first, with filters."""
+
+    @_abc_1.abstractmethod
+    def UpdateMemory(
+        self,
+        request: _memory_pb2.UpdateMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.Memory, _abc.Awaitable[_memory_pb2.Memory]]:
+        """Field-mask update of a memory (e.g. approve a PROPOSED one: state ACTIVE)."""
+
+    @_abc_1.abstractmethod
+    def DeleteMemory(
+        self,
+        request: _memory_pb2.DeleteMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]:
+        """Deletes a memory. Session memory blocks that hold it keep it until their
+        next refresh.
         """
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -9,6 +9,7 @@ from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -19,6 +20,34 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _MemoryWriteMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MemoryWriteModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryWriteMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMORY_WRITE_MODE_UNSPECIFIED: _MemoryWriteMode.ValueType  # 0
+    """Same as MEMORY_WRITE_MODE_OFF."""
+    MEMORY_WRITE_MODE_OFF: _MemoryWriteMode.ValueType  # 1
+    """Summaries are not asked for durable facts; proposed memories are ignored."""
+    MEMORY_WRITE_MODE_PROPOSE: _MemoryWriteMode.ValueType  # 2
+    """Durable facts are stored as PROPOSED memories (seen by no session until made ACTIVE)."""
+    MEMORY_WRITE_MODE_AUTO: _MemoryWriteMode.ValueType  # 3
+    """Durable facts are stored as ACTIVE memories."""
+
+class MemoryWriteMode(_MemoryWriteMode, metaclass=_MemoryWriteModeEnumTypeWrapper):
+    """What a session's compactions do with durable facts (ContextPolicy.memory_write)."""
+
+MEMORY_WRITE_MODE_UNSPECIFIED: MemoryWriteMode.ValueType  # 0
+"""Same as MEMORY_WRITE_MODE_OFF."""
+MEMORY_WRITE_MODE_OFF: MemoryWriteMode.ValueType  # 1
+"""Summaries are not asked for durable facts; proposed memories are ignored."""
+MEMORY_WRITE_MODE_PROPOSE: MemoryWriteMode.ValueType  # 2
+"""Durable facts are stored as PROPOSED memories (seen by no session until made ACTIVE)."""
+MEMORY_WRITE_MODE_AUTO: MemoryWriteMode.ValueType  # 3
+"""Durable facts are stored as ACTIVE memories."""
+Global___MemoryWriteMode: _TypeAlias = MemoryWriteMode  # noqa: Y015
 
 @_typing.final
 class ToolDefinition(_message.Message):
@@ -69,6 +98,8 @@ class ContextPolicy(_message.Message):
     KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
     CLEAR_TOOL_RESULTS_AT_LEAST_FIELD_NUMBER: _builtins.int
     CLEAR_TOOL_RESULTS_KEEP_FIELD_NUMBER: _builtins.int
+    MEMORY_MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    MEMORY_WRITE_FIELD_NUMBER: _builtins.int
     BACKGROUND_COMPACTION_PERCENT_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
@@ -105,6 +136,15 @@ class ContextPolicy(_message.Message):
     """
     clear_tool_results_keep: _builtins.int
     """How many of the newest tool results a clearing keeps in full. Default 3."""
+    memory_max_tokens: _builtins.int
+    """Opt in to long-term memory: the model input carries a memory block (the
+    ACTIVE memories of the session's user and project, pinned first, then the
+    most recently updated) right after the system prompt, of at most this
+    many tokens. It is frozen with the session: memory changes reach it at
+    the next compaction or BuildModelInputRequest.refresh_memory. 0: no block.
+    """
+    memory_write: Global___MemoryWriteMode.ValueType
+    """Whether compaction summaries may write memories. Default OFF."""
     background_compaction_percent: _builtins.int
     """Soft threshold for background compaction, in percent (1-99) of the
     compaction threshold. When the effective context grows past it and the
@@ -124,11 +164,13 @@ class ContextPolicy(_message.Message):
         keep_tool_results: _builtins.int = ...,
         clear_tool_results_at_least: _builtins.int = ...,
         clear_tool_results_keep: _builtins.int = ...,
+        memory_max_tokens: _builtins.int = ...,
+        memory_write: Global___MemoryWriteMode.ValueType = ...,
         background_compaction_percent: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -83,6 +83,7 @@ def plan_compaction(
     pinned_state: str,
     instructions: str,
     file_tools: FileToolNames,
+    durable_facts: bool = False,
 ) -> Plan:
     """Choose the cut and build the prompts. ``active`` is the kept history
     (from the current checkpoint's first_kept_seq), in seq order.
@@ -113,6 +114,7 @@ def plan_compaction(
             files=files,
             instructions=instructions,
             max_tokens=budget,
+            durable_facts=durable_facts,
         )
         if history
         else None

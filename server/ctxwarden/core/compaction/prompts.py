@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ctxwarden.core.compaction.fileops import render_file_lists
 from ctxwarden.core.compaction.types import FileLists, SummaryPrompt
+from ctxwarden.core.memory import DURABLE_FACTS_INSTRUCTIONS
 
 SYSTEM = (
     "You write context checkpoints for an AI agent whose conversation history is being "
@@ -82,7 +83,11 @@ def history_prompt(
     files: FileLists,
     instructions: str,
     max_tokens: int,
+    durable_facts: bool = False,
 ) -> SummaryPrompt:
+    """``durable_facts`` (a session whose policy writes memories) asks for the
+    "Durable facts about the user/project" section too; without it the prompt
+    is exactly the pi-compatible one."""
     parts = [f"<conversation>\n{conversation}\n</conversation>"]
     if previous_summary:
         parts.append(f"<previous-summary>\n{previous_summary}\n</previous-summary>")
@@ -92,6 +97,8 @@ def history_prompt(
     if lists:
         parts.append(f"{lists}\n{FILES_NOTE}")
     parts.append(UPDATE_SUMMARY if previous_summary else NEW_SUMMARY)
+    if durable_facts:
+        parts[-1] += DURABLE_FACTS_INSTRUCTIONS
     if instructions:
         parts.append(f"Additional focus: {instructions}")
     return SummaryPrompt(SYSTEM, "\n\n".join(parts), max_tokens)

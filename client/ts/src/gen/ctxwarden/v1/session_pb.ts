@@ -2,8 +2,8 @@
 // @generated from file ctxwarden/v1/session.proto (package ctxwarden.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/session.proto.
  */
 export const file_ctxwarden_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIrQCCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAxIjChtjbGVhcl90b29sX3Jlc3VsdHNfYXRfbGVhc3QYCiABKAMSHwoXY2xlYXJfdG9vbF9yZXN1bHRzX2tlZXAYCyABKAMSJQodYmFja2dyb3VuZF9jb21wYWN0aW9uX3BlcmNlbnQYDSABKAMiyQUKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhIKCnByb2plY3RfaWQYAyABKAkSDQoFdGl0bGUYBCABKAkSFQoNc3lzdGVtX3Byb21wdBgFIAEoCRIrCgV0b29scxgGIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhINCgVtb2RlbBgHIAEoCRIrCgZwb2xpY3kYCCABKAsyGy5jdHh3YXJkZW4udjEuQ29udGV4dFBvbGljeRIUCgxwaW5uZWRfc3RhdGUYCSABKAkSMQoGbGFiZWxzGAogAygLMiEuY3R4d2FyZGVuLnYxLlNlc3Npb24uTGFiZWxzRW50cnkSEAoIbGFzdF9zZXEYCyABKAMSFgoOY29udGV4dF90b2tlbnMYDCABKAMSDAoEZXRhZxgNIAEoCRIvCgtjcmVhdGVfdGltZRgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBXN0YXRlGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgp1c2VyX3N0YXRlGBEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCg1wcm9qZWN0X3N0YXRlGBIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIZChFwYXJlbnRfc2Vzc2lvbl9pZBgTIAEoCRISCgpwYXJlbnRfc2VxGBQgASgDEjAKDGFyY2hpdmVfdGltZRgVIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIoQDCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAxIjChtjbGVhcl90b29sX3Jlc3VsdHNfYXRfbGVhc3QYCiABKAMSHwoXY2xlYXJfdG9vbF9yZXN1bHRzX2tlZXAYCyABKAMSGQoRbWVtb3J5X21heF90b2tlbnMYCCABKAMSMwoMbWVtb3J5X3dyaXRlGAkgASgOMh0uY3R4d2FyZGVuLnYxLk1lbW9yeVdyaXRlTW9kZRIlCh1iYWNrZ3JvdW5kX2NvbXBhY3Rpb25fcGVyY2VudBgNIAEoAyLJBQoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRINCgV0aXRsZRgEIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAUgASgJEisKBXRvb2xzGAYgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEg0KBW1vZGVsGAcgASgJEisKBnBvbGljeRgIIAEoCzIbLmN0eHdhcmRlbi52MS5Db250ZXh0UG9saWN5EhQKDHBpbm5lZF9zdGF0ZRgJIAEoCRIxCgZsYWJlbHMYCiADKAsyIS5jdHh3YXJkZW4udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIQCghsYXN0X3NlcRgLIAEoAxIWCg5jb250ZXh0X3Rva2VucxgMIAEoAxIMCgRldGFnGA0gASgJEi8KC2NyZWF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoFc3RhdGUYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EisKCnVzZXJfc3RhdGUYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KDXByb2plY3Rfc3RhdGUYEiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhkKEXBhcmVudF9zZXNzaW9uX2lkGBMgASgJEhIKCnBhcmVudF9zZXEYFCABKAMSMAoMYXJjaGl2ZV90aW1lGBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKooBCg9NZW1vcnlXcml0ZU1vZGUSIQodTUVNT1JZX1dSSVRFX01PREVfVU5TUEVDSUZJRUQQABIZChVNRU1PUllfV1JJVEVfTU9ERV9PRkYQARIdChlNRU1PUllfV1JJVEVfTU9ERV9QUk9QT1NFEAISGgoWTUVNT1JZX1dSSVRFX01PREVfQVVUTxADQkJaQGdpdGh1Yi5jb20vY3R4d2FyZGVuL2N0eHdhcmRlbi9jbGllbnQvZ28vY3R4d2FyZGVudjE7Y3R4d2FyZGVudjFiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A tool the model may call. Sent to the model with every input, so it is part
@@ -130,6 +130,24 @@ export type ContextPolicy = Message<"ctxwarden.v1.ContextPolicy"> & {
    * @generated from field: int64 clear_tool_results_keep = 11;
    */
   clearToolResultsKeep: bigint;
+
+  /**
+   * Opt in to long-term memory: the model input carries a memory block (the
+   * ACTIVE memories of the session's user and project, pinned first, then the
+   * most recently updated) right after the system prompt, of at most this
+   * many tokens. It is frozen with the session: memory changes reach it at
+   * the next compaction or BuildModelInputRequest.refresh_memory. 0: no block.
+   *
+   * @generated from field: int64 memory_max_tokens = 8;
+   */
+  memoryMaxTokens: bigint;
+
+  /**
+   * Whether compaction summaries may write memories. Default OFF.
+   *
+   * @generated from field: ctxwarden.v1.MemoryWriteMode memory_write = 9;
+   */
+  memoryWrite: MemoryWriteMode;
 
   /**
    * Soft threshold for background compaction, in percent (1-99) of the
@@ -329,4 +347,45 @@ export type Session = Message<"ctxwarden.v1.Session"> & {
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_session, 2);
+
+/**
+ * What a session's compactions do with durable facts (ContextPolicy.memory_write).
+ *
+ * @generated from enum ctxwarden.v1.MemoryWriteMode
+ */
+export enum MemoryWriteMode {
+  /**
+   * Same as MEMORY_WRITE_MODE_OFF.
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Summaries are not asked for durable facts; proposed memories are ignored.
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_OFF = 1;
+   */
+  OFF = 1,
+
+  /**
+   * Durable facts are stored as PROPOSED memories (seen by no session until made ACTIVE).
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_PROPOSE = 2;
+   */
+  PROPOSE = 2,
+
+  /**
+   * Durable facts are stored as ACTIVE memories.
+   *
+   * @generated from enum value: MEMORY_WRITE_MODE_AUTO = 3;
+   */
+  AUTO = 3,
+}
+
+/**
+ * Describes the enum ctxwarden.v1.MemoryWriteMode.
+ */
+export const MemoryWriteModeSchema: GenEnum<MemoryWriteMode> = /*@__PURE__*/
+  enumDesc(file_ctxwarden_v1_session, 0);
 
