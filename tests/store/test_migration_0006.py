@@ -53,8 +53,9 @@ def _legacy_rows(url: str) -> None:
     )
     values.pop("version")
     values.pop("state_json")  # from 0007 on
-    for lineage in ("parent_key", "parent_seq", "fork_seq"):  # from 0008 on
-        values.pop(lineage)
+    later = ("parent_key", "parent_seq", "fork_seq", "archive_time_us", "memory_json")
+    for column in later:  # from 0008, 0009 and 0010 on
+        values.pop(column)
     values["compaction_id"] = ""
     values["stored_bytes"] = 123
     body = {

@@ -45,8 +45,9 @@ def _rows_of_0006(url: str) -> None:
         Session(session_id=SID, user_id="u", last_seq=1, create_time_us=1, update_time_us=1)
     )
     session.pop("state_json")
-    for lineage in ("parent_key", "parent_seq", "fork_seq"):  # from 0008 on
-        session.pop(lineage)
+    later = ("parent_key", "parent_seq", "fork_seq", "archive_time_us", "memory_json")
+    for column in later:  # from 0008, 0009 and 0010 on
+        session.pop(column)
     message = message_row_values(
         SID, Message(Role.USER, (ContentBlock.of_text("hello"),), seq=1, message_id="m1")
     )
