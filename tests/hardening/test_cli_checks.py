@@ -32,7 +32,7 @@ def test_config_check_rejects_bad_values_and_shows_user_values(tmp_path: Path) -
     assert "request_read_timeout = 0" in bad.stderr
     good = _cli("config", "check")
     assert good.returncode == 0, good.stderr
-    assert "append_writers = 'auto (1 on SQLite, 2 on MySQL)'" in good.stdout
+    assert "append_writers = 'auto (1 on SQLite, 2 on MySQL and PostgreSQL)'" in good.stdout
     assert "= -1" not in good.stdout
 
 

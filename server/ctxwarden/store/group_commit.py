@@ -48,6 +48,7 @@ from ctxwarden.store.errors import (
     StoreRejected,
     StoreUnavailable,
     classify,
+    driver_error_types,
 )
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.writer import Writer
@@ -103,7 +104,7 @@ class GroupCommitter:
         self.engine = engine
         self._gate = gate or WriteGate(engine)
         self._sql = BatchSql(engine.dialect, max_stored_bytes)
-        self._dbapi: Any = engine.dialect.loaded_dbapi
+        self._errors = driver_error_types(engine.dialect)
         self._observe = observe or _no_observer
         self._writers = max(0, writers)
         self._timeout = timeout
@@ -207,7 +208,7 @@ class GroupCommitter:
                         await _release(w)
                         return None
                     return w
-                except (self._dbapi.Error, DBAPIError, OSError, TimeoutError) as exc:
+                except (*self._errors, DBAPIError, OSError, TimeoutError) as exc:
                     await _discard(w)
                     w = None
                     if attempt == 1 and stage[0] == "write":
@@ -265,7 +266,7 @@ class GroupCommitter:
             records = [sql.record_row(op.record_values) for op in batch if op.record_values]
             if records:
                 await self._timed("INSERT", w.insert_many(sql.records, records))
-        except self._dbapi.Error as exc:
+        except self._errors as exc:
             kind = classify(exc, self.engine.dialect)
             if kind == "lost":
                 raise
