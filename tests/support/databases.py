@@ -57,3 +57,14 @@ def fresh_database(kind: str, directory: Path, prefix: str = "ctxw") -> Iterator
         yield url
     finally:
         drop_postgres_database(base, name)
+
+
+BACKEND_PARAMS = [
+    "sqlite",
+    pytest.param("mysql", marks=pytest.mark.mysql),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+"""The backends as parameters of a test's own database fixture (``fresh_database``)."""
+
+SERVER_BACKEND_PARAMS = BACKEND_PARAMS[1:]
+"""The backends with a server (and connections to lose)."""

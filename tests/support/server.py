@@ -65,7 +65,7 @@ def _postgres_admin(base_url: str) -> psycopg.Connection[tuple[object, ...]]:
 def make_postgres_database(base_url: str, name: str) -> str:
     """A new, empty PostgreSQL database ``name`` beside the one of ``base_url``."""
     with _postgres_admin(base_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" ENCODING \'UTF8\' TEMPLATE template0')
+        conn.execute(f"CREATE DATABASE \"{name}\" ENCODING 'UTF8' TEMPLATE template0")
     return make_url(base_url).set(database=name).render_as_string(hide_password=False)
 
 
