@@ -16,7 +16,6 @@ import psycopg
 import pytest
 from sqlalchemy import event, insert, text
 from sqlalchemy import exc as sa
-from sqlalchemy.dialects import postgresql
 
 from ctxwarden import ids
 from ctxwarden.config import Settings
@@ -125,7 +124,8 @@ RAW: list[tuple[BaseException, str]] = [
 def test_the_group_commit_reads_asyncpg_errors_by_sqlstate(
     backend_url: str, error: BaseException, kind: str
 ) -> None:
-    assert classify(error, postgresql.asyncpg.dialect()) == kind
+    dialect = make_engine("postgresql+asyncpg://postgres@127.0.0.1/unused").dialect
+    assert classify(error, dialect) == kind
 
 
 @pytest.fixture
@@ -270,7 +270,7 @@ async def test_restore_reads_the_kept_messages_by_index(repo: Store) -> None:
         raw = await conn.exec_driver_sql(
             f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", tuple(params)
         )
-        report = raw.scalar()
+        report: Any = raw.scalar()
     plan = (json.loads(report) if isinstance(report, str) else report)[0]["Plan"]
     nodes = _nodes(plan)
     scans = [n for n in nodes if n.get("Relation Name") == "messages"]

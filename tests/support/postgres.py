@@ -82,9 +82,6 @@ class PrivatePostgres:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def _run_as(self) -> dict[str, str]:
-        return {} if self._user is None else {"user": self._user}
-
     def _install(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         if self._user is not None:
@@ -106,7 +103,7 @@ class PrivatePostgres:
             capture_output=True,
             text=True,
             timeout=START_TIMEOUT,
-            **self._run_as(),  # type: ignore[arg-type]
+            user=self._user,
         )
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -153,7 +150,7 @@ class PrivatePostgres:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-                **self._run_as(),  # type: ignore[arg-type]
+                user=self._user,
             )
         deadline = time.monotonic() + timeout
         while not self.answers():

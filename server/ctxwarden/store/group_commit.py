@@ -105,6 +105,12 @@ class GroupCommitter:
         self._gate = gate or WriteGate(engine)
         self._sql = BatchSql(engine.dialect, max_stored_bytes)
         self._errors = driver_error_types(engine.dialect)
+        self._connection_errors: tuple[type[BaseException], ...] = (
+            *self._errors,
+            DBAPIError,
+            OSError,
+            TimeoutError,
+        )
         self._observe = observe or _no_observer
         self._writers = max(0, writers)
         self._timeout = timeout
@@ -208,7 +214,7 @@ class GroupCommitter:
                         await _release(w)
                         return None
                     return w
-                except (*self._errors, DBAPIError, OSError, TimeoutError) as exc:
+                except self._connection_errors as exc:
                     await _discard(w)
                     w = None
                     if attempt == 1 and stage[0] == "write":
