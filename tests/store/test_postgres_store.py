@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy import event, insert, text
 from sqlalchemy import exc as sa
+from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 
 from ctxwarden import ids
 from ctxwarden.config import Settings
@@ -94,6 +95,11 @@ MAPPED: list[tuple[str, BaseException, type[StoreError]]] = [
         _wrapped(sa.OperationalError, psycopg.errors.QueryCanceled()),
         StoreUnavailable,
     ),
+    (
+        "protocol out of step",
+        _wrapped(sa.InternalError, AsyncAdapt_asyncpg_dbapi.InternalClientError("out of step")),
+        StoreUnavailable,
+    ),
 ]
 
 
@@ -106,6 +112,10 @@ def test_each_postgres_error_becomes_its_store_error(
     assert caught.value.__cause__ is error, name
 
 
+OUT_OF_STEP = asyncpg.exceptions.InternalClientError(
+    "cannot switch to state 15; another operation (2) is in progress"
+)
+
 RAW: list[tuple[BaseException, str]] = [
     (asyncpg.exceptions.UniqueViolationError("dup"), "duplicate"),
     (asyncpg.exceptions.DeadlockDetectedError("deadlock"), "conflict"),
@@ -117,6 +127,8 @@ RAW: list[tuple[BaseException, str]] = [
     (asyncpg.exceptions.InterfaceError("connection is closed"), "lost"),
     (ConnectionResetError(104, "reset"), "lost"),
     (asyncpg.exceptions.TooManyConnectionsError("full"), "transient"),
+    # What asyncpg raised on an idle connection that PostgreSQL's shutdown terminated.
+    (OUT_OF_STEP, "lost"),
 ]
 
 

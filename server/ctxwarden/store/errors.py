@@ -106,12 +106,18 @@ def _pg_kind(state: str) -> Kind:
     return "transient"
 
 
+PG_CLIENT_STATE = asyncpg.exceptions.InternalClientError
+"""asyncpg's protocol is out of step with the server (seen when PostgreSQL shuts down and
+terminates an idle connection: "another operation is in progress"): the connection is
+unusable, like a lost one."""
+
+
 def driver_error_types(dialect: Dialect) -> tuple[type[BaseException], ...]:
     """The exception classes a driver-level connection of ``dialect`` raises (the
     writers of store/writer.py call asyncpg itself, below SQLAlchemy's adapter)."""
     dbapi: Any = dialect.loaded_dbapi
     if dialect.name == "postgresql":
-        return (dbapi.Error, asyncpg.PostgresError, asyncpg.InterfaceError)
+        return (dbapi.Error, asyncpg.PostgresError, asyncpg.InterfaceError, PG_CLIENT_STATE)
     return (dbapi.Error,)
 
 
@@ -133,6 +139,8 @@ def classify(exc: BaseException, dialect: Dialect) -> Kind:
     state = sqlstate(exc)
     if state:
         return _pg_kind(state)
+    if isinstance(exc, PG_CLIENT_STATE):
+        return "lost"
     if isinstance(exc, asyncpg.InterfaceError):
         # Client-side: "connection is closed", or one the driver gave up on.
         return "lost" if "closed" in str(exc) else "transient"
@@ -174,6 +182,8 @@ def translate(exc: BaseException) -> StoreError | None:
     if state in PG_CONFLICT:
         return ConcurrentWrite(f"the database aborted the transaction: {detail}")
     if state.startswith(PG_LOST) or state.startswith(PG_TRANSIENT):
+        return StoreUnavailable(detail)
+    if type(orig).__name__ == PG_CLIENT_STATE.__name__:  # SQLAlchemy's adapter of it
         return StoreUnavailable(detail)
     code = orig.args[0] if orig is not None and orig.args and isinstance(orig.args[0], int) else 0
     if code in MYSQL_CONFLICT:
