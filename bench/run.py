@@ -24,6 +24,7 @@ import grpc
 from sqlalchemy.engine import make_url
 from tests.support.server import ServerProcess
 
+from bench.baselines import measure as measure_baselines
 from bench.common import (
     ALL_BACKENDS,
     BACKENDS,
@@ -449,6 +450,9 @@ def run_backend(name: str, cfg: Config, seed: int) -> tuple[list[Result], dict[s
             finally:
                 bench.close()
                 server.stop()
+            unary = next(r for r in results if r.metric == "append_unary")
+            request_bytes = int(unary.extra["avg_message_bytes"])
+            results += measure_baselines(name, url, workdir, cfg.appends, request_bytes)
             results += HistoryScaling(
                 name, url, log_dir, cfg.history_sizes, cfg.history_reps, seed
             ).run()
