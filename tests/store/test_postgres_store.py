@@ -35,6 +35,7 @@ from ctxwarden.store.errors import (
 )
 from ctxwarden.store.models import CompactionRow
 from ctxwarden.store.repository import Store
+from ctxwarden.store.urls import async_url, is_postgres, is_sqlite, sync_url
 
 pytestmark = pytest.mark.parametrize("backend_url", ["postgres"], indirect=True)
 
@@ -308,3 +309,20 @@ async def _checkpoint(repo: Store, sid: str, first_kept: int) -> None:
                 created_at=ids.now_us(),
             )
         )
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "postgresql://u:p@db:5432/ctx",
+        "postgres://u:p@db:5432/ctx",
+        "postgresql+asyncpg://u:p@db:5432/ctx",
+        "postgresql+psycopg://u:p@db:5432/ctx",
+    ],
+)
+def test_postgres_urls_name_asyncpg_to_serve_and_psycopg_to_migrate(
+    backend_url: str, given: str
+) -> None:
+    assert async_url(given).render_as_string(False) == "postgresql+asyncpg://u:p@db:5432/ctx"
+    assert sync_url(given).render_as_string(False) == "postgresql+psycopg://u:p@db:5432/ctx"
+    assert is_postgres(given) and not is_sqlite(given)
