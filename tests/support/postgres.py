@@ -131,6 +131,26 @@ class PrivatePostgres:
             return
         if not (self.datadir / "PG_VERSION").exists():
             self._install()
+        deadline = time.monotonic() + timeout
+        for attempt in range(1, 6):
+            self._spawn()
+            while not self.answers():
+                if not self.running():
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"private postgres did not answer:\n{self.log_tail()}")
+                time.sleep(0.05)
+            else:
+                return
+            # The last server's processes may still hold its shared memory or lock file
+            # for a moment after it exited: try again shortly.
+            code = self.proc.returncode if self.proc is not None else None
+            self.proc = None
+            if attempt == 5 or time.monotonic() > deadline:
+                raise RuntimeError(f"private postgres exited ({code}):\n{self.log_tail()}")
+            time.sleep(0.5 * attempt)
+
+    def _spawn(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
@@ -152,13 +172,6 @@ class PrivatePostgres:
                 start_new_session=True,
                 user=self._user,
             )
-        deadline = time.monotonic() + timeout
-        while not self.answers():
-            if not self.running():
-                raise RuntimeError(f"private postgres exited:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"private postgres did not answer:\n{self.log_tail()}")
-            time.sleep(0.05)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Fast shutdown (SIGINT: running transactions are aborted, clients disconnected)."""
