@@ -44,6 +44,9 @@ def _wrapped(cls: type[sa.DBAPIError], orig: Exception) -> Exception:
     return cls("UPDATE ...", {}, orig)
 
 
+ADAPTED_OUT_OF_STEP: Any = AsyncAdapt_asyncpg_dbapi.InternalClientError
+"""SQLAlchemy's adapter of asyncpg's InternalClientError (untyped)."""
+
 MAPPED: list[tuple[str, BaseException, type[StoreError]]] = [
     (
         "unique violation",
@@ -98,7 +101,7 @@ MAPPED: list[tuple[str, BaseException, type[StoreError]]] = [
     ),
     (
         "protocol out of step",
-        _wrapped(sa.InternalError, AsyncAdapt_asyncpg_dbapi.InternalClientError("out of step")),
+        _wrapped(sa.InternalError, ADAPTED_OUT_OF_STEP("out of step")),
         StoreUnavailable,
     ),
 ]
