@@ -253,7 +253,7 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def test_restore_reads_the_kept_messages_by_index(repo: Store) -> None:
     """O(kept) on PostgreSQL: the restore's message query is a range scan of the primary
-    key, in its order, that reads the kept rows alone (EXPLAIN ANALYZE)."""
+    key that reads the kept rows alone (EXPLAIN ANALYZE)."""
     sid = await _session(repo)
     for version, start in enumerate(range(1, HISTORY + 1, 2000)):
         batch = [_msg(s) for s in range(start, start + 2000)]
@@ -290,10 +290,15 @@ async def test_restore_reads_the_kept_messages_by_index(repo: Store) -> None:
     plan = (json.loads(report) if isinstance(report, str) else report)[0]["Plan"]
     nodes = _nodes(plan)
     scans = [n for n in nodes if n.get("Relation Name") == "messages"]
-    assert [n["Node Type"] for n in scans] == ["Index Scan"], nodes
-    assert scans[0]["Index Name"] == "pk_messages", scans
-    assert scans[0]["Actual Rows"] == KEPT and scans[0].get("Rows Removed by Filter", 0) == 0
-    assert not [n for n in nodes if n["Node Type"] == "Sort"], nodes
+    assert len(scans) == 1, nodes
+    # An index scan in key order, or (with other sessions' rows about) a bitmap scan of the
+    # same index and a sort of what it found: either way only the kept rows are read.
+    assert scans[0]["Node Type"] in ("Index Scan", "Bitmap Heap Scan"), nodes
+    assert [n.get("Index Name") for n in nodes if "Index Name" in n] == ["pk_messages"], nodes
+    assert scans[0]["Actual Rows"] == KEPT, scans
+    assert all(n.get("Actual Rows", 0) <= KEPT for n in nodes), nodes
+    assert all(n.get("Rows Removed by Filter", 0) == 0 for n in nodes), nodes
+    assert all(n.get("Rows Removed by Index Recheck", 0) == 0 for n in nodes), nodes
 
 
 async def _checkpoint(repo: Store, sid: str, first_kept: int) -> None:
