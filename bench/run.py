@@ -24,6 +24,7 @@ import grpc
 from sqlalchemy.engine import make_url
 from tests.support.server import ServerProcess
 
+from bench.background import measure_background
 from bench.baselines import measure as measure_baselines
 from bench.common import (
     ALL_BACKENDS,
@@ -462,6 +463,7 @@ def run_backend(name: str, cfg: Config, seed: int) -> tuple[list[Result], dict[s
             results.append(
                 measure_memory(name, url, log_dir, cfg.memory_sessions, cfg.memory_messages, seed)
             )
+            results += measure_background(name, url, log_dir, 16, 120, seed)
             shown = make_url(url).render_as_string(hide_password=True)
             return results, {"database_url": shown, **info}
 

@@ -108,6 +108,27 @@ class HistoryScaling:
                     "tokens_after": done.tokens_after,
                 },
             )
+            self._fork(stub, sid, size)
+
+    def _fork(self, stub: pb_grpc.ContextServiceStub, sid: str, size: int) -> None:
+        """ForkSession of the (hot, compacted) session at its end: the fork shares
+        the history, so its cost should not grow with it."""
+        forks: list[int] = []
+        for _ in range(self.reps):
+            stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid), timeout=TIMEOUT * 5)
+            req = pb.ForkSessionRequest(session_id=sid)
+
+            def fork(req: pb.ForkSessionRequest = req) -> object:
+                return stub.ForkSession(req, timeout=TIMEOUT * 5)
+
+            forks.append(timed(fork)[0])
+        note = f"{size:,} msgs history, forked at its end (compacted, hot)"
+        self.results.append(
+            summarize(
+                self.backend, f"fork_{size}", forks, note=note, extra={"history_messages": size}
+            )
+        )
+        log(f"{self.backend}: fork {size}: {statistics.median(forks) / 1e6:.2f} ms")
 
     def _measure_tail(self, stub: pb_grpc.ContextServiceStub, sid: str, size: int) -> None:
         """ListMessages of the newest TAIL_MESSAGES (what a framework adapter's

@@ -133,6 +133,19 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
         out.append(
             _check(
                 results,
+                "fork of a 100,000-msg session <= 2x fork of a 100-msg session",
+                b,
+                ["fork_100000", "fork_100"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms vs {r[1].median_ms:.2f} ms = "
+                    f"{(r[0].median_ms or 0) / (r[1].median_ms or 1):.2f}x",
+                    (r[0].median_ms or 0) <= 2 * (r[1].median_ms or 0),
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
                 "restore 100,000 msgs with checkpoint <= 2x restore of 100 msgs",
                 b,
                 ["restore_checkpoint_100000", "restore_no_checkpoint_100"],
@@ -180,6 +193,23 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
                     f"timeline {r[1].median_ms:.0f} ms, {r[0].extra['messages']:,} msgs",
                     (r[0].median_ms or 0) <= CONSOLE_BUDGET_MS
                     and (r[1].median_ms or 0) <= TIMELINE_BUDGET_MS,
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                "BuildModelInput p99 with background compactions running (2 s summariser) "
+                "<= 2x without, none past the hard threshold",
+                b,
+                ["build_model_input_background", "build_model_input_no_background"],
+                lambda r: (
+                    f"p99 {r[0].p99_ms:.1f} ms vs {r[1].p99_ms:.1f} ms = "
+                    f"{(r[0].p99_ms or 0) / (r[1].p99_ms or 1):.2f}x, "
+                    f"{r[0].extra['background_compactions']} compactions",
+                    (r[0].p99_ms or 0) <= 2 * (r[1].p99_ms or 0)
+                    and r[0].extra["background_compactions"] > 0
+                    and r[0].extra["over_hard_threshold"] == 0,
                 ),
             )
         )

@@ -22,8 +22,12 @@ def _blocks() -> dict[str, str]:
             named[first.split(":")[0].removeprefix("# walkthrough ")] = block
         elif first.startswith("# compaction example"):
             named["compaction"] = block
+        elif first.startswith("# background compaction example"):
+            named["background compaction"] = block
         elif first.startswith("# one loop example"):
             named["one loop"] = block
+        elif first.startswith("# fork example"):
+            named["fork"] = block
     return named
 
 
@@ -70,6 +74,21 @@ def test_agent_side_compaction_example_runs(server_target: str, tmp_path: Path) 
     before, after = (int(x) for x in out[0].removesuffix(" tokens").split(" -> "))
     assert after < before
     assert out[1] == "True"
+
+
+def test_fork_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["fork"], server_target, tmp_path).splitlines()
+    assert out == ["True 3", "['Name a prime.', '7', 'Another?', '13']", "1", "True"]
+
+
+def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) -> None:
+    server = ServerProcess(backend_url, log_dir=tmp_path, extra_args=["--summarizer", "extractive"])
+    server.start()
+    try:
+        out = _run(_blocks()["background compaction"], server.target, tmp_path).splitlines()
+    finally:
+        server.stop()
+    assert out == ["COMPACTION_TRIGGER_BACKGROUND", "True"]
 
 
 def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:

@@ -40,6 +40,8 @@ def _legacy_rows(url: str) -> None:
     )
     values.pop("version")
     values.pop("state_json")  # from 0007 on
+    for lineage in ("parent_key", "parent_seq", "fork_seq"):  # from 0008 on
+        values.pop(lineage)
     values["compaction_id"] = ""
     values["stored_bytes"] = 123
     body = {

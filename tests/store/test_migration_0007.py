@@ -32,6 +32,8 @@ def _rows_of_0006(url: str) -> None:
         Session(session_id=SID, user_id="u", last_seq=1, create_time_us=1, update_time_us=1)
     )
     session.pop("state_json")
+    for lineage in ("parent_key", "parent_seq", "fork_seq"):  # from 0008 on
+        session.pop(lineage)
     message = message_row_values(
         SID, Message(Role.USER, (ContentBlock.of_text("hello"),), seq=1, message_id="m1")
     )

@@ -112,6 +112,7 @@ var directRPCs = map[string]bool{
 	"ListCompactions":   true,
 	"GetToolOutput":     true,
 	"CountTokens":       true,
+	"ForkSession":       true,
 }
 
 func contextService(t *testing.T) protoreflect.ServiceDescriptor {

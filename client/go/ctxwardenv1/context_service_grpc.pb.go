@@ -84,6 +84,14 @@ type ContextServiceClient interface {
 	// Counts tokens of messages, tools and text with a model's (or a named)
 	// tokenizer, without a session.
 	CountTokens(ctx context.Context, in *CountTokensRequest, opts ...grpc.CallOption) (*CountTokensResponse, error)
+	// Creates a fork: a new session whose history is the source's effective
+	// history as it was just before message at_seq was appended (the checkpoint
+	// and settings in force then included), which then diverges. The history is
+	// shared, not copied: the cost does not grow with the source's history.
+	// Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
+	// INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
+	// new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
+	ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*Session, error)
 }
 
 type contextServiceClient struct {
@@ -269,6 +277,15 @@ func (c *contextServiceClient) CountTokens(ctx context.Context, in *CountTokensR
 	return out, nil
 }
 
+func (c *contextServiceClient) ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*Session, error) {
+	out := new(Session)
+	err := c.cc.Invoke(ctx, "/ctxwarden.v1.ContextService/ForkSession", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ContextServiceServer is the server API for ContextService service.
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility
@@ -339,6 +356,14 @@ type ContextServiceServer interface {
 	// Counts tokens of messages, tools and text with a model's (or a named)
 	// tokenizer, without a session.
 	CountTokens(context.Context, *CountTokensRequest) (*CountTokensResponse, error)
+	// Creates a fork: a new session whose history is the source's effective
+	// history as it was just before message at_seq was appended (the checkpoint
+	// and settings in force then included), which then diverges. The history is
+	// shared, not copied: the cost does not grow with the source's history.
+	// Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
+	// INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
+	// new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
+	ForkSession(context.Context, *ForkSessionRequest) (*Session, error)
 	mustEmbedUnimplementedContextServiceServer()
 }
 
@@ -396,6 +421,9 @@ func (UnimplementedContextServiceServer) GetToolOutput(context.Context, *GetTool
 }
 func (UnimplementedContextServiceServer) CountTokens(context.Context, *CountTokensRequest) (*CountTokensResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CountTokens not implemented")
+}
+func (UnimplementedContextServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*Session, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ForkSession not implemented")
 }
 func (UnimplementedContextServiceServer) mustEmbedUnimplementedContextServiceServer() {}
 
@@ -724,6 +752,24 @@ func _ContextService_CountTokens_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContextService_ForkSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).ForkSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/ctxwarden.v1.ContextService/ForkSession",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).ForkSession(ctx, req.(*ForkSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ContextService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "ctxwarden.v1.ContextService",
 	HandlerType: (*ContextServiceServer)(nil),
@@ -791,6 +837,10 @@ var _ContextService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CountTokens",
 			Handler:    _ContextService_CountTokens_Handler,
+		},
+		{
+			MethodName: "ForkSession",
+			Handler:    _ContextService_ForkSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

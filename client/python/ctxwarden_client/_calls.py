@@ -302,6 +302,18 @@ def get_tool_output(
     return Call(lambda stub: stub.GetToolOutput, request, safe=True)
 
 
+def fork_session(
+    session_id: str, at_seq: int, new_session_id: str, request_id: str
+) -> Call[pb.ForkSessionRequest, session_pb2.Session]:
+    request = pb.ForkSessionRequest(
+        session_id=session_id,
+        at_seq=at_seq,
+        new_session_id=new_session_id,
+        request_id=request_id,
+    )
+    return Call(lambda stub: stub.ForkSession, request, safe=bool(request_id))
+
+
 def count_tokens(
     model: str,
     messages: MessagesArg,

@@ -55,11 +55,15 @@ class Pages(Generic[Req, PageT, Item]):
 
 
 def list_sessions(
-    user_id: str, project_id: str, page_size: int, page_token: str
+    user_id: str, project_id: str, page_size: int, page_token: str, parent_session_id: str = ""
 ) -> Pages[pb.ListSessionsRequest, pb.ListSessionsResponse, session_pb2.Session]:
     def call_for(token: str) -> Call[pb.ListSessionsRequest, pb.ListSessionsResponse]:
         request = pb.ListSessionsRequest(
-            user_id=user_id, project_id=project_id, page_size=page_size, page_token=token
+            user_id=user_id,
+            project_id=project_id,
+            page_size=page_size,
+            page_token=token,
+            parent_session_id=parent_session_id,
         )
         return Call(lambda stub: stub.ListSessions, request, safe=True)
 

@@ -128,14 +128,19 @@ class Client(ClientBase):
         page_size: int = 0,
         *,
         page_token: str = "",
+        parent_session_id: str = "",
         timeout: float | None = None,
     ) -> Iterator[session_pb2.Session]:
         """Iterates over sessions, newest first, fetching pages lazily.
 
         ``page_token`` starts the listing at that page (a ``next_page_token`` of an
-        earlier ListSessions with the same filters) instead of the first one."""
+        earlier ListSessions with the same filters) instead of the first one;
+        ``parent_session_id``: only the forks of that session."""
         yield from self._pages(
-            _pagination.list_sessions(user_id, project_id, page_size, page_token), timeout
+            _pagination.list_sessions(
+                user_id, project_id, page_size, page_token, parent_session_id
+            ),
+            timeout,
         )
 
     def update_session(
@@ -148,6 +153,20 @@ class Client(ClientBase):
     ) -> session_pb2.Session:
         """Updates the ``update_mask`` fields of ``session`` (named by its session_id)."""
         return self._call(_calls.update_session(session, update_mask, etag), timeout)
+
+    def fork_session(
+        self,
+        session_id: str,
+        at_seq: int = 0,
+        *,
+        new_session_id: str = "",
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> session_pb2.Session:
+        """Forks the session as it was just before message ``at_seq`` was appended
+        (0: at its end); the fork shares that history and then diverges."""
+        call = _calls.fork_session(session_id, at_seq, new_session_id, request_id)
+        return self._call(call, timeout)
 
     def delete_session(self, session_id: str, *, timeout: float | None = None) -> None:
         self._call(_calls.delete_session(session_id), timeout)

@@ -245,6 +245,7 @@ const DIRECT = new Set([
   "ListCompactions",
   "GetToolOutput",
   "CountTokens",
+  "ForkSession",
 ]);
 
 // -- sample values ----------------------------------------------------------------

@@ -68,6 +68,7 @@ UNARY_METHODS: dict[str, Types] = {
     "ListCompactions": (pb.ListCompactionsRequest, pb.ListCompactionsResponse),
     "GetToolOutput": (pb.GetToolOutputRequest, pb.GetToolOutputResponse),
     "CountTokens": (pb.CountTokensRequest, pb.CountTokensResponse),
+    "ForkSession": (pb.ForkSessionRequest, ses_pb.Session),
 }
 STREAM_METHODS: dict[str, Types] = {
     "StreamMessages": (pb.AppendMessagesRequest, pb.AppendMessagesResponse),

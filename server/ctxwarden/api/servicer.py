@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from google.protobuf import empty_pb2
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.message import Message as PbMessage
 
 from ctxwarden.api.convert import (
     checkpoint_to_pb,
@@ -27,20 +24,22 @@ from ctxwarden.api.convert_requests import append_response, message_filter, stat
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
-from ctxwarden.api.handlers import Malformed, service_handler
+from ctxwarden.api.forks import ForkHandlers
+from ctxwarden.api.handlers import service_handler
 from ctxwarden.api.model_input_wire import basic_model_input_bytes, model_input_bytes, resume_offset
 from ctxwarden.api.responses import (
     carries_messages,
     check_response_size,
     page_length,
-    response_size,
 )
 from ctxwarden.api.tenancy import current_tenant, inner_id
+from ctxwarden.api.unary import check_decoded, unary
+from ctxwarden.api.unary import idempotency_key as _key
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.service.manager import IdempotencyKey, SessionManager
+from ctxwarden.service.manager import SessionManager
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
 
@@ -48,53 +47,8 @@ log = logging.getLogger("ctxwarden.rpc")
 
 UPDATABLE = ("title", "system_prompt", "tools", "model", "policy", "pinned_state", "labels")
 
-Req = TypeVar("Req", bound=PbMessage)
-Resp = TypeVar("Resp", bound=PbMessage)
-Handler = Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
-
-def _check_decoded(request: object) -> None:
-    if isinstance(request, Malformed):
-        raise InvalidArgument(
-            f"the request is not valid protobuf ({request.error}); string fields must be "
-            "valid UTF-8",
-            reason=ErrorReason.MALFORMED_REQUEST,
-        )
-
-
-def unary(fn: Handler) -> Handler:
-    """Map domain errors to rich gRPC statuses; hide unexpected errors as INTERNAL.
-
-    A response larger than the server may send is RESPONSE_TOO_LARGE, not the
-    transport's bare error.
-    """
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            _check_decoded(request)
-            response = await fn(self, request, context)
-            check_response_size(fn.__name__, response_size(response), self.limits.max_request_bytes)
-            return response
-        except CtxwardenError as exc:
-            code, message, trailer = to_status(exc)
-        except Exception:
-            log.exception("unhandled error in %s", fn.__name__)
-            code, message, trailer = internal_status()
-        await context.abort(code, message, trailing_metadata=trailer)
-
-    return wrapper
-
-
-def _key(request: Any) -> IdempotencyKey | None:
-    request_id: str = request.request_id
-    if not request_id:
-        return None
-    digest = hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()
-    return IdempotencyKey(request_id, digest)
-
-
-class ContextServicer:
+class ContextServicer(ForkHandlers):
     def __init__(
         self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
     ) -> None:
@@ -125,12 +79,14 @@ class ContextServicer:
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Any
     ) -> pb.ListSessionsResponse:
+        parent = request.parent_session_id
         sessions, token = await self.manager.list_sessions(
             request.user_id,
             request.project_id,
             request.page_size,
             request.page_token,
             tenant=current_tenant.get(),
+            parent=inner_id(parent, "parent_session_id") if parent else "",
         )
         return pb.ListSessionsResponse(
             sessions=[session_to_pb(s) for s in sessions], next_page_token=token
@@ -184,7 +140,7 @@ class ContextServicer:
         return out
 
     async def _append(self, request: pb.AppendMessagesRequest) -> pb.AppendMessagesResponse:
-        _check_decoded(request)
+        check_decoded(request)
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append(
             inner_id(request.session_id),
@@ -199,7 +155,7 @@ class ContextServicer:
     async def AppendModelOutput(
         self, request: pb.AppendModelOutputRequest, context: Any
     ) -> pb.AppendMessagesResponse:
-        _check_decoded(request)
+        check_decoded(request)
         which = request.WhichOneof("output")
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append_model_output(

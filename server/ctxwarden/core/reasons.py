@@ -75,7 +75,7 @@ class ErrorReason(enum.StrEnum):
     INVALID_PAGE_TOKEN = "INVALID_PAGE_TOKEN"
     """page_token was not issued by this server, or for another session or filter."""
     INVALID_SEQ = "INVALID_SEQ"
-    """A seq, to_seq or as_of_seq is out of the session's range."""
+    """A seq, to_seq, as_of_seq or ForkSession's at_seq is out of the session's range."""
     INVALID_RANGE = "INVALID_RANGE"
     """GetToolOutput's offset or limit is negative."""
     NOT_A_TOOL_RESULT = "NOT_A_TOOL_RESULT"

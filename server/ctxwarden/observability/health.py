@@ -6,7 +6,8 @@ SERVING when the probe passes, NOT_SERVING when it fails or times out. Only
 changes are written (and logged). Once shutdown begins, the health servicer
 ignores further sets, so a late probe can never report SERVING again.
 
-The probe is ``Store.ping`` (``SELECT 1`` through the server's own pool).
+The probe is ``Store.ping`` (``SELECT 1`` through the server's own pool; on a
+Galera cluster member also "is this node Synced", store/cluster.py).
 For SQLite that alone proves little: open connections keep working on a file
 that was deleted, moved or whose directory became unreachable, while new
 connections would silently create an empty database at the path. So for a

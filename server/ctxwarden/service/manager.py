@@ -14,7 +14,9 @@ from collections.abc import Callable
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.metrics import ServiceMetrics
+from ctxwarden.service.background_compaction import BackgroundCompactions
 from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.forks import Forks
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
 from ctxwarden.service.model_output import ModelOutputs
@@ -42,6 +44,7 @@ class SessionManager:
         self.settings = settings
         self.hot = runtime.hot
         self.compactor = Compactor(runtime, summarizer)
+        self.background = runtime.background = BackgroundCompactions(runtime, self.compactor)
         sessions = Sessions(runtime)
         messages = Messages(runtime)
         self.create_session = sessions.create_session
@@ -50,6 +53,7 @@ class SessionManager:
         self.list_sessions = sessions.list_sessions
         self.update_session = sessions.update_session
         self.delete_session = sessions.delete_session
+        self.fork_session = Forks(runtime).fork_session
         self.append = messages.append
         self.list_messages = messages.list_messages
         self.append_model_output = ModelOutputs(runtime, messages).append_model_output
@@ -70,7 +74,14 @@ class SessionManager:
 
     # -- lifecycle --------------------------------------------------------------
 
-    async def close(self) -> None:
+    def start(self) -> None:
+        """Start the background work (in the event loop that serves)."""
+        self.background.start()
+
+    async def close(self, grace_seconds: float = 0.0) -> None:
+        """Stop the background work (in-flight compactions get ``grace_seconds``
+        to commit), then close the store."""
+        await self.background.close(grace_seconds)
         await self.store.close()
 
 

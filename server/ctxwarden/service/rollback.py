@@ -107,6 +107,9 @@ class Rollbacks:
                     raise self.rt.concurrent(session_id)
                 ctx.apply_rollback(seqs, failures, now)
                 ctx.session = replace(ctx.session, version=new_session.version)
+                if seqs and ctx.session.parent_session_id and min(seqs) <= ctx.session.parent_seq:
+                    # The fork now holds what it inherited from there on.
+                    ctx.session = replace(ctx.session, parent_seq=min(seqs) - 1)
                 ctx.checked_at = self.rt.clock()
             return result
 

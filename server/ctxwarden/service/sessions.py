@@ -118,13 +118,22 @@ class Sessions:
         return SessionWithState(session, shared.user, shared.project)
 
     async def list_sessions(
-        self, user_id: str, project_id: str, page_size: int, page_token: str, tenant: str = ""
+        self,
+        user_id: str,
+        project_id: str,
+        page_size: int,
+        page_token: str,
+        tenant: str = "",
+        parent: str = "",
     ) -> tuple[list[Session], str]:
+        """``parent`` (internal): only the forks of that session."""
         size = clamp_page_size(page_size, 50)
+        if parent:
+            check_session_id(parent, "parent_session_id")
         before: tuple[int, str] | None = None
         if page_token:
             tok = decode_token(page_token)
-            if tok.get("u") != user_id or tok.get("p") != project_id:
+            if tok.get("u") != user_id or tok.get("p") != project_id or tok.get("f", "") != parent:
                 raise InvalidArgument(
                     "page_token was issued for different filters",
                     reason=ErrorReason.INVALID_PAGE_TOKEN,
@@ -138,15 +147,15 @@ class Sessions:
                 project_id=project_id,
                 limit=size + 1,
                 before=before,
+                parent=parent,
             )
         )
         token = ""
         if len(rows) > size:
             rows = rows[:size]
             last = rows[-1]
-            token = encode_token(
-                {"u": user_id, "p": project_id, "t": last.create_time_us, "i": last.session_id}
-            )
+            fields = {"u": user_id, "p": project_id, "t": last.create_time_us, "i": last.session_id}
+            token = encode_token({**fields, "f": parent} if parent else fields)
         # A hot session's row may lag its in-memory counters by nothing: rows are
         # written before memory changes, so the row is authoritative here.
         return rows, token

@@ -184,6 +184,7 @@ def _policy_json(p: ContextPolicy) -> str:
             "tool_output_max_lines": p.tool_output_max_lines,
             "tokenizer": p.tokenizer,
             "keep_tool_results": p.keep_tool_results,
+            "background_compaction_percent": p.background_compaction_percent,
         }
     )
 
@@ -211,6 +212,9 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
         "state_json": encode_state(s.state) if s.state else None,
         "version": s.version,
+        "parent_key": s.parent_session_id,
+        "parent_seq": s.parent_seq,
+        "fork_seq": s.fork_seq,
     }
 
 
@@ -315,6 +319,9 @@ def session_from_row(row: SessionRow | Any) -> Session:
         delete_time_us=row.delete_time_us,
         version=getattr(row, "version", 0),
         state=decode_state(getattr(row, "state_json", None)),
+        parent_session_id=getattr(row, "parent_key", ""),
+        parent_seq=getattr(row, "parent_seq", 0),
+        fork_seq=getattr(row, "fork_seq", 0),
         **_calibration(getattr(row, "calibration_json", "")),
     )
 
@@ -362,7 +369,7 @@ def checkpoint_bytes(values: dict[str, Any]) -> int:
 def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
     d = json.loads(row.details_json or "{}")
     return Checkpoint(
-        compaction_id=row.compaction_id,
+        compaction_id=getattr(row, "origin_id", "") or row.compaction_id,
         session_id=row.session_id,
         summary=row.summary,
         first_kept_seq=row.first_kept_seq,

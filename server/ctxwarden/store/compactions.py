@@ -14,6 +14,7 @@ from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import checkpoint_bytes, checkpoint_from_row, checkpoint_row_values
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
+from ctxwarden.store.lineage import adopt_checkpoints, hand_over, take_over
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, advance, insert_record
 from ctxwarden.store.tables import C, M, P, S
@@ -98,6 +99,10 @@ class CheckpointRepository:
         valid = select(C).where(C.c.session_id == sid, C.c.superseded_at_seq == 0)
         async with self.gate.begin() as conn:
             await advance(conn, session, expected_version)
+            # A fork copies what it inherited after to_seq before marking it.
+            copied = await take_over(conn, sid, to_seq + 1) + await adopt_checkpoints(conn, sid)
+            handed = await hand_over(conn, sid, session.last_seq, to_seq + 1)
+            await self.quota.add_bytes(conn, tenant_of(sid), handed)
             rewind = plan_rewind(
                 [(int(r.seq), MessageState(r.state)) for r in await conn.execute(after)],
                 [checkpoint_from_row(r) for r in await conn.execute(valid)],
@@ -105,7 +110,7 @@ class CheckpointRepository:
                 last_seq=session.last_seq,
             )
             await _write_rewind(conn, sid, rewind)
-            added = await insert_record(conn, record(list(rewind.rolled_back)))
+            added = copied + await insert_record(conn, record(list(rewind.rolled_back)))
             await conn.execute(
                 update(S)
                 .where(S.c.session_id == sid)
@@ -127,6 +132,9 @@ async def _write_rewind(conn: AsyncConnection, sid: str, rewind: Rewind) -> None
         )
     await conn.execute(
         update(C)
-        .where(C.c.session_id == sid, C.c.compaction_id.in_(rewind.superseded))
+        .where(
+            C.c.session_id == sid,
+            or_(C.c.compaction_id.in_(rewind.superseded), C.c.origin_id.in_(rewind.superseded)),
+        )
         .values(superseded_at_seq=rewind.at_seq)
     )

@@ -66,8 +66,10 @@ MYSQL_REJECTED = frozenset({1153, 1366, 1406, 1264, 1292, 1048, 3140})
 """Packet too large, incorrect string/value, data too long, out of range,
 NULL in a NOT NULL column, invalid JSON: the same write will fail again."""
 
-MYSQL_CONFLICT = frozenset({1205, 1213})
-"""Lock wait timeout, deadlock (also a Galera certification failure)."""
+MYSQL_CONFLICT = frozenset({1205, 1213, 3101})
+"""Lock wait timeout, deadlock (also a Galera certification failure or brute-force
+abort, at any statement or at COMMIT), Group Replication's rollback at COMMIT
+(ER_TRANSACTION_ROLLBACK_DURING_COMMIT): the transaction was rolled back."""
 
 PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
 """PostgreSQL SQLSTATEs: serialization failure, deadlock, lock not available."""

@@ -21,8 +21,11 @@ session moved on, a duplicate key, a quota, a value the database refuses), it
 is rolled back and its appends are retried one per transaction, so each caller
 gets its own precise outcome. A lost connection (or a database that does not
 answer within the timeout) before COMMIT fails nothing: the batch is retried
-once on a new connection. A failure during COMMIT leaves the outcome unknown;
-the callers get StoreUnavailable.
+once on a new connection. A connection lost during COMMIT leaves the outcome
+unknown; the callers get StoreUnavailable. A conflict reported at COMMIT (a
+multi-primary cluster's certification failure) is known to have written
+nothing: like a lost compare-and-set, each caller gets ConcurrentWrite (the
+service plans again on the current session).
 """
 
 from __future__ import annotations
@@ -286,7 +289,17 @@ class GroupCommitter:
                 ) from exc
             raise _BatchFailed(StoreUnavailable(f"the database refused the write: {exc}")) from exc
         stage[0] = "commit"
-        await self._timed("COMMIT", w.commit())
+        try:
+            await self._timed("COMMIT", w.commit())
+        except self._dbapi.Error as exc:
+            if classify(exc, self.engine.dialect) != "conflict":
+                raise  # lost during COMMIT: the outcome is unknown
+            # A multi-primary cluster certifies a transaction at COMMIT: Galera answers
+            # 1213, Group Replication 3101 when a write committed first on another node
+            # touched the same rows. The transaction is rolled back, nothing was written.
+            raise _BatchFailed(
+                ConcurrentWrite(f"the cluster rolled back the batch at commit: {exc}")
+            ) from exc
 
     async def _quota(self, w: Writer, batch: Sequence[AppendOp]) -> None:
         added: dict[str, int] = {}

@@ -13,10 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.core.session import Session
 from ctxwarden.core.tenancy import tenant_of
-from ctxwarden.store.codec import message_from_row, message_row_values, stored_message_bytes
+from ctxwarden.store.codec import message_row_values, stored_message_bytes
 from ctxwarden.store.errors import ConcurrentWrite, TooLarge, boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.group_commit import AppendOp, GroupCommitter
+from ctxwarden.store.lineage import chain_of, hand_over, take_over
+from ctxwarden.store.lineage import messages as seen_messages
+from ctxwarden.store.lineage import where as lineage_where
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import (
     RequestRecord,
@@ -118,6 +121,12 @@ class MessageRepository:
         compare-and-set on the version."""
         async with self.gate.begin() as conn:
             added = await insert_record(conn, record)
+            if seqs:
+                # A fork copies what it inherited from there on before marking it,
+                # and forks made at this very point take over what is marked.
+                added += await take_over(conn, session.session_id, min(seqs))
+                handed = await hand_over(conn, session.session_id, session.last_seq, min(seqs))
+                await self.quota.add_bytes(conn, tenant_of(session.session_id), handed)
             await advance(
                 conn,
                 session,
@@ -146,32 +155,33 @@ class MessageRepository:
         if not message_ids:
             return {}
         async with self.engine.connect() as conn:
+            chain = await chain_of(conn, session_id)
             rows = (
                 await conn.execute(
-                    select(M).where(M.c.session_id == session_id, M.c.message_id.in_(message_ids))
+                    select(M).where(lineage_where(chain), M.c.message_id.in_(message_ids))
                 )
             ).all()
-        return {r.message_id: message_from_row(r) for r in rows}
+        return {m.message_id: m for m in seen_messages(chain, rows)}
 
     @boundary
     async def get_many(self, session_id: str, seqs: Sequence[int]) -> list[Message]:
         async with self.engine.connect() as conn:
+            chain = await chain_of(conn, session_id)
             rows = (
                 await conn.execute(
-                    select(M)
-                    .where(M.c.session_id == session_id, M.c.seq.in_(list(seqs)))
-                    .order_by(M.c.seq)
+                    select(M).where(lineage_where(chain), M.c.seq.in_(list(seqs))).order_by(M.c.seq)
                 )
             ).all()
-        return [message_from_row(r) for r in rows]
+        return seen_messages(chain, rows)
 
     @boundary
     async def get(self, session_id: str, seq: int) -> Message | None:
         async with self.engine.connect() as conn:
+            chain = await chain_of(conn, session_id)
             row = (
-                await conn.execute(select(M).where(M.c.session_id == session_id, M.c.seq == seq))
+                await conn.execute(select(M).where(lineage_where(chain, lo=seq, hi=seq)))
             ).first()
-        return message_from_row(row) if row is not None else None
+        return seen_messages(chain, [row])[0] if row is not None else None
 
     @boundary
     async def page(
@@ -196,20 +206,22 @@ class MessageRepository:
         many bytes (always at least one message): the sizes are read first, so a
         page of huge messages never loads more than it returns.
         """
-        where = [M.c.session_id == session_id, M.c.seq > after_seq]
-        if before_seq > 0:
-            where.append(M.c.seq < before_seq)
-        if after_time_us > 0:
-            where.append(M.c.create_time_us > after_time_us)
-        if not include_rolled_back:
-            where.append(M.c.state == int(MessageState.ACTIVE))
         order = M.c.seq.desc() if newest_first else M.c.seq
         async with self.engine.connect() as conn:
+            chain = await chain_of(conn, session_id)
+            where = [
+                lineage_where(chain, active_only=not include_rolled_back),
+                M.c.seq > after_seq,
+            ]
+            if before_seq > 0:
+                where.append(M.c.seq < before_seq)
+            if after_time_us > 0:
+                where.append(M.c.create_time_us > after_time_us)
             if max_bytes <= 0:
                 rows = (
                     await conn.execute(select(M).where(*where).order_by(order).limit(limit + 1))
                 ).all()
-                return MessagePage([message_from_row(r) for r in rows[:limit]], len(rows) > limit)
+                return MessagePage(seen_messages(chain, rows[:limit]), len(rows) > limit)
             size = func.coalesce(func.length(M.c.data), 0) + func.coalesce(func.length(M.c.body), 0)
             sizes = (
                 await conn.execute(
@@ -229,4 +241,4 @@ class MessageRepository:
                 last = r.seq
             bound = M.c.seq >= last if newest_first else M.c.seq <= last
             rows = (await conn.execute(select(M).where(*where, bound).order_by(order))).all()
-        return MessagePage([message_from_row(r) for r in rows], sizes[-1].seq != last)
+        return MessagePage(seen_messages(chain, rows), sizes[-1].seq != last)

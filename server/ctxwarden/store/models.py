@@ -104,8 +104,20 @@ class SessionRow(Base):
     """Advanced by every change of the session (append, rollback, settings,
     compaction, delete); every write compares-and-sets it, and replicas compare
     their in-memory copy with it before serving."""
+    parent_key: Mapped[str] = mapped_column(
+        ascii_id(SESSION_KEY_LENGTH), default="", server_default=""
+    )
+    """A fork's parent: the internal key of the session it reads its first
+    messages from ("" for a session that is no fork; see store/lineage.py)."""
+    parent_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The last seq a fork reads from its parent (lowered when a rollback in the
+    fork reaches into what it inherited: those rows are then copied)."""
+    fork_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The seq a fork was made at: it sees its parent's rows as they were just
+    before that seq (never changes)."""
 
     __table_args__ = (
+        Index("ix_sessions_parent", "parent_key"),
         Index("ix_sessions_list", "tenant_id", "delete_time_us", "create_time_us", "session_id"),
         Index("ix_sessions_user", "tenant_id", "user_id", "create_time_us"),
         Index("ix_sessions_project", "tenant_id", "project_id", "create_time_us"),
@@ -155,6 +167,9 @@ class CompactionRow(Base):
     details_json: Mapped[str] = mapped_column(long_text(), default="{}")
     created_at: Mapped[int] = mapped_column(BigInteger)
     """Microseconds since the epoch."""
+    origin_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
+    """A fork's copy of the checkpoint it inherited shows the original's ID
+    ("" for a session's own checkpoints)."""
 
     __table_args__ = (Index("ix_compactions_session", "session_id", "created_at"),)
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.store.tables import C, M, P, R, S, V
@@ -27,6 +28,10 @@ async def purge_deleted(
     session_id column), and only sessions whose delete_time_us is set and older
     than the cutoff are chosen. Works in batches so a large purge never holds
     long locks. Returns sessions purged.
+
+    A session some fork still reads from (its ``parent_key``) is kept, whatever
+    that fork's state: its rows are the fork's history. Once the forks are gone,
+    a later batch or run purges it.
     """
     purged = 0
     while True:
@@ -36,7 +41,11 @@ async def purge_deleted(
                 for r in (
                     await conn.execute(
                         select(S.c.session_id)
-                        .where(S.c.delete_time_us > 0, S.c.delete_time_us < deleted_before_us)
+                        .where(
+                            S.c.delete_time_us > 0,
+                            S.c.delete_time_us < deleted_before_us,
+                            ~_has_forks(),
+                        )
                         .limit(batch)
                     )
                 ).all()
@@ -49,3 +58,9 @@ async def purge_deleted(
         purged += len(ids)
         if progress is not None:
             progress(purged)
+
+
+def _has_forks() -> Any:
+    """Whether some session reads from the candidate (a fork of it)."""
+    child = S.alias("child")
+    return exists().where(child.c.parent_key == S.c.session_id)

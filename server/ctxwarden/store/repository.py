@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxwarden.store import purge
+from ctxwarden.store.cluster import check_cluster_member
 from ctxwarden.store.compactions import CheckpointRepository
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
@@ -76,8 +77,10 @@ class Store:
 
     @boundary
     async def ping(self) -> None:
+        """The database answers, and (a Galera node) is Synced: store/cluster.py."""
         async with self.engine.connect() as conn:
             await conn.execute(select(1))
+            await check_cluster_member(conn)
 
     @boundary
     async def load_snapshot(self, session_id: str) -> Snapshot | None:

@@ -18,12 +18,14 @@ from ctxwarden.core.replay import (
     replay_session,
 )
 from ctxwarden.core.session import Checkpoint, Session
+from ctxwarden.store import lineage
 from ctxwarden.store.codec import (
     checkpoint_from_row,
     message_from_row,
     session_from_row,
     session_with_settings,
 )
+from ctxwarden.store.lineage import Segment
 from ctxwarden.store.tables import C, M, S, V
 
 
@@ -52,18 +54,35 @@ async def load_snapshot(engine: AsyncEngine, session_id: str) -> Snapshot | None
         ).first()
         checkpoint = checkpoint_from_row(crow) if crow is not None else None
         first = checkpoint.first_kept_seq if checkpoint is not None else 0
+        session = session_from_row(srow)
+        if not session.parent_session_id:
+            rows = (
+                await conn.execute(
+                    select(M)
+                    .where(
+                        M.c.session_id == session_id,
+                        M.c.seq >= first,
+                        M.c.state == int(MessageState.ACTIVE),
+                    )
+                    .order_by(M.c.seq)
+                )
+            ).all()
+            return Snapshot(session, checkpoint, [message_from_row(r) for r in rows])
+        chain = await _chain(conn, session)
         rows = (
             await conn.execute(
                 select(M)
-                .where(
-                    M.c.session_id == session_id,
-                    M.c.seq >= first,
-                    M.c.state == int(MessageState.ACTIVE),
-                )
+                .where(lineage.where(chain, active_only=True, lo=max(first, 1)))
                 .order_by(M.c.seq)
             )
         ).all()
-    return Snapshot(session_from_row(srow), checkpoint, [message_from_row(r) for r in rows])
+    return Snapshot(session, checkpoint, lineage.messages(chain, rows))
+
+
+async def _chain(conn: AsyncConnection, session: Session) -> list[Segment]:
+    return await lineage.chain(
+        conn, session.session_id, session.parent_session_id, session.parent_seq, session.fork_seq
+    )
 
 
 async def replay_snapshot(engine: AsyncEngine, session_id: str, as_of_seq: int) -> Snapshot | None:
@@ -77,12 +96,33 @@ async def replay_snapshot(engine: AsyncEngine, session_id: str, as_of_seq: int) 
         if srow is None:
             return None
         base = session_from_row(srow)
+        if base.parent_session_id and as_of_seq < base.fork_seq:
+            # Before the fork was made it was its parent: replay that.
+            parent = await replay_snapshot(engine, base.parent_session_id, as_of_seq)
+            if parent is None:
+                return None
+            return replace(parent, session=_as_fork(parent.session, base))
+        chain = await _chain(conn, base)
         plan = plan_replay(await _checkpoints(conn, sid), await _revisions(conn, sid), as_of_seq)
-        messages = await _messages(conn, sid, plan.seqs)
+        messages = await _messages(conn, chain, plan.seqs)
         settings = await _settings(conn, base, plan.revision)
-        changes = await _calibration_changes(conn, sid, as_of_seq)
+        changes = await _calibration_changes(conn, chain, as_of_seq)
     session = replay_session(plan, base, settings, calibration_at(changes, as_of_seq))
     return Snapshot(session, plan.checkpoint, list(replay_messages(plan, messages)))
+
+
+def _as_fork(replayed: Session, fork: Session) -> Session:
+    """A parent's replayed session presented as the fork's."""
+    return replace(
+        replayed,
+        session_id=fork.session_id,
+        parent_session_id=fork.parent_session_id,
+        parent_seq=fork.parent_seq,
+        fork_seq=fork.fork_seq,
+        create_time_us=fork.create_time_us,
+        delete_time_us=fork.delete_time_us,
+        version=fork.version,
+    )
 
 
 async def _checkpoints(conn: AsyncConnection, sid: str) -> list[CheckpointRecord]:
@@ -97,11 +137,15 @@ async def _revisions(conn: AsyncConnection, sid: str) -> list[RevisionMark]:
     return [RevisionMark(int(r.revision), int(r.at_seq)) for r in (await conn.execute(query))]
 
 
-async def _messages(conn: AsyncConnection, sid: str, seqs: range) -> list[MessageRecord]:
+async def _messages(
+    conn: AsyncConnection, chain: list[Segment], seqs: range
+) -> list[MessageRecord]:
     """The stored messages with a seq in ``seqs``, whatever their state."""
-    query = select(M).where(M.c.session_id == sid, M.c.seq >= seqs.start, M.c.seq < seqs.stop)
+    if seqs.stop <= seqs.start:
+        return []
+    query = select(M).where(lineage.where(chain, lo=max(seqs.start, 1), hi=seqs.stop - 1))
     rows = (await conn.execute(query)).all()
-    return [MessageRecord(message_from_row(r), int(r.rolled_back_at_seq)) for r in rows]
+    return [MessageRecord(*lineage.as_seen(chain, r)) for r in rows]
 
 
 async def _settings(conn: AsyncConnection, base: Session, revision: int | None) -> Session | None:
@@ -119,13 +163,17 @@ async def _settings(conn: AsyncConnection, base: Session, revision: int | None) 
 
 
 async def _calibration_changes(
-    conn: AsyncConnection, sid: str, as_of_seq: int
+    conn: AsyncConnection, chain: list[Segment], as_of_seq: int
 ) -> list[tuple[int, tuple[float, int]]]:
     """The newest calibration change before ``as_of_seq`` (core.replay.calibration_at
     needs only that one): (seq, (ratio, samples)), or none."""
     query = (
         select(M.c.seq, M.c.calib_ratio, M.c.calib_samples)
-        .where(M.c.session_id == sid, M.c.seq < as_of_seq, M.c.calib_samples.is_not(None))
+        .where(
+            lineage.where(chain, hi=as_of_seq - 1),
+            M.c.seq < as_of_seq,
+            M.c.calib_samples.is_not(None),
+        )
         .order_by(M.c.seq.desc())
         .limit(1)
     )

@@ -13,15 +13,18 @@ from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ctxwarden.core.session import Session
+from ctxwarden import ids
+from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import (
+    checkpoint_bytes,
+    checkpoint_row_values,
     revision_bytes,
     session_from_row,
     session_row_values,
     settings_data,
 )
-from ctxwarden.store.errors import boundary, is_conflict
+from ctxwarden.store.errors import ConcurrentWrite, boundary, is_conflict
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, compare_and_set, record_bytes, record_values
@@ -55,7 +58,13 @@ class SessionRepository:
         self.versions = versions
 
     @boundary
-    async def create(self, session: Session, record: RequestRecord | None) -> Session:
+    async def create(
+        self,
+        session: Session,
+        record: RequestRecord | None,
+        inherited: Checkpoint | None = None,
+        parent_created_us: int = 0,
+    ) -> Session:
         """Insert a session; returns it as stored. Raises DuplicateKey if the ID
         (of a live session) or the request is taken, QuotaExceeded if the tenant's
         quota is used up (nothing is written).
@@ -65,23 +74,45 @@ class SessionRepository:
         idempotency records) get the key ``ID#DELETE_TIME``, which no request
         can name, so they stay for audit and purge but are never visible again.
         The new session's version continues after the deleted one's, so no
-        replica mistakes its copy of the old session for the new one."""
+        replica mistakes its copy of the old session for the new one.
+
+        A fork (``session.parent_session_id`` set) gets a copy of ``inherited``,
+        the checkpoint in force where it was made: a row of its own (so a rewind
+        in the fork can supersede it) that shows the original's ID. Raises
+        ConcurrentWrite when the parent is no longer the live session created at
+        ``parent_created_us`` (deleted, or its ID used again meanwhile)."""
         stored = None if record is None else record_values(record)
         added = revision_bytes(session)
         if stored is not None:
             added += record_bytes(stored)
+        copy = None
+        if inherited is not None:
+            copy = checkpoint_row_values(
+                replace(inherited, compaction_id=ids.new_id(), session_id=session.session_id)
+            )
+            copy["origin_id"] = inherited.compaction_id
+            added += checkpoint_bytes(copy)
         for attempt in range(3):
             try:
                 async with self.gate.begin() as conn:
                     # Before the tenant's counter row is locked: concurrent creates
                     # queue on that lock, so nothing more should happen under it.
+                    if session.parent_session_id:
+                        await self._check_parent(conn, session.parent_session_id, parent_created_us)
                     reused = await self._deleted_exists(conn, session.session_id)
                     await self.quota.claim_session(conn, tenant_of(session.session_id), added)
                     created = await self._retire_deleted(conn, session) if reused else session
+                    current = inherited.compaction_id if inherited is not None else ""
                     await conn.execute(
-                        insert(S).values(**session_row_values(created), stored_bytes=added)
+                        insert(S).values(
+                            **session_row_values(created),
+                            stored_bytes=added,
+                            compaction_id=current,
+                        )
                     )
                     await self._revision(conn, created)
+                    if copy is not None:
+                        await conn.execute(insert(C).values(**copy))
                     if stored is not None:
                         await conn.execute(insert(R).values(**stored))
                 return created
@@ -90,6 +121,13 @@ class SessionRepository:
                 if attempt == 2 or not is_conflict(exc):
                     raise
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    async def _check_parent(conn: AsyncConnection, parent: str, created_us: int) -> None:
+        query = select(S.c.create_time_us).where(S.c.session_id == parent, S.c.delete_time_us == 0)
+        row = (await conn.execute(query)).first()
+        if row is None or int(row.create_time_us) != created_us:
+            raise ConcurrentWrite(parent)
 
     @staticmethod
     async def _deleted_exists(conn: AsyncConnection, session_id: str) -> bool:
@@ -119,6 +157,8 @@ class SessionRepository:
                 update(table).where(table.c.session_id == sid).values(session_id=retired)
             )
         await conn.execute(update(S).where(S.c.session_id == sid).values(session_id=retired))
+        # Forks keep reading the incarnation they were made from.
+        await conn.execute(update(S).where(S.c.parent_key == sid).values(parent_key=retired))
         return replace(session, version=max(session.version, int(row.version) + 1))
 
     @staticmethod
@@ -148,9 +188,13 @@ class SessionRepository:
         project_id: str,
         limit: int,
         before: tuple[int, str] | None,
+        parent: str = "",
     ) -> list[Session]:
-        """Live sessions, newest first; ``before`` is the last (create_time, id) seen."""
+        """Live sessions, newest first; ``before`` is the last (create_time, id) seen;
+        ``parent`` (an internal key): only its forks."""
         q = select(S).where(S.c.tenant_id == tenant, S.c.delete_time_us == 0)
+        if parent:
+            q = q.where(S.c.parent_key == parent)
         if user_id:
             q = q.where(S.c.user_id == user_id)
         if project_id:
@@ -187,7 +231,15 @@ class SessionRepository:
         (else ConcurrentWrite). ``token_counts`` re-records (seq, count, tokenizer)
         after a tokenizer change."""
         values = session_row_values(session)
-        for key in ("session_id", "create_time_us", "last_seq", "delete_time_us"):
+        for key in (
+            "session_id",
+            "create_time_us",
+            "last_seq",
+            "delete_time_us",
+            "parent_key",
+            "parent_seq",
+            "fork_seq",
+        ):
             values.pop(key)
         values.pop("calibration_json")
         added = revision_bytes(session)

@@ -25,6 +25,8 @@ from ctxwarden import ids
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import session_from_row
 from ctxwarden.store.errors import DuplicateKey, boundary
+from ctxwarden.store.lineage import as_seen, chain_of
+from ctxwarden.store.lineage import where as lineage_where
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.sessions import SessionRepository
 from ctxwarden.store.tables import C, M, S, V
@@ -32,7 +34,7 @@ from ctxwarden.store.transfer_format import (
     Record,
     checkpoint_record,
     checkpoint_row,
-    message_record,
+    message_record_of,
     message_row,
     revision_record,
     revision_row,
@@ -71,18 +73,20 @@ async def export_records(engine: AsyncEngine, key: str) -> AsyncIterator[Record]
         )
         for r in checkpoints.all():
             yield checkpoint_record(dict(r._mapping))
+        # A fork's messages: its ancestors' rows it reads (as it sees them), then its own.
+        segments = await chain_of(conn, key)
         after = 0
         while True:
             page = (
                 await conn.execute(
                     select(M)
-                    .where(M.c.session_id == key, M.c.seq > after)
+                    .where(lineage_where(segments), M.c.seq > after)
                     .order_by(M.c.seq)
                     .limit(PAGE)
                 )
             ).all()
             for r in page:
-                yield message_record(r)
+                yield message_record_of(*as_seen(segments, r))
             if len(page) < PAGE:
                 return
             after = int(page[-1].seq)

@@ -85,6 +85,22 @@ def session_record(row: Mapping[str, Any]) -> Record:
         "labels": json.loads(row["labels_json"]),
         "calibration": {"ratio": calibration["r"], "samples": calibration["n"]},
         "state": json.loads(state) if state else {},
+        **_lineage(row),
+    }
+
+
+def _lineage(row: Mapping[str, Any]) -> Record:
+    """A fork's lineage (where it was forked from; the file holds its whole
+    history, so an import is a session of its own that only records this)."""
+    parent = str(row.get("parent_key") or "")
+    if not parent:
+        return {}
+    return {
+        "lineage": {
+            "parent_session_id": visible_id(parent).split("#", 1)[0],
+            "parent_seq": int(row["parent_seq"]),
+            "fork_seq": int(row["fork_seq"]),
+        }
     }
 
 
@@ -141,7 +157,8 @@ def revision_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
 def checkpoint_record(row: Mapping[str, Any]) -> Record:
     return {
         "type": "checkpoint",
-        "compaction_id": row["compaction_id"],
+        # A fork's copy of an inherited checkpoint shows the original's ID.
+        "compaction_id": row.get("origin_id") or row["compaction_id"],
         "summary": row["summary"],
         "first_kept_seq": row["first_kept_seq"],
         "tokens_before": row["tokens_before"],

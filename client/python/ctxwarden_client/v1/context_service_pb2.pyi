@@ -187,6 +187,10 @@ class _CompactionTriggerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Com
     """BuildModelInput with auto_compact crossed the threshold."""
     COMPACTION_TRIGGER_OVERFLOW: _CompactionTrigger.ValueType  # 3
     """The provider rejected the input as too long (RECOVERY_ACTION_COMPACT_AND_RETRY)."""
+    COMPACTION_TRIGGER_BACKGROUND: _CompactionTrigger.ValueType  # 4
+    """The server compacted in the background: the context crossed the policy's
+    soft threshold (ContextPolicy.background_compaction_percent).
+    """
 
 class CompactionTrigger(_CompactionTrigger, metaclass=_CompactionTriggerEnumTypeWrapper):
     """What started a compaction."""
@@ -199,6 +203,10 @@ COMPACTION_TRIGGER_THRESHOLD: CompactionTrigger.ValueType  # 2
 """BuildModelInput with auto_compact crossed the threshold."""
 COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger.ValueType  # 3
 """The provider rejected the input as too long (RECOVERY_ACTION_COMPACT_AND_RETRY)."""
+COMPACTION_TRIGGER_BACKGROUND: CompactionTrigger.ValueType  # 4
+"""The server compacted in the background: the context crossed the policy's
+soft threshold (ContextPolicy.background_compaction_percent).
+"""
 Global___CompactionTrigger: _TypeAlias = CompactionTrigger  # noqa: Y015
 
 @_typing.final
@@ -269,6 +277,7 @@ class ListSessionsRequest(_message.Message):
     PROJECT_ID_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
     user_id: _builtins.str
     """Only sessions of this user, when set."""
     project_id: _builtins.str
@@ -277,6 +286,10 @@ class ListSessionsRequest(_message.Message):
     """At most this many sessions (default 50, max 1000)."""
     page_token: _builtins.str
     """next_page_token of a previous call with the same filters."""
+    parent_session_id: _builtins.str
+    """Only the forks of this session (those whose parent_session_id it is),
+    when set.
+    """
     def __init__(
         self,
         *,
@@ -284,10 +297,11 @@ class ListSessionsRequest(_message.Message):
         project_id: _builtins.str = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        parent_session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "project_id", b"project_id", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "parent_session_id", b"parent_session_id", "project_id", b"project_id", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1596,3 +1610,46 @@ class CountTokensResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CountTokensResponse: _TypeAlias = CountTokensResponse  # noqa: Y015
+
+@_typing.final
+class ForkSessionRequest(_message.Message):
+    """Request of ForkSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    NEW_SESSION_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session to fork. Required."""
+    at_seq: _builtins.int
+    """The fork inherits the source as it was just before message at_seq was
+    appended (what BuildModelInput with as_of_seq = at_seq returns): the
+    messages with a smaller seq. 1 to the source's last_seq + 1; 0 (unset)
+    forks at the end (last_seq + 1). The fork's own messages get seqs from
+    at_seq on.
+    """
+    new_session_id: _builtins.str
+    """Optional client-chosen ID of the fork (as CreateSessionRequest.session_id);
+    empty: a server-made sortable ID.
+    """
+    request_id: _builtins.str
+    """Optional idempotency key (AIP-155): a repeated request_id returns the
+    first fork without making another.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        at_seq: _builtins.int = ...,
+        new_session_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "new_session_id", b"new_session_id", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkSessionRequest: _TypeAlias = ForkSessionRequest  # noqa: Y015

@@ -126,6 +126,11 @@ class ContextServiceStub:
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensRequest.SerializeToString,
                 response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensResponse.FromString,
                 _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/ForkSession',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -287,6 +292,21 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkSession(self, request, context):
+        """Forks and branches.
+
+        Creates a fork: a new session whose history is the source's effective
+        history as it was just before message at_seq was appended (the checkpoint
+        and settings in force then included), which then diverges. The history is
+        shared, not copied: the cost does not grow with the source's history.
+        Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
+        INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
+        new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -374,6 +394,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.CountTokens,
                     request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensRequest.FromString,
                     response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.CountTokensResponse.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.ForkSessionRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_session__pb2.Session.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -840,6 +865,33 @@ class ContextService:
             '/ctxwarden.v1.ContextService/CountTokens',
             ctxwarden_dot_v1_dot_context__service__pb2.CountTokensRequest.SerializeToString,
             ctxwarden_dot_v1_dot_context__service__pb2.CountTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/ForkSession',
+            ctxwarden_dot_v1_dot_context__service__pb2.ForkSessionRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,

@@ -120,6 +120,17 @@ class ContextServiceStub:
     """Counts tokens of messages, tools and text with a model's (or a named)
     tokenizer, without a session.
     """
+    ForkSession: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ForkSessionRequest, _session_pb2.Session]
+    """Forks and branches.
+
+    Creates a fork: a new session whose history is the source's effective
+    history as it was just before message at_seq was appended (the checkpoint
+    and settings in force then included), which then diverges. The history is
+    shared, not copied: the cost does not grow with the source's history.
+    Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
+    INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
+    new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
+    """
 
 @_typing.type_check_only
 class ContextServiceAsyncStub(ContextServiceStub):
@@ -210,6 +221,17 @@ class ContextServiceAsyncStub(ContextServiceStub):
     CountTokens: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CountTokensRequest, _context_service_pb2.CountTokensResponse]  # type: ignore[assignment]
     """Counts tokens of messages, tools and text with a model's (or a named)
     tokenizer, without a session.
+    """
+    ForkSession: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ForkSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
+    """Forks and branches.
+
+    Creates a fork: a new session whose history is the source's effective
+    history as it was just before message at_seq was appended (the checkpoint
+    and settings in force then included), which then diverges. The history is
+    shared, not copied: the cost does not grow with the source's history.
+    Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
+    INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
+    new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -400,6 +422,23 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_context_service_pb2.CountTokensResponse, _abc.Awaitable[_context_service_pb2.CountTokensResponse]]:
         """Counts tokens of messages, tools and text with a model's (or a named)
         tokenizer, without a session.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkSession(
+        self,
+        request: _context_service_pb2.ForkSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
+        """Forks and branches.
+
+        Creates a fork: a new session whose history is the source's effective
+        history as it was just before message at_seq was appended (the checkpoint
+        and settings in force then included), which then diverges. The history is
+        shared, not copied: the cost does not grow with the source's history.
+        Errors: NOT_FOUND for an unknown source, INVALID_ARGUMENT (reason
+        INVALID_SEQ) for an at_seq out of range, ALREADY_EXISTS when
+        new_session_id is taken, RESOURCE_EXHAUSTED (SESSION_QUOTA_EXCEEDED).
         """
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -67,6 +67,7 @@ class ContextPolicy(_message.Message):
     TOOL_OUTPUT_MAX_LINES_FIELD_NUMBER: _builtins.int
     TOKENIZER_FIELD_NUMBER: _builtins.int
     KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
+    BACKGROUND_COMPACTION_PERCENT_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -92,6 +93,13 @@ class ContextPolicy(_message.Message):
     ones become a one-line stub with their size and seq (read them back with
     GetToolOutput). 0 keeps all in full.
     """
+    background_compaction_percent: _builtins.int
+    """Soft threshold for background compaction, in percent (1-99) of the
+    compaction threshold. When the effective context grows past it and the
+    server has a summariser, the server compacts the session in the
+    background, so BuildModelInput does not wait for the summariser unless the
+    hard threshold is crossed too. 0 (the default) turns background compaction off.
+    """
     def __init__(
         self,
         *,
@@ -102,10 +110,11 @@ class ContextPolicy(_message.Message):
         tool_output_max_lines: _builtins.int = ...,
         tokenizer: _builtins.str = ...,
         keep_tool_results: _builtins.int = ...,
+        background_compaction_percent: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -157,6 +166,8 @@ class Session(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     USER_STATE_FIELD_NUMBER: _builtins.int
     PROJECT_STATE_FIELD_NUMBER: _builtins.int
+    PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    PARENT_SEQ_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Unique ID: client-chosen (1-255 characters of [A-Za-z0-9._:-], starting
     with a letter or digit) or server-made (sortable by creation time). Output
@@ -186,6 +197,15 @@ class Session(_message.Message):
     etag: _builtins.str
     """Output only. Changes whenever the session's settings change (not on
     appends). Pass it to UpdateSession for optimistic concurrency.
+    """
+    parent_session_id: _builtins.str
+    """Output only. For a fork (see ForkSession), the ID of the session it was
+    forked from (that session may since have been deleted); empty otherwise.
+    """
+    parent_seq: _builtins.int
+    """Output only. For a fork, the last seq it inherits from parent_session_id:
+    its messages with a seq up to this one are the parent's, the later ones its
+    own. A rollback into the inherited messages lowers it. 0 otherwise.
     """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolDefinition]:
@@ -249,10 +269,12 @@ class Session(_message.Message):
         state: _struct_pb2.Struct | None = ...,
         user_state: _struct_pb2.Struct | None = ...,
         project_state: _struct_pb2.Struct | None = ...,
+        parent_session_id: _builtins.str = ...,
+        parent_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "policy", b"policy", "project_state", b"project_state", "state", b"state", "update_time", b"update_time", "user_state", b"user_state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "project_state", b"project_state", "session_id", b"session_id", "state", b"state", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id", "user_state", b"user_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_tokens", b"context_tokens", "create_time", b"create_time", "etag", b"etag", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "parent_seq", b"parent_seq", "parent_session_id", b"parent_session_id", "pinned_state", b"pinned_state", "policy", b"policy", "project_id", b"project_id", "project_state", b"project_state", "session_id", b"session_id", "state", b"state", "system_prompt", b"system_prompt", "title", b"title", "tools", b"tools", "update_time", b"update_time", "user_id", b"user_id", "user_state", b"user_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

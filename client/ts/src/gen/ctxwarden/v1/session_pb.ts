@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/session.proto.
  */
 export const file_ctxwarden_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIscBCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAyLoBAoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRINCgV0aXRsZRgEIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAUgASgJEisKBXRvb2xzGAYgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEg0KBW1vZGVsGAcgASgJEisKBnBvbGljeRgIIAEoCzIbLmN0eHdhcmRlbi52MS5Db250ZXh0UG9saWN5EhQKDHBpbm5lZF9zdGF0ZRgJIAEoCRIxCgZsYWJlbHMYCiADKAsyIS5jdHh3YXJkZW4udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIQCghsYXN0X3NlcRgLIAEoAxIWCg5jb250ZXh0X3Rva2VucxgMIAEoAxIMCgRldGFnGA0gASgJEi8KC2NyZWF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoFc3RhdGUYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EisKCnVzZXJfc3RhdGUYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KDXByb2plY3Rfc3RhdGUYEiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCQlpAZ2l0aHViLmNvbS9jdHh3YXJkZW4vY3R4d2FyZGVuL2NsaWVudC9nby9jdHh3YXJkZW52MTtjdHh3YXJkZW52MWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIu4BCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAxIlCh1iYWNrZ3JvdW5kX2NvbXBhY3Rpb25fcGVyY2VudBgNIAEoAyKXBQoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRINCgV0aXRsZRgEIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAUgASgJEisKBXRvb2xzGAYgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEg0KBW1vZGVsGAcgASgJEisKBnBvbGljeRgIIAEoCzIbLmN0eHdhcmRlbi52MS5Db250ZXh0UG9saWN5EhQKDHBpbm5lZF9zdGF0ZRgJIAEoCRIxCgZsYWJlbHMYCiADKAsyIS5jdHh3YXJkZW4udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIQCghsYXN0X3NlcRgLIAEoAxIWCg5jb250ZXh0X3Rva2VucxgMIAEoAxIMCgRldGFnGA0gASgJEi8KC2NyZWF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoFc3RhdGUYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EisKCnVzZXJfc3RhdGUYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KDXByb2plY3Rfc3RhdGUYEiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhkKEXBhcmVudF9zZXNzaW9uX2lkGBMgASgJEhIKCnBhcmVudF9zZXEYFCABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A tool the model may call. Sent to the model with every input, so it is part
@@ -111,6 +111,17 @@ export type ContextPolicy = Message<"ctxwarden.v1.ContextPolicy"> & {
    * @generated from field: int64 keep_tool_results = 7;
    */
   keepToolResults: bigint;
+
+  /**
+   * Soft threshold for background compaction, in percent (1-99) of the
+   * compaction threshold. When the effective context grows past it and the
+   * server has a summariser, the server compacts the session in the
+   * background, so BuildModelInput does not wait for the summariser unless the
+   * hard threshold is crossed too. 0 (the default) turns background compaction off.
+   *
+   * @generated from field: int64 background_compaction_percent = 13;
+   */
+  backgroundCompactionPercent: bigint;
 };
 
 /**
@@ -264,6 +275,23 @@ export type Session = Message<"ctxwarden.v1.Session"> & {
    * @generated from field: google.protobuf.Struct project_state = 18;
    */
   projectState?: JsonObject | undefined;
+
+  /**
+   * Output only. For a fork (see ForkSession), the ID of the session it was
+   * forked from (that session may since have been deleted); empty otherwise.
+   *
+   * @generated from field: string parent_session_id = 19;
+   */
+  parentSessionId: string;
+
+  /**
+   * Output only. For a fork, the last seq it inherits from parent_session_id:
+   * its messages with a seq up to this one are the parent's, the later ones its
+   * own. A rollback into the inherited messages lowers it. 0 otherwise.
+   *
+   * @generated from field: int64 parent_seq = 20;
+   */
+  parentSeq: bigint;
 };
 
 /**

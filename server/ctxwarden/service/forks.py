@@ -1,0 +1,127 @@
+"""ForkSession: a new session that starts as another one was at a seq.
+
+The fork shares the source's stored history (store/lineage.py): what it
+writes is one session row, one settings revision and a copy of the checkpoint
+in force at the fork point, however long the history is. It is built in
+memory from the source as it was then: the source's own context when it forks
+at the end, else a replay (what ``BuildModelInput(as_of_seq)`` reads, O(kept)).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from ctxwarden import ids
+from ctxwarden.core.context import SessionContext
+from ctxwarden.core.errors import AlreadyExists, InvalidArgument
+from ctxwarden.core.messages import Message
+from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.session import Checkpoint, Session, effective_policy
+from ctxwarden.core.tenancy import scoped_id, visible_id
+from ctxwarden.core.validation import check_key, check_session_id
+from ctxwarden.service.results import IdempotencyKey
+from ctxwarden.service.runtime import SessionRuntime
+from ctxwarden.service.tokenizer_access import tokenizer_for
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.repository import RequestScope
+
+
+class Forks:
+    def __init__(self, rt: SessionRuntime) -> None:
+        self.rt = rt
+
+    async def fork_session(
+        self,
+        source_id: str,
+        at_seq: int,
+        new_session_id: str,
+        key: IdempotencyKey | None,
+        tenant: str = "",
+    ) -> Session:
+        """``source_id`` and ``new_session_id`` are internal (tenant-prefixed);
+        ``at_seq`` 0 forks at the end; ``new_session_id`` "" makes a sortable ID."""
+        if key is not None:
+            check_key(key.request_id, "request_id")
+        check_session_id(source_id)
+        if new_session_id:
+            check_session_id(new_session_id, "new_session_id")
+        scope = RequestScope("ForkSession", tenant_id=tenant)
+        stored = await self.rt.replay(scope, key)
+        if stored is not None:
+            return await self.rt.get_session(str(stored.outcome["session_id"]))
+        source = await self.rt.context(source_id, verify=True)
+        last = source.session.last_seq
+        at = at_seq or last + 1
+        if not 1 <= at <= last + 1:
+            raise InvalidArgument(
+                f"at_seq {at_seq} is out of range: session {visible_id(source_id)!r} can be "
+                f"forked at 1 to {last + 1} (its last_seq + 1; 0 means the end)",
+                reason=ErrorReason.INVALID_SEQ,
+                field="at_seq",
+                metadata={"last_seq": str(last)},
+            )
+        base, checkpoint, kept = await self._source_at(source, at)
+        sid = new_session_id or scoped_id(tenant, ids.new_id())
+        now = ids.now_us()
+        fork = replace(
+            base,
+            session_id=sid,
+            last_seq=at - 1,
+            revision=1,
+            version=1,
+            consecutive_failures=0,
+            create_time_us=now,
+            update_time_us=now,
+            delete_time_us=0,
+            state=source.session.state,
+            parent_session_id=source_id,
+            parent_seq=at - 1,
+            fork_seq=at,
+        )
+        own = replace(checkpoint, session_id=sid) if checkpoint is not None else None
+        tokenizer = await tokenizer_for(effective_policy(fork.policy, fork.model).tokenizer)
+
+        def build() -> SessionContext:
+            return SessionContext(fork, own, kept, tokenizer)
+
+        ctx = await asyncio.to_thread(build) if len(kept) > 2000 else build()
+        fork = replace(fork, context_tokens=ctx.context_tokens)
+        record = self.rt.record(scope, key, {"session_id": sid})
+        try:
+            created = await self.rt.db(
+                lambda: self.rt.store.sessions.create(
+                    fork,
+                    record,
+                    inherited=checkpoint,
+                    parent_created_us=source.session.create_time_us,
+                )
+            )
+        except ConcurrentWrite:
+            raise self.rt.concurrent(source_id) from None
+        except DuplicateKey:
+            again = await self.rt.replay(scope, key)
+            if again is not None:
+                return await self.rt.get_session(str(again.outcome["session_id"]))
+            raise AlreadyExists(
+                f"session {visible_id(sid)!r} already exists",
+                reason=ErrorReason.SESSION_ALREADY_EXISTS,
+                metadata={"session_id": visible_id(sid)},
+            ) from None
+        fork = ctx.session = replace(fork, version=created.version)
+        ctx.checked_at = self.rt.clock()
+        self.rt.hot.put(sid, ctx)
+        return fork
+
+    async def _source_at(
+        self, source: SessionContext, at: int
+    ) -> tuple[Session, Checkpoint | None, list[Message]]:
+        """The source as it was just before message ``at`` was appended: its
+        settings, the checkpoint in force and the kept messages."""
+        if at == source.session.last_seq + 1:
+            return source.session, source.checkpoint, list(source.active_messages)
+        sid = source.session.session_id
+        snap = await self.rt.db(lambda: self.rt.store.replay_snapshot(sid, at))
+        if snap is None:
+            raise self.rt.not_found(sid)
+        return snap.session, snap.checkpoint, snap.kept
