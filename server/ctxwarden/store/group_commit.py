@@ -291,7 +291,7 @@ class GroupCommitter:
         stage[0] = "commit"
         try:
             await self._timed("COMMIT", w.commit())
-        except self._dbapi.Error as exc:
+        except self._errors as exc:
             if classify(exc, self.engine.dialect) != "conflict":
                 raise  # lost during COMMIT: the outcome is unknown
             # A multi-primary cluster certifies a transaction at COMMIT: Galera answers
