@@ -16,7 +16,13 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 from tests.support.agents import percentile
-from tests.support.server import drop_mysql_database, make_mysql_database, migrate_database
+from tests.support.server import (
+    drop_mysql_database,
+    drop_postgres_database,
+    make_mysql_database,
+    make_postgres_database,
+    migrate_database,
+)
 
 from bench.workload import MODEL, SYSTEM_PROMPT, TOOLS
 from ctxwarden.v1 import context_service_pb2 as pb
@@ -26,7 +32,11 @@ from ctxwarden.v1 import session_pb2 as ses
 
 MYSQL_ENV = "CTXWARDEN_BENCH_MYSQL_URL"
 DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"
+POSTGRES_ENV = "CTXWARDEN_BENCH_POSTGRES_URL"
+DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 BACKENDS = ("sqlite", "mysql")
+"""The default backends (and the ones the peers run on)."""
+ALL_BACKENDS = (*BACKENDS, "postgres")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
@@ -101,6 +111,16 @@ def backend_database(name: str, workdir: Path) -> Iterator[tuple[str, dict[str, 
         migrate_database(url)
         yield url, {"sqlite_path": str(workdir / "ctxwarden.db")}
         return
+    if name == "postgres":
+        base = os.environ.get(POSTGRES_ENV, DEFAULT_POSTGRES_URL)
+        db = f"ctxw_bench_{os.getpid()}_{secrets.token_hex(3)}"
+        url = make_postgres_database(base, db)
+        try:
+            migrate_database(url)
+            yield url, {"postgres_database": db, **postgres_info(base)}
+        finally:
+            drop_postgres_database(base, db)
+        return
     base = os.environ.get(MYSQL_ENV, DEFAULT_MYSQL_URL)
     db = f"ctxw_bench_{os.getpid()}_{secrets.token_hex(3)}"
     url = make_mysql_database(base, db)
@@ -109,6 +129,22 @@ def backend_database(name: str, workdir: Path) -> Iterator[tuple[str, dict[str, 
         yield url, {"mysql_database": db, **mysql_info(base)}
     finally:
         drop_mysql_database(base, db)
+
+
+def postgres_info(base_url: str) -> dict[str, Any]:
+    """Server version and the durability settings that dominate append latency."""
+    import psycopg
+
+    url = make_url(base_url)
+    with psycopg.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 5432,
+        user=url.username or "postgres",
+        password=url.password or None,
+        dbname=url.database or "postgres",
+    ) as conn:
+        names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method")
+        return {f"postgres_{n}": conn.execute(f"SHOW {n}").fetchone()[0] for n in names}  # type: ignore[index]
 
 
 def mysql_info(base_url: str) -> dict[str, Any]:

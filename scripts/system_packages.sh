@@ -11,6 +11,9 @@
 #   mariadb-server                         mariadbd and mariadb-install-db for the private
 #                                          server of the database outage tests (needed when
 #                                          CTXWARDEN_TEST_MYSQL_URL is set)
+#   postgresql                             initdb and postgres for the private server of the
+#                                          PostgreSQL outage tests (needed when
+#                                          CTXWARDEN_TEST_POSTGRES_URL is set)
 #   galera-4 rsync                         the Galera cluster tests (scripts/galera.sh; needed
 #                                          when CTXWARDEN_TEST_GALERA is set)
 #   golang-go golang-google-grpc-dev       the Go client's tests, offline in GOPATH mode
@@ -26,7 +29,7 @@
 #                                          /usr/bin/chromium; it downloads no browser)
 set -euo pipefail
 
-all=(python3-venv mariadb-server galera-4 rsync golang-go golang-google-grpc-dev
+all=(python3-venv mariadb-server postgresql galera-4 rsync golang-go golang-google-grpc-dev
   golang-github-golang-protobuf-1-5-dev golang-google-protobuf-dev golang-google-genproto-dev
   protoc-gen-go protoc-gen-go-grpc kubectl nodejs npm chromium chromium-driver)
 min_node=20.18.1
@@ -50,6 +53,9 @@ if [[ -n "${CTXWARDEN_TEST_MYSQL_URL:-}" ]]; then
   if ! { have mariadbd || [[ -x /usr/sbin/mariadbd ]]; } || ! have mariadb-install-db; then
     need+=(mariadb-server)
   fi
+fi
+if [[ -n "${CTXWARDEN_TEST_POSTGRES_URL:-}" ]]; then
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 fi
 if [[ -n "${CTXWARDEN_TEST_GALERA:-}" ]]; then
   if ! { have mariadbd || [[ -x /usr/sbin/mariadbd ]]; } || ! have mariadb-install-db; then

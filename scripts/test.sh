@@ -3,7 +3,10 @@
 # else the tests need into .venv (and client/ts/node_modules) and runs the whole
 # suite: generated-code freshness, lint, types, pytest (SQLite always; MySQL too
 # when CTXWARDEN_TEST_MYSQL_URL is set, plus a private MariaDB server the outage
-# tests start themselves), then the TypeScript and Go clients' tests. Extra
+# tests start themselves; tests/store and tests/e2e on PostgreSQL too when
+# CTXWARDEN_TEST_POSTGRES_URL is set, e.g.
+# postgresql+asyncpg://postgres@127.0.0.1:5432/test, plus a private PostgreSQL
+# server for its outage test), then the TypeScript and Go clients' tests. Extra
 # arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -46,7 +46,7 @@ POSITIVE = (
     "request_read_timeout",
     "health_interval",
 )
-AUTO_WRITERS = "auto (1 on SQLite, 2 on MySQL)"
+AUTO_WRITERS = "auto (1 on SQLite, 2 on MySQL and PostgreSQL)"
 
 
 def problems(args: argparse.Namespace) -> list[str]:

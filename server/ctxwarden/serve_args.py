@@ -42,7 +42,8 @@ def add_database(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--database-url",
         **from_env("CTXWARDEN_DATABASE_URL", DEFAULT_DATABASE_URL),
-        help="sqlite:///PATH or mysql+aiomysql://USER:PASS@HOST:PORT/DB "
+        help="sqlite:///PATH, mysql+aiomysql://USER:PASS@HOST:PORT/DB or "
+        "postgresql+asyncpg://USER:PASS@HOST:PORT/DB "
         "(env CTXWARDEN_DATABASE_URL; default %(default)s)",
     )
 
@@ -87,7 +88,7 @@ def _general(serve: argparse.ArgumentParser) -> None:
         **from_env("CTXWARDEN_APPEND_WRITERS", -1),
         help="database connections that group-commit appends: concurrent appends share "
         "one transaction (env CTXWARDEN_APPEND_WRITERS; default: 1 on SQLite, 2 on "
-        "MySQL; 0 turns group commit off)",
+        "MySQL and PostgreSQL; 0 turns group commit off)",
     )
     serve.add_argument(
         "--max-message-bytes",

@@ -1,6 +1,6 @@
 """The cluster suite: a private 3-node Galera cluster and one ctxwarden replica per node.
 
-Collected only when ``CTXWARDEN_TEST_GALERA`` is set (CI sets it; .ci/check_mysql_ran.py
+Collected only when ``CTXWARDEN_TEST_GALERA`` is set (CI sets it; .ci/check_backends_ran.py
 fails the run when these tests did not run): the cluster needs the Debian packages
 mariadb-server, galera-4 and rsync, and about 45 s to start on a loaded machine.
 """

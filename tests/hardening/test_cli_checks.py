@@ -22,17 +22,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_config_check_rejects_bad_values_and_shows_user_values(tmp_path: Path) -> None:
     conf = tmp_path / "bad.toml"
     conf.write_text(
-        'max_message_bytes = -1\nappend_writers = -5\ndatabase_url = "postgres://h/db"\n'
+        'max_message_bytes = -1\nappend_writers = -5\ndatabase_url = "oracle://h/db"\n'
         'listen = "127.0.0.1:99999"\nrequest_read_timeout = 0\n'
     )
     bad = _cli("config", "check", str(conf))
     assert bad.returncode == 2
-    for text in ("max_message_bytes = -1", "append_writers = -5", "'postgres'", "1-65535"):
+    for text in ("max_message_bytes = -1", "append_writers = -5", "'oracle'", "1-65535"):
         assert text in bad.stderr, bad.stderr
     assert "request_read_timeout = 0" in bad.stderr
     good = _cli("config", "check")
     assert good.returncode == 0, good.stderr
-    assert "append_writers = 'auto (1 on SQLite, 2 on MySQL)'" in good.stdout
+    assert "append_writers = 'auto (1 on SQLite, 2 on MySQL and PostgreSQL)'" in good.stdout
     assert "= -1" not in good.stdout
 
 

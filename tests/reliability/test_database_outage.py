@@ -1,4 +1,4 @@
-"""MariaDB stopped and started again under load (MySQL backend only).
+"""MariaDB, and PostgreSQL, stopped and started again under load.
 
 While the database is down, calls that need it fail with UNAVAILABLE
 (reason DATABASE_UNAVAILABLE), never INTERNAL or UNKNOWN; grpc.health.v1
@@ -7,9 +7,10 @@ server process recovers by itself; and nothing acknowledged is lost or
 duplicated (appends whose commit was in flight when the connection died are
 retried with the same keys).
 
-The MariaDB stopped is a private server the suite runs itself
-(tests/support/mariadb.py), never the one behind ``CTXWARDEN_TEST_MYSQL_URL``; it is
-always started again (and waited for) in a ``finally``. Leave the test out with
+The database stopped is a private server the suite runs itself
+(tests/support/mariadb.py, tests/support/postgres.py), never the one behind
+``CTXWARDEN_TEST_MYSQL_URL`` or ``CTXWARDEN_TEST_POSTGRES_URL``; it is always
+started again (and waited for) in a ``finally``. Leave the test out with
 ``-m "not db_outage"``.
 """
 
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -32,12 +34,21 @@ from tests.reliability.harness import (
 )
 from tests.support.agents import LoadOptions, LoadReport, run_agents, verify_database
 from tests.support.mariadb import PrivateMariaDB
+from tests.support.postgres import PrivatePostgres
 from tests.support.server import ServerProcess, migrate_database
 
 AGENTS = 100
+POSTGRES_AGENTS = 40
+"""Fewer on PostgreSQL: the same paths, at a lower cost to the CI run."""
 DOWN_SECONDS = 3.0
 """How long MariaDB stays down once health has reported NOT_SERVING."""
 RESUMED_OPS = 3
+
+
+class PrivateServer(Protocol):
+    def stop(self) -> None: ...
+    def start(self) -> None: ...
+    def create_database(self) -> str: ...
 
 
 @dataclass
@@ -50,7 +61,7 @@ class Timeline:
 
 
 async def _outage(
-    server: ServerProcess, mariadb: PrivateMariaDB, options: LoadOptions
+    server: ServerProcess, database: PrivateServer, options: LoadOptions
 ) -> tuple[LoadReport, HealthWatcher, Timeline]:
     report = LoadReport(options)
     stop = asyncio.Event()
@@ -58,7 +69,7 @@ async def _outage(
     load = asyncio.create_task(run_agents(server.target, options, report, stop))
     try:
         await wait_until(
-            lambda: len(report.agents) == AGENTS and not report.idle_agents(0.0, 4),
+            lambda: len(report.agents) == options.agents and not report.idle_agents(0.0, 4),
             60,
             "every agent to get going",
         )
@@ -66,13 +77,13 @@ async def _outage(
         await asyncio.sleep(1.0)
         stopping = down = report.now()
         try:
-            await asyncio.to_thread(mariadb.stop)
+            await asyncio.to_thread(database.stop)
             down = report.now()
             await eventually(lambda: health.first("NOT_SERVING", stopping) is not None, 20)
             await asyncio.sleep(DOWN_SECONDS)
         finally:
             starting = report.now()
-            await asyncio.to_thread(mariadb.start)
+            await asyncio.to_thread(database.start)
         back = report.now()
         await eventually(lambda: not report.idle_agents(back, RESUMED_OPS), 60)
         resumed = report.now()
@@ -93,8 +104,21 @@ async def _outage(
 def test_mariadb_restart_under_load(
     backend: str, private_mariadb: PrivateMariaDB, tmp_path: Path
 ) -> None:
-    options = LoadOptions(agents=AGENTS, duration=300, retry_budget=60)
-    backend_url = private_mariadb.create_database()
+    _restart_under_load(private_mariadb, "mariadb", tmp_path, AGENTS)
+
+
+@pytest.mark.db_outage
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_postgres_restart_under_load(
+    backend: str, private_postgres: PrivatePostgres, tmp_path: Path
+) -> None:
+    """A fast shutdown of PostgreSQL terminates every connection mid-transaction."""
+    _restart_under_load(private_postgres, "postgres", tmp_path, POSTGRES_AGENTS)
+
+
+def _restart_under_load(database: PrivateServer, label: str, tmp_path: Path, agents: int) -> None:
+    options = LoadOptions(agents=agents, duration=300, retry_budget=60)
+    backend_url = database.create_database()
     migrate_database(backend_url)
     try:
         with serving(
@@ -102,21 +126,21 @@ def test_mariadb_restart_under_load(
         ) as server:
             assert server.proc is not None
             pid = server.proc.pid
-            report, health, tl = asyncio.run(_outage(server, private_mariadb, options))
+            report, health, tl = asyncio.run(_outage(server, database, options))
             assert server.proc is not None and server.proc.pid == pid
             alive = server.proc.poll() is None
             log = server.log_text()
     finally:
-        private_mariadb.start()  # never leave the session's private database down
+        database.start()  # never leave the session's private database down
     check = verify_database(backend_url, report.agents)
     write_report(
-        tmp_path / "mariadb-outage.json", report, timeline=tl.__dict__, health=health.samples
+        tmp_path / f"{label}-outage.json", report, timeline=tl.__dict__, health=health.samples
     )
     not_serving = health.first("NOT_SERVING", tl.stopping)
     serving_again = health.first("SERVING", tl.back)
-    print(f"\n[mariadb outage] {report.describe()}")
+    print(f"\n[{label} outage] {report.describe()}")
     print(
-        f"[mariadb outage] stop {tl.stopping:.2f}-{tl.down:.2f} s, NOT_SERVING at {not_serving} s, "
+        f"[{label} outage] stop {tl.stopping:.2f}-{tl.down:.2f} s, NOT_SERVING at {not_serving} s, "
         f"start {tl.starting:.2f}-{tl.back:.2f} s, SERVING at {serving_again} s, "
         f"every agent resumed at {tl.resumed:.2f} s"
     )
@@ -144,4 +168,4 @@ def test_mariadb_restart_under_load(
     # Nothing acknowledged was lost, nothing was stored twice.
     assert not report.violations, report.violations[:10]
     assert not check.problems, check.problems[:10]
-    assert check.sessions == AGENTS
+    assert check.sessions == agents

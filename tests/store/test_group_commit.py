@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text, update
@@ -17,8 +17,8 @@ from ctxwarden.store.engine import make_engine
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.models import MessageRow, RequestRow, SessionRow
 from ctxwarden.store.repository import RequestRecord, RequestScope, Store
-from tests.conftest import MYSQL_ENV
-from tests.support.server import drop_mysql_database, make_mysql_database, migrate_database
+from tests.support.databases import SERVER_BACKEND_PARAMS, fresh_database
+from tests.support.server import migrate_database
 
 SESSIONS = 40
 
@@ -194,48 +194,50 @@ async def test_without_group_commit_appends_still_work(backend_url: str) -> None
         await repo.close()
 
 
-@pytest.mark.parametrize("backend", [pytest.param("mysql", marks=pytest.mark.mysql)])
-async def test_writer_reconnects_after_losing_its_connection(backend: str) -> None:
-    """MySQL only: SQLite has no server connection to lose."""
-    base = os.environ.get(MYSQL_ENV)
-    if not base:
-        pytest.skip(f"{MYSQL_ENV} is not set")
-    db = f"ctxw_gc_{os.getpid()}_{secrets.token_hex(3)}"
-    url = make_mysql_database(base, db)
-    repo = None
-    try:
+KILL_OTHERS = {
+    "mysql": (
+        "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
+        "AND id <> CONNECTION_ID()",
+        "KILL CONNECTION {}",
+    ),
+    "postgres": (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid()",
+        "SELECT pg_terminate_backend({})",
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", SERVER_BACKEND_PARAMS)
+async def test_writer_reconnects_after_losing_its_connection(backend: str, tmp_path: Path) -> None:
+    """Database servers only: SQLite has no server connection to lose."""
+    with fresh_database(backend, tmp_path, "ctxw_gc") as url:
         migrate_database(url)
         repo = Store(make_engine(url), append_writers=2)
-        (sid,) = await _sessions(repo, 1)
-        await repo.messages.append_messages(
-            _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
-        )
-        # Kill every server connection of this database (the writers' included).
-        killer = make_engine(url, pool_size=1)
         try:
-            async with killer.connect() as conn:
-                me = await conn.scalar(text("SELECT CONNECTION_ID()"))
-                rows = (
-                    await conn.execute(
-                        text("SELECT id FROM information_schema.processlist WHERE db = :db"),
-                        {"db": db},
-                    )
-                ).all()
-                killed = [pid for (pid,) in rows if pid != me]
-                for pid in killed:
-                    await conn.execute(text(f"KILL CONNECTION {int(pid)}"))
+            (sid,) = await _sessions(repo, 1)
+            await repo.messages.append_messages(
+                _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
+            )
+            # Kill every server connection of this database (the writers' included).
+            find, kill = KILL_OTHERS[backend]
+            killer = make_engine(url, pool_size=1)
+            try:
+                async with killer.connect() as conn:
+                    killed = [pid for (pid,) in (await conn.execute(text(find))).all()]
+                    for pid in killed:
+                        await conn.execute(text(kill.format(int(pid))))
+                    await conn.commit()
+            finally:
+                await killer.dispose()
+            assert killed
+            # Nothing was in flight: the next append reconnects instead of failing.
+            await repo.messages.append_messages(
+                _advanced(sid, 2), expected_version=1, messages=[_msg(2)], record=None
+            )
+            assert await _count(repo, sid) == 2
         finally:
-            await killer.dispose()
-        assert killed
-        # Nothing was in flight: the next append reconnects instead of failing.
-        await repo.messages.append_messages(
-            _advanced(sid, 2), expected_version=1, messages=[_msg(2)], record=None
-        )
-        assert await _count(repo, sid) == 2
-    finally:
-        if repo is not None:
             await repo.close()
-        drop_mysql_database(base, db)
 
 
 TRICKY = [

@@ -4,8 +4,6 @@ idempotency records split into typed columns, calibration backfilled, tenants co
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,26 +17,15 @@ from ctxwarden.store.engine import make_engine
 from ctxwarden.store.models import TenantRow
 from ctxwarden.store.repository import RequestScope, Store
 from ctxwarden.store.urls import sync_url
-from tests.conftest import MYSQL_ENV
-from tests.support.server import drop_mysql_database, make_mysql_database
+from tests.support.databases import BACKEND_PARAMS, fresh_database
 
 SID = "acme~legacy_1"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
+@pytest.fixture(params=BACKEND_PARAMS)
 def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    base = os.environ.get(MYSQL_ENV)
-    if not base:
-        pytest.skip(f"{MYSQL_ENV} is not set")
-    name = f"ctxw_mig_{os.getpid()}_{secrets.token_hex(3)}"
-    url = make_mysql_database(base, name)
-    try:
+    with fresh_database(request.param, tmp_path, "ctxw_mig") as url:
         yield url
-    finally:
-        drop_mysql_database(base, name)
 
 
 def _legacy_rows(url: str) -> None:

@@ -3,8 +3,6 @@ and the widened keys take 255-character IDs behind a tenant prefix."""
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,26 +16,15 @@ from ctxwarden.store.codec import message_row_values, session_row_values
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.repository import StateOwner, Store
 from ctxwarden.store.urls import sync_url
-from tests.conftest import MYSQL_ENV
-from tests.support.server import drop_mysql_database, make_mysql_database
+from tests.support.databases import BACKEND_PARAMS, fresh_database
 
 SID = "acme~before_0007"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
+@pytest.fixture(params=BACKEND_PARAMS)
 def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    base = os.environ.get(MYSQL_ENV)
-    if not base:
-        pytest.skip(f"{MYSQL_ENV} is not set")
-    name = f"ctxw_mig7_{os.getpid()}_{secrets.token_hex(3)}"
-    url = make_mysql_database(base, name)
-    try:
+    with fresh_database(request.param, tmp_path, "ctxw_mig7") as url:
         yield url
-    finally:
-        drop_mysql_database(base, name)
 
 
 def _rows_of_0006(url: str) -> None:

@@ -44,11 +44,11 @@ from typing import Any, TypeVar
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 from sqlalchemy import Table, create_engine, select
-from sqlalchemy.engine import make_url
 
 from ctxwarden.core.messages import ContentKind
 from ctxwarden.store.codec import message_from_row
 from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
+from ctxwarden.store.urls import sync_url
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m
@@ -742,13 +742,7 @@ async def run_agents(
 
 def sync_database_url(url: str) -> str:
     """The synchronous-driver URL of a server database URL."""
-    parsed = make_url(url)
-    driver = parsed.drivername
-    if driver.startswith("mysql") or driver.startswith("mariadb"):
-        return parsed.set(drivername="mysql+pymysql").render_as_string(hide_password=False)
-    if driver.startswith("sqlite"):
-        return parsed.set(drivername="sqlite").render_as_string(hide_password=False)
-    return url
+    return sync_url(url).render_as_string(hide_password=False)
 
 
 @dataclass

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import grpc
+import psycopg
 import pymysql
 from sqlalchemy.engine import make_url
 
@@ -47,6 +48,31 @@ def drop_mysql_database(base_url: str, name: str) -> None:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
     finally:
         conn.close()
+
+
+def _postgres_admin(base_url: str) -> psycopg.Connection[tuple[object, ...]]:
+    url = make_url(base_url)
+    return psycopg.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 5432,
+        user=url.username or "postgres",
+        password=url.password or None,
+        dbname=url.database or "postgres",
+        autocommit=True,
+    )
+
+
+def make_postgres_database(base_url: str, name: str) -> str:
+    """A new, empty PostgreSQL database ``name`` beside the one of ``base_url``."""
+    with _postgres_admin(base_url) as conn:
+        conn.execute(f"CREATE DATABASE \"{name}\" ENCODING 'UTF8' TEMPLATE template0")
+    return make_url(base_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(base_url: str, name: str) -> None:
+    """Drop ``name``, ending the sessions still connected to it (PostgreSQL 13+)."""
+    with _postgres_admin(base_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def migrate_database(url: str) -> None:

@@ -57,10 +57,16 @@ def _table_insert(table: Table, dialect: Dialect) -> TableInsert:
     return TableInsert(table.name, names, key, compiled.sql)
 
 
-def _per_session(name: str, k: int) -> ColumnElement[Any]:
+def _typed(name: str, column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """A bind of the column's type (PostgreSQL infers no type for a CASE branch's
+    parameter: asyncpg then gets an explicit cast)."""
+    return bindparam(name, type_=column.type)
+
+
+def _per_session(name: str, k: int, column: ColumnElement[Any]) -> ColumnElement[Any]:
     """``CASE session_id WHEN :s0 THEN :name_0 ... END``: one value per batch member."""
     return case(
-        *[(bindparam(f"s{i}"), bindparam(f"{name}_{i}")) for i in range(k)],
+        *[(_typed(f"s{i}", S.c.session_id), _typed(f"{name}_{i}", column)) for i in range(k)],
         value=S.c.session_id,
     )
 
@@ -68,27 +74,31 @@ def _per_session(name: str, k: int) -> ColumnElement[Any]:
 def _session_update(k: int) -> Update:
     """Compare-and-set of ``k`` session rows on their versions, in one statement."""
     if k == 1:
-        where = [S.c.session_id == bindparam("s0"), S.c.version == bindparam("expected_0")]
-        sets: dict[str, Any] = {c: bindparam(f"{c}_0") for c in PROGRESS_COLUMNS}
-        sets["stored_bytes"] = S.c.stored_bytes + bindparam("stored_bytes_0")
+        where = [
+            S.c.session_id == _typed("s0", S.c.session_id),
+            S.c.version == _typed("expected_0", S.c.version),
+        ]
+        sets: dict[str, Any] = {c: _typed(f"{c}_0", S.c[c]) for c in PROGRESS_COLUMNS}
+        sets["stored_bytes"] = S.c.stored_bytes + _typed("stored_bytes_0", S.c.stored_bytes)
     else:
-        ids: list[Any] = [bindparam(f"s{i}") for i in range(k)]
-        where = [S.c.session_id.in_(ids), S.c.version == _per_session("expected", k)]
-        sets = {c: _per_session(c, k) for c in PROGRESS_COLUMNS}
-        sets["stored_bytes"] = S.c.stored_bytes + _per_session("stored_bytes", k)
+        ids: list[Any] = [_typed(f"s{i}", S.c.session_id) for i in range(k)]
+        where = [S.c.session_id.in_(ids), S.c.version == _per_session("expected", k, S.c.version)]
+        sets = {c: _per_session(c, k, S.c[c]) for c in PROGRESS_COLUMNS}
+        sets["stored_bytes"] = S.c.stored_bytes + _per_session("stored_bytes", k, S.c.stored_bytes)
     return update(S).where(*where, S.c.delete_time_us == 0).values(sets)
 
 
 def _quota_update(k: int) -> Update:
     """Add each tenant's bytes unless one would cross the quota."""
     delta = case(
-        *[(bindparam(f"t{i}"), bindparam(f"add_{i}")) for i in range(k)], value=T.c.tenant_id
+        *[(_typed(f"t{i}", T.c.tenant_id), _typed(f"add_{i}", T.c.stored_bytes)) for i in range(k)],
+        value=T.c.tenant_id,
     )
     return (
         update(T)
         .where(
-            T.c.tenant_id.in_([bindparam(f"t{i}") for i in range(k)]),
-            T.c.stored_bytes + delta <= bindparam("limit"),
+            T.c.tenant_id.in_([_typed(f"t{i}", T.c.tenant_id) for i in range(k)]),
+            T.c.stored_bytes + delta <= _typed("limit", T.c.stored_bytes),
         )
         .values(stored_bytes=T.c.stored_bytes + delta)
     )
@@ -100,7 +110,9 @@ class BatchSql:
     def __init__(self, dialect: Dialect, max_stored_bytes: int) -> None:
         self.dialect = dialect
         # SQLite: take the write lock up front rather than upgrade a read lock.
-        self.begin = "BEGIN IMMEDIATE" if dialect.name == "sqlite" else ""
+        # PostgreSQL: asyncpg runs each statement on its own until told BEGIN.
+        # MySQL: the driver connection is not in autocommit mode (a transaction is open).
+        self.begin = {"sqlite": "BEGIN IMMEDIATE", "postgresql": "BEGIN"}.get(dialect.name, "")
         self.messages = _table_insert(cast(Table, MessageRow.__table__), dialect)
         self.records = _table_insert(cast(Table, RequestRow.__table__), dialect)
         self.max_stored_bytes = max_stored_bytes
@@ -161,7 +173,7 @@ class VersionSql:
         k = len(session_ids)
         compiled = self._shapes.get(k)
         if compiled is None:
-            names: list[Any] = [bindparam(f"s{i}") for i in range(k)]
+            names: list[Any] = [_typed(f"s{i}", S.c.session_id) for i in range(k)]
             statement = select(S.c.session_id, S.c.version, S.c.delete_time_us).where(
                 S.c.session_id.in_(names)
             )

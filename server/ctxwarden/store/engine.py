@@ -39,6 +39,13 @@ def make_engine(
         engine = create_async_engine(parsed, pool_timeout=pool_timeout)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
+    timeout = max(1, round(connect_timeout))
+    # asyncpg names its connect timeout ``timeout``; the MySQL drivers ``connect_timeout``.
+    connect_args = (
+        {"timeout": timeout}
+        if parsed.drivername.startswith("postgresql")
+        else {"connect_timeout": timeout}
+    )
     return create_async_engine(
         parsed,
         pool_size=pool_size,
@@ -47,7 +54,7 @@ def make_engine(
         pool_pre_ping=True,
         pool_timeout=pool_timeout,
         isolation_level="READ COMMITTED",
-        connect_args={"connect_timeout": max(1, round(connect_timeout))},
+        connect_args=connect_args,
     )
 
 

@@ -1,7 +1,7 @@
 """The store's exceptions, and the one place driver errors become them.
 
 Everything the store raises to its callers is a ``StoreError``. SQLAlchemy and
-the drivers (aiosqlite, aiomysql) raise their own classes; ``driver_errors()``
+the drivers (aiosqlite, aiomysql, asyncpg, psycopg) raise their own classes; ``driver_errors()``
 (used through ``@boundary`` on every public store method) and ``classify()`` (used
 by the group committer on raw driver exceptions) are the only code that looks at
 them, so the service never imports SQLAlchemy.
@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
+import asyncpg
 from sqlalchemy import exc as sa
 from sqlalchemy.engine import Dialect
 
@@ -70,11 +71,81 @@ MYSQL_CONFLICT = frozenset({1205, 1213, 3101})
 abort, at any statement or at COMMIT), Group Replication's rollback at COMMIT
 (ER_TRANSACTION_ROLLBACK_DURING_COMMIT): the transaction was rolled back."""
 
+PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
+"""PostgreSQL SQLSTATEs: serialization failure, deadlock, lock not available."""
+
+PG_UNIQUE = "23505"
+PG_REJECTED = ("22", "23", "54")
+"""SQLSTATE classes: data exception (bad value, NUL in text, out of range), integrity
+constraint violation other than a unique key, program limit exceeded (a row or index
+entry too large): the same write will fail again."""
+
+PG_LOST = ("08", "57P01", "57P02", "57P03")
+"""SQLSTATEs of a lost connection: connection exception, the server shutting down
+(admin, crash) or not accepting connections yet."""
+
+PG_TRANSIENT = ("53", "57014")
+"""Insufficient resources (too many connections, out of memory or disk), a statement
+cancelled (statement_timeout): the database may take the same write later."""
+
+
+def sqlstate(exc: BaseException | None) -> str:
+    """The PostgreSQL SQLSTATE of a driver error (asyncpg, psycopg, or SQLAlchemy's
+    asyncpg adapter); "" for any other error."""
+    state = getattr(exc, "sqlstate", None)
+    return state if isinstance(state, str) else ""
+
+
+def _pg_kind(state: str) -> Kind:
+    if state.startswith(PG_LOST):
+        return "lost"
+    if state == PG_UNIQUE:
+        return "duplicate"
+    if state in PG_CONFLICT:
+        return "conflict"
+    if state.startswith(PG_REJECTED) or state.startswith("42"):
+        return "rejected"
+    return "transient"
+
+
+PG_CLIENT_STATE = asyncpg.exceptions.InternalClientError
+"""asyncpg's protocol is out of step with the server (seen when PostgreSQL shuts down and
+terminates an idle connection: "another operation is in progress"): the connection is
+unusable, like a lost one."""
+
+
+def driver_error_types(dialect: Dialect) -> tuple[type[BaseException], ...]:
+    """The exception classes a driver-level connection of ``dialect`` raises (the
+    writers of store/writer.py call asyncpg itself, below SQLAlchemy's adapter)."""
+    dbapi: Any = dialect.loaded_dbapi
+    if dialect.name == "postgresql":
+        return (dbapi.Error, asyncpg.PostgresError, asyncpg.InterfaceError, PG_CLIENT_STATE)
+    return (dbapi.Error,)
+
+
+def is_conflict(exc: sa.DBAPIError) -> bool:
+    """Whether the database aborted the transaction for a conflict (deadlock, lock
+    wait timeout, serialization failure) or SQLite was busy: worth retrying whole."""
+    orig = exc.orig
+    if sqlstate(orig) in PG_CONFLICT:
+        return True
+    code = orig.args[0] if orig is not None and orig.args else 0
+    busy = isinstance(exc, sa.OperationalError) and "locked" in str(orig)
+    return code in MYSQL_CONFLICT or busy
+
 
 def classify(exc: BaseException, dialect: Dialect) -> Kind:
     """What a raw driver error means for the statement that raised it."""
     if isinstance(exc, OSError):  # TimeoutError included
         return "lost"
+    state = sqlstate(exc)
+    if state:
+        return _pg_kind(state)
+    if isinstance(exc, PG_CLIENT_STATE):
+        return "lost"
+    if isinstance(exc, asyncpg.InterfaceError):
+        # Client-side: "connection is closed", or one the driver gave up on.
+        return "lost" if "closed" in str(exc) else "transient"
     if dialect.is_disconnect(cast(Any, exc), None, None):
         return "lost"
     name = type(exc).__name__
@@ -103,8 +174,19 @@ def translate(exc: BaseException) -> StoreError | None:
         return None
     orig = exc.orig
     detail = str(orig)[:300]
+    state = sqlstate(orig)
+    if state == PG_UNIQUE:
+        return DuplicateKey(detail)
+    if state.startswith(PG_REJECTED):
+        return StoreRejected(detail)
     if isinstance(exc, sa.IntegrityError):
         return DuplicateKey(detail)
+    if state in PG_CONFLICT:
+        return ConcurrentWrite(f"the database aborted the transaction: {detail}")
+    if state.startswith(PG_LOST) or state.startswith(PG_TRANSIENT):
+        return StoreUnavailable(detail)
+    if type(orig).__name__ == PG_CLIENT_STATE.__name__:  # SQLAlchemy's adapter of it
+        return StoreUnavailable(detail)
     code = orig.args[0] if orig is not None and orig.args and isinstance(orig.args[0], int) else 0
     if code in MYSQL_CONFLICT:
         return ConcurrentWrite(f"the database aborted the transaction: {detail}")

@@ -51,6 +51,7 @@ from ctxwarden.store.errors import (
     StoreRejected,
     StoreUnavailable,
     classify,
+    driver_error_types,
 )
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.writer import Writer
@@ -106,7 +107,13 @@ class GroupCommitter:
         self.engine = engine
         self._gate = gate or WriteGate(engine)
         self._sql = BatchSql(engine.dialect, max_stored_bytes)
-        self._dbapi: Any = engine.dialect.loaded_dbapi
+        self._errors = driver_error_types(engine.dialect)
+        self._connection_errors: tuple[type[BaseException], ...] = (
+            *self._errors,
+            DBAPIError,
+            OSError,
+            TimeoutError,
+        )
         self._observe = observe or _no_observer
         self._writers = max(0, writers)
         self._timeout = timeout
@@ -210,7 +217,7 @@ class GroupCommitter:
                         await _release(w)
                         return None
                     return w
-                except (self._dbapi.Error, DBAPIError, OSError, TimeoutError) as exc:
+                except self._connection_errors as exc:
                     await _discard(w)
                     w = None
                     if attempt == 1 and stage[0] == "write":
@@ -268,7 +275,7 @@ class GroupCommitter:
             records = [sql.record_row(op.record_values) for op in batch if op.record_values]
             if records:
                 await self._timed("INSERT", w.insert_many(sql.records, records))
-        except self._dbapi.Error as exc:
+        except self._errors as exc:
             kind = classify(exc, self.engine.dialect)
             if kind == "lost":
                 raise
@@ -284,7 +291,7 @@ class GroupCommitter:
         stage[0] = "commit"
         try:
             await self._timed("COMMIT", w.commit())
-        except self._dbapi.Error as exc:
+        except self._errors as exc:
             if classify(exc, self.engine.dialect) != "conflict":
                 raise  # lost during COMMIT: the outcome is unknown
             # A multi-primary cluster certifies a transaction at COMMIT: Galera answers

@@ -2,7 +2,8 @@
 
 Times are integer microseconds since the epoch (identical on SQLite and
 MySQL, no time zone or precision surprises). IDs are ASCII with binary
-collation on MySQL, so keys stay small and case-sensitive.
+collation on MySQL (collation "C" on PostgreSQL), so keys stay small,
+case-sensitive and ordered by their bytes on every backend.
 """
 
 from __future__ import annotations
@@ -19,14 +20,18 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
 
 def ascii_id(length: int) -> TypeEngine[str]:
-    return String(length).with_variant(
-        mysql.VARCHAR(length, charset="ascii", collation="ascii_bin"), "mysql", "mariadb"
+    return (
+        String(length)
+        .with_variant(
+            mysql.VARCHAR(length, charset="ascii", collation="ascii_bin"), "mysql", "mariadb"
+        )
+        .with_variant(postgresql.VARCHAR(length, collation="C"), "postgresql")
     )
 
 
@@ -39,8 +44,12 @@ def long_blob() -> TypeEngine[bytes]:
 
 
 def text_col(length: int) -> TypeEngine[str]:
-    return String(length).with_variant(
-        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+    return (
+        String(length)
+        .with_variant(
+            mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+        )
+        .with_variant(postgresql.VARCHAR(length, collation="C"), "postgresql")
     )
 
 

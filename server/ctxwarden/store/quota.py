@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store.errors import QuotaExceeded
 from ctxwarden.store.tables import S, T
+from ctxwarden.store.upserts import insert_ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +31,7 @@ class TenantQuota:
 
     @staticmethod
     async def _ensure(conn: AsyncConnection, tenant: str) -> None:
-        await conn.execute(
-            insert(T)
-            .prefix_with("OR IGNORE", dialect="sqlite")
-            .prefix_with("IGNORE", dialect="mysql")
-            .values(tenant_id=tenant, sessions=0, stored_bytes=0)
-        )
+        await insert_ignore(conn, T, {"tenant_id": tenant, "sessions": 0, "stored_bytes": 0})
 
     async def _used(self, conn: AsyncConnection, tenant: str) -> tuple[int, int]:
         row = (

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy import and_, insert, or_, select, update
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden import ids
@@ -24,7 +24,7 @@ from ctxwarden.store.codec import (
     session_row_values,
     settings_data,
 )
-from ctxwarden.store.errors import MYSQL_CONFLICT, ConcurrentWrite, boundary
+from ctxwarden.store.errors import ConcurrentWrite, boundary, is_conflict
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, compare_and_set, record_bytes, record_values
@@ -46,11 +46,6 @@ collides with one a client can name."""
 def retired_key(session_id: str, delete_time_us: int) -> str:
     """Where a deleted incarnation's rows go when its ID is used again."""
     return f"{session_id}{RETIRED_SEPARATOR}{delete_time_us}"
-
-
-def _is_deadlock(exc: OperationalError) -> bool:
-    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else 0
-    return code in MYSQL_CONFLICT or "locked" in str(exc.orig)
 
 
 class SessionRepository:
@@ -121,9 +116,9 @@ class SessionRepository:
                     if stored is not None:
                         await conn.execute(insert(R).values(**stored))
                 return created
-            except OperationalError as exc:
+            except DBAPIError as exc:
                 # Two tenants' first sessions can deadlock on the new counter rows.
-                if attempt == 2 or not _is_deadlock(exc):
+                if attempt == 2 or not is_conflict(exc):
                     raise
         raise AssertionError("unreachable: the last attempt returns or raises")
 

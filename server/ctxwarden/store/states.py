@@ -4,7 +4,7 @@ a project's sessions, and appends that change states along with their messages.
 A session's own state is a column of its row (read with it, so a restore costs
 nothing more). An append that changes any state is its own transaction rather
 than a member of a group commit: the shared rows are read, merged and written
-under a row lock (``SELECT ... FOR UPDATE`` on MySQL/MariaDB; SQLite's write
+under a row lock (``SELECT ... FOR UPDATE`` on MySQL/MariaDB and PostgreSQL; SQLite's write
 transactions take turns), so concurrent deltas of different sessions to one
 user's state never lose each other's keys.
 """
@@ -31,6 +31,7 @@ from ctxwarden.store.group_commit import AppendOp
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import advance
 from ctxwarden.store.tables import PS, US, M, R, S
+from ctxwarden.store.upserts import insert_ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +134,7 @@ async def _ensure(conn: AsyncConnection, table: Table, key: dict[str, str], now_
     """The row of ``key``, with an empty state unless it exists."""
     if await _read(conn, table, key, lock=False) is not None:
         return
-    await conn.execute(
-        insert(table)
-        .prefix_with("OR IGNORE", dialect="sqlite")
-        .prefix_with("IGNORE", dialect="mysql")
-        .prefix_with("IGNORE", dialect="mariadb")
-        .values(**key, state_json="{}", update_time_us=now_us)
-    )
+    await insert_ignore(conn, table, {**key, "state_json": "{}", "update_time_us": now_us})
 
 
 async def _merge(

@@ -16,8 +16,17 @@ _ASYNC = {
     "mariadb": "mysql+aiomysql",
     "mariadb+pymysql": "mysql+aiomysql",
     "mariadb+aiomysql": "mysql+aiomysql",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+    "postgresql+psycopg": "postgresql+asyncpg",
+    "postgresql+psycopg2": "postgresql+asyncpg",
 }
-_SYNC = {"sqlite+aiosqlite": "sqlite", "mysql+aiomysql": "mysql+pymysql"}
+_SYNC = {
+    "sqlite+aiosqlite": "sqlite",
+    "mysql+aiomysql": "mysql+pymysql",
+    "postgresql+asyncpg": "postgresql+psycopg",
+}
 
 
 class UnsupportedDatabase(ValueError):
@@ -30,7 +39,8 @@ def async_url(url: str) -> URL:
     if driver is None:
         raise UnsupportedDatabase(
             f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:///PATH "
-            "or mysql+aiomysql://USER:PASSWORD@HOST:PORT/DB"
+            "mysql+aiomysql://USER:PASSWORD@HOST:PORT/DB "
+            "or postgresql+asyncpg://USER:PASSWORD@HOST:PORT/DB"
         )
     parsed = parsed.set(drivername=driver)
     if driver.startswith("mysql") and "charset" not in parsed.query:
@@ -45,3 +55,7 @@ def sync_url(url: str) -> URL:
 
 def is_sqlite(url: str) -> bool:
     return async_url(url).drivername.startswith("sqlite")
+
+
+def is_postgres(url: str) -> bool:
+    return async_url(url).drivername.startswith("postgresql")

@@ -2,7 +2,10 @@
 
 Appends are the hot path: the group committer runs the statements of
 store/batch_sql on a driver connection it holds, without the ORM's
-per-statement work.
+per-statement work. On PostgreSQL that is asyncpg's own connection, below
+SQLAlchemy's adapter: it runs outside a transaction until the batch sends BEGIN
+(store/batch_sql), and its errors are asyncpg's (store/errors.classify reads
+their SQLSTATE).
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from ctxwarden.store import mysql_sql
 from ctxwarden.store.batch_sql import TableInsert
 
 
+def pg_rowcount(status: str) -> int:
+    """The rows an asyncpg command status names (``UPDATE 3``, ``INSERT 0 2``)."""
+    last = status.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else 0
+
+
 class Writer:
     """One connection and its driver-level calls."""
 
@@ -24,6 +33,7 @@ class Writer:
         self.conn = conn
         self.driver = driver
         self.mysql = dialect == "mysql"
+        self.pg = dialect == "postgresql"
         self.budget = budget
 
     @classmethod
@@ -48,6 +58,8 @@ class Writer:
         return cls(conn, driver, engine.dialect.name, budget)
 
     async def execute(self, sql: str, params: Sequence[Any]) -> int:
+        if self.pg:
+            return pg_rowcount(await self.driver.execute(sql, *params))
         if self.mysql:
             async with self.driver.cursor() as cur:
                 await cur.execute(sql, params)
@@ -58,6 +70,8 @@ class Writer:
         return count
 
     async def fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        if self.pg:
+            return [tuple(r) for r in await self.driver.fetch(sql, *params)]
         if self.mysql:
             async with self.driver.cursor() as cur:
                 await cur.execute(sql, params)
@@ -73,7 +87,7 @@ class Writer:
             await self.driver.autocommit(True)
 
     async def insert_many(self, table: TableInsert, rows: Sequence[Sequence[Any]]) -> None:
-        if not self.mysql:
+        if not self.mysql:  # asyncpg pipelines executemany: one round trip per batch
             await self.driver.executemany(table.insert, rows)
             return
         statements = mysql_sql.inserts(
@@ -84,13 +98,24 @@ class Writer:
                 await cur.execute(statement)
 
     async def commit(self) -> None:
+        if self.pg:
+            await self.driver.execute("COMMIT")
+            return
         await self.driver.commit()
 
     async def rollback(self) -> None:
         with contextlib.suppress(Exception):
-            await self.driver.rollback()
+            if self.pg:
+                await self.driver.execute("ROLLBACK")
+            else:
+                await self.driver.rollback()
 
     async def close(self) -> None:
+        if self.pg and self.driver is not None:
+            # The pool's reset knows nothing of a transaction begun here.
+            with contextlib.suppress(Exception):
+                if self.driver.is_in_transaction():
+                    await self.driver.execute("ROLLBACK")
         with contextlib.suppress(Exception):
             await self.conn.close()
 
