@@ -22,6 +22,8 @@ def _blocks() -> dict[str, str]:
             named[first.split(":")[0].removeprefix("# walkthrough ")] = block
         elif first.startswith("# compaction example"):
             named["compaction"] = block
+        elif first.startswith("# chunked compaction example"):
+            named["chunked compaction"] = block
         elif first.startswith("# one loop example"):
             named["one loop"] = block
     return named
@@ -70,6 +72,11 @@ def test_agent_side_compaction_example_runs(server_target: str, tmp_path: Path) 
     before, after = (int(x) for x in out[0].removesuffix(" tokens").split(" -> "))
     assert after < before
     assert out[1] == "True"
+
+
+def test_chunked_compaction_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["chunked compaction"], server_target, tmp_path).splitlines()
+    assert out == ["True True"]
 
 
 def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:

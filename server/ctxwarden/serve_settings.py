@@ -51,6 +51,7 @@ def settings(args: argparse.Namespace) -> Settings:
         summarizer_api_key_env=args.summarizer_api_key_env,
         summarizer_timeout=args.summarizer_timeout,
         summarizer_max_output_tokens=args.summarizer_max_output_tokens,
+        summarizer_context_window=args.summarizer_context_window,
         api_keys_file=args.api_keys_file,
         jwt_jwks_file=args.jwt_jwks_file,
         jwt_issuer=args.jwt_issuer,

@@ -7,6 +7,7 @@ proto and domain values here; sessions are in convert_session.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ctxwarden.api.convert_session import timestamp
 from ctxwarden.api.encoding import DEFAULT_LIMIT_BYTES, EncodingCache
@@ -31,6 +32,9 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
+
+if TYPE_CHECKING:
+    from ctxwarden.service.compaction import PlanHandle
 
 _MESSAGES_TAG = bytes([(4 << 3) | 2])  # ModelInput.messages: field 4, length-delimited
 
@@ -249,7 +253,8 @@ def new_encoding_cache(limit_bytes: int = DEFAULT_LIMIT_BYTES) -> EncodingCache:
 # -- compaction -------------------------------------------------------------------
 
 
-def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
+def checkpoint_to_pb(c: Checkpoint, next_step: PlanHandle | None = None) -> svc_pb.Compaction:
+    """``next_step``: the next step of a chunked compaction, for CommitCompaction."""
     return svc_pb.Compaction(
         compaction_id=c.compaction_id,
         session_id=outer_id(c.session_id),
@@ -266,6 +271,11 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         create_time=timestamp(c.create_time_us),
         superseded=c.superseded,
         at_seq=c.at_seq,
+        next_plan=(
+            plan_to_pb(next_step.plan_id, next_step.plan, next_step.expire_time_us)
+            if next_step is not None
+            else None
+        ),
     )
 
 
@@ -288,6 +298,11 @@ def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPla
         expire_time=timestamp(expire_us),
         summarized_from_seq=plan.summarized_from_seq,
         summarized_to_seq=plan.summarized_to_seq,
+        step=plan.step,
+        estimated_steps=plan.estimated_steps,
+        final_step=plan.final_step,
+        target_first_kept_seq=plan.target_first_kept_seq,
+        summarizer_context_window=plan.context_window,
     )
 
 

@@ -327,7 +327,10 @@ class ContextServicer:
         self, request: pb.PrepareCompactionRequest, context: Any
     ) -> pb.CompactionPlan:
         handle = await self.manager.prepare_compaction(
-            inner_id(request.session_id), request.instructions, request.keep_recent_tokens
+            inner_id(request.session_id),
+            request.instructions,
+            request.keep_recent_tokens,
+            request.summarizer_context_window,
         )
         return plan_to_pb(handle.plan_id, handle.plan, handle.expire_time_us)
 
@@ -335,13 +338,13 @@ class ContextServicer:
     async def CommitCompaction(
         self, request: pb.CommitCompactionRequest, context: Any
     ) -> pb.Compaction:
-        checkpoint = await self.manager.commit_compaction(
+        checkpoint, step = await self.manager.commit_compaction(
             inner_id(request.session_id),
             request.plan_id,
             request.summary,
             request.turn_prefix_summary,
         )
-        return checkpoint_to_pb(checkpoint)
+        return checkpoint_to_pb(checkpoint, step)
 
     @unary
     async def ListCompactions(

@@ -64,7 +64,9 @@ def build_checkpoint(
     )
     after = ctx.tokens_with(checkpoint)
     threshold = ctx.threshold()
-    if after > threshold:
+    # An intermediate step of a chunked compaction leaves the context long
+    # (the next steps shorten it): its running summary must not be cut for that.
+    if after > threshold and terms.final_step:
         over = after - threshold
         room = max(ctx.tokenizer.count(checkpoint.summary) - over, 64)
         trimmed, changed = ctx.trim_summary(checkpoint.summary, room)

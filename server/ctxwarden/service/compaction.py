@@ -1,5 +1,12 @@
 """Compaction use cases: Compact, PrepareCompaction, CommitCompaction, ListCompactions.
 
+A history too long for the summariser's window is compacted in steps (see
+ctxwarden.core.compaction.chunks). Every step commits a real checkpoint that
+moves first_kept_seq to the next chunk, with the running summary so far, so
+each step is durable and a failed or abandoned compaction simply continues
+from the last step with the next Compact (or PrepareCompaction); nothing is
+held server-side between steps but the next step's plan.
+
 The session lock is held only to plan and to commit, never while a
 summariser runs, so appends continue during a slow LLM call. A commit checks
 that the plan is still current (same checkpoint, no rollback since) and the
@@ -9,27 +16,21 @@ checkpoint, so of two concurrent compactions exactly one wins.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ctxwarden import ids
+from ctxwarden.core.compaction.chunks import SummaryWindow
 from ctxwarden.core.compaction.planner import Plan, covered_digest, plan_compaction
 from ctxwarden.core.compaction.terms import PlanTerms
-from ctxwarden.core.compaction.types import (
-    FileLists,
-    Summarizer,
-    SummarizerError,
-    SummaryRequest,
-)
+from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import (
     Aborted,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    Unavailable,
 )
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
@@ -37,6 +38,7 @@ from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.service.checkpoint import build_checkpoint
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
+from ctxwarden.service.summarize import run_summarizer, summarizer_window
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.plans import StoredPlan
 from ctxwarden.store.repository import RequestScope
@@ -80,7 +82,16 @@ class Compactor:
 
     # -- planning -------------------------------------------------------------
 
-    def _plan(self, ctx: SessionContext, keep_recent_tokens: int, instructions: str) -> Plan:
+    def _plan(
+        self,
+        ctx: SessionContext,
+        keep_recent_tokens: int,
+        instructions: str,
+        *,
+        window: SummaryWindow | None = None,
+        target_first_kept_seq: int = 0,
+        step: int = 1,
+    ) -> Plan:
         if keep_recent_tokens < 0:
             raise InvalidArgument(
                 "keep_recent_tokens must be >= 0",
@@ -100,22 +111,64 @@ class Compactor:
             pinned_state=ctx.session.pinned_state,
             instructions=instructions,
             file_tools=self.m.settings.file_tools,
+            window=window,
+            target_first_kept_seq=target_first_kept_seq,
+            step=step,
         )
 
     async def prepare(
-        self, session_id: str, instructions: str, keep_recent_tokens: int
+        self,
+        session_id: str,
+        instructions: str,
+        keep_recent_tokens: int,
+        context_window: int = 0,
     ) -> PlanHandle:
+        if context_window < 0:
+            raise InvalidArgument(
+                "summarizer_context_window must be >= 0 (0: no limit)",
+                reason=ErrorReason.INVALID_SUMMARIZER_CONTEXT_WINDOW,
+                field="summarizer_context_window",
+            )
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
-            plan = self._plan(ctx, keep_recent_tokens, instructions)
+            window = SummaryWindow(context_window, ctx.tokenizer.count) if context_window else None
+            plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
+        return await self._save_plan(session_id, plan, CompactionTrigger.MANUAL)
+
+    async def _save_plan(
+        self, session_id: str, plan: Plan, trigger: CompactionTrigger
+    ) -> PlanHandle:
         plan_id = ids.new_id()
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
-        stored = StoredPlan(
-            plan_id, session_id, PlanTerms.of(plan, CompactionTrigger.MANUAL), expire, ""
-        )
+        stored = StoredPlan(plan_id, session_id, PlanTerms.of(plan, trigger), expire, "")
         await self.m.db(lambda: self.m.store.plans.save(stored, now))
         return PlanHandle(plan_id, plan, expire)
+
+    async def _next_step(self, session_id: str, done: PlanTerms) -> PlanHandle | None:
+        """The plan of the step after ``done`` (committed) of a chunked
+        compaction; None when ``done`` was the final step or the session has
+        moved past its target since."""
+        if done.final_step:
+            return None
+        async with self.m.hot.lock(session_id):
+            ctx = await self.m.context_locked(session_id, verify=True)
+            if ctx.first_kept_seq >= done.target_first_kept_seq:
+                return None
+            window = (
+                SummaryWindow(done.context_window, ctx.tokenizer.count)
+                if done.context_window
+                else None
+            )
+            plan = self._plan(
+                ctx,
+                0,
+                done.instructions,
+                window=window,
+                target_first_kept_seq=done.target_first_kept_seq,
+                step=done.step + 1,
+            )
+        return await self._save_plan(session_id, plan, done.trigger)
 
     # -- committing -----------------------------------------------------------
 
@@ -178,7 +231,9 @@ class Compactor:
 
     async def commit(
         self, session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
-    ) -> Checkpoint:
+    ) -> tuple[Checkpoint, PlanHandle | None]:
+        """The checkpoint, and the next step's plan when the plan was a step of
+        a chunked compaction before its final one."""
         if not plan_id:
             raise InvalidArgument(
                 "plan_id is required", reason=ErrorReason.MISSING_FIELD, field="plan_id"
@@ -199,13 +254,13 @@ class Compactor:
         if committed:
             done = await self.m.db(lambda: self.m.store.checkpoints.get(committed))
             if done is not None:
-                return done
+                return done, await self._next_step(session_id, found.terms)
         if ids.now_us() > found.expire_time_us:
             raise FailedPrecondition(
                 f"compaction plan {plan_id!r} expired; call PrepareCompaction again",
                 reason=ErrorReason.PLAN_EXPIRED,
             )
-        return await self._commit(
+        checkpoint = await self._commit(
             session_id,
             found.terms,
             summary=summary,
@@ -214,6 +269,7 @@ class Compactor:
             trigger=found.terms.trigger,
             plan_id=plan_id,
         )
+        return checkpoint, await self._next_step(session_id, found.terms)
 
     # -- server-side summariser -------------------------------------------------
 
@@ -242,20 +298,64 @@ class Compactor:
             done = await self.m.db(lambda: self.m.store.checkpoints.get(stored_id))
             if done is not None:
                 return done
-        async with self.m.hot.lock(session_id):
-            ctx = await self.m.context_locked(session_id, verify=True)
-            plan = self._plan(ctx, keep_recent_tokens, instructions)
-            pinned = ctx.session.pinned_state
-        summary, prefix = await self.m.metrics.timed_summarize(
-            summarizer.name, self._summarize(summarizer, plan, pinned, instructions)
-        )
+        window = await summarizer_window(summarizer, self.m.settings.summarizer_context_window)
+        target, step = 0, 1
+        while True:
+            async with self.m.hot.lock(session_id):
+                ctx = await self.m.context_locked(session_id, verify=True)
+                plan = self._plan(
+                    ctx,
+                    keep_recent_tokens,
+                    instructions,
+                    window=window,
+                    target_first_kept_seq=target,
+                    step=step,
+                )
+                pinned = ctx.session.pinned_state
+            progress = (
+                f"the {step - 1} earlier step(s) of this chunked compaction are committed and "
+                "Compact again continues after them"
+                if step > 1
+                else ""
+            )
+            summary, prefix = await self.m.metrics.timed_summarize(
+                summarizer.name,
+                run_summarizer(summarizer, plan, pinned, instructions, progress=progress),
+            )
+            if not plan.final_step:
+                await self._commit(
+                    session_id,
+                    PlanTerms.of(plan, trigger),
+                    summary=summary,
+                    turn_prefix_summary=prefix,
+                    summarizer=summarizer.name,
+                    trigger=trigger,
+                )
+                target, step = plan.target_first_kept_seq, step + 1
+                continue
+            return await self._commit_final(
+                session_id, plan, summary, prefix, summarizer.name, trigger, scope, key
+            )
+
+    async def _commit_final(
+        self,
+        session_id: str,
+        plan: Plan,
+        summary: str,
+        prefix: str,
+        summarizer: str,
+        trigger: CompactionTrigger,
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+    ) -> Checkpoint:
+        """Commit Compact's last step with its idempotency record."""
         try:
             return await self._commit(
                 session_id,
                 PlanTerms.of(plan, trigger),
                 summary=summary,
                 turn_prefix_summary=prefix,
-                summarizer=summarizer.name,
+                summarizer=summarizer,
                 trigger=trigger,
                 record_scope=scope,
                 key=key,
@@ -269,55 +369,6 @@ class Compactor:
             if done is None:
                 raise self.m.concurrent(session_id) from None
             return done
-
-    async def _summarize(
-        self, summarizer: Summarizer, plan: Plan, pinned: str, instructions: str
-    ) -> tuple[str, str]:
-        files = plan.files
-        jobs = []
-        if plan.history_prompt is not None:
-            jobs.append(
-                summarizer.summarize(
-                    SummaryRequest(
-                        plan.history_prompt,
-                        plan.history,
-                        plan.previous_summary,
-                        pinned,
-                        files.read,
-                        files.modified,
-                        instructions,
-                    )
-                )
-            )
-        if plan.turn_prefix_prompt is not None:
-            jobs.append(
-                summarizer.summarize(
-                    SummaryRequest(
-                        plan.turn_prefix_prompt,
-                        plan.turn_prefix,
-                        "",
-                        pinned,
-                        FileLists().read,
-                        (),
-                        instructions,
-                        turn_prefix=True,
-                    )
-                )
-            )
-        try:
-            results = await asyncio.gather(*jobs)
-        except SummarizerError as exc:
-            # A transient provider failure may pass (UNAVAILABLE: retry later);
-            # a rejected request will not (FAILED_PRECONDITION: fix the config).
-            error = Unavailable if exc.retryable else FailedPrecondition
-            raise error(
-                f"the summariser failed; nothing was changed: {exc}",
-                reason=ErrorReason.SUMMARIZER_FAILED,
-                metadata={"retryable": str(exc.retryable).lower()},
-            ) from exc
-        history = results[0] if plan.history_prompt is not None else ""
-        prefix = results[-1] if plan.turn_prefix_prompt is not None else ""
-        return history, prefix
 
     # -- reading ------------------------------------------------------------------
 

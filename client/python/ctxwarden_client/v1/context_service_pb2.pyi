@@ -1113,6 +1113,7 @@ class Compaction(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     SUPERSEDED_FIELD_NUMBER: _builtins.int
     AT_SEQ_FIELD_NUMBER: _builtins.int
+    NEXT_PLAN_FIELD_NUMBER: _builtins.int
     compaction_id: _builtins.str
     """Unique ID of the checkpoint (sortable by creation time)."""
     session_id: _builtins.str
@@ -1156,6 +1157,13 @@ class Compaction(_message.Message):
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the checkpoint was committed."""
 
+    @_builtins.property
+    def next_plan(self) -> Global___CompactionPlan:
+        """Only in the answer of CommitCompaction when the committed plan was a
+        step of a chunked compaction that is not its final step: the next step
+        to summarise and commit (unset when the compaction is complete).
+        """
+
     def __init__(
         self,
         *,
@@ -1174,10 +1182,11 @@ class Compaction(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         superseded: _builtins.bool = ...,
         at_seq: _builtins.int = ...,
+        next_plan: Global___CompactionPlan | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "next_plan", b"next_plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "modified_files", b"modified_files", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "modified_files", b"modified_files", "next_plan", b"next_plan", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1260,22 +1269,32 @@ class PrepareCompactionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     INSTRUCTIONS_FIELD_NUMBER: _builtins.int
     KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     instructions: _builtins.str
     """Extra focus for the summary, appended to the prompt (e.g. "keep the API decisions")."""
     keep_recent_tokens: _builtins.int
     """Tokens of recent history to keep verbatim; 0 means the policy's keep_recent_tokens."""
+    summarizer_context_window: _builtins.int
+    """Context window, in tokens, of the LLM that will write the summary. When
+    the history to summarise does not fit one prompt in this window, the plan
+    is the first step of a chunked compaction: each step's prompt (with the
+    running summary and the output budget) fits the window, and each
+    CommitCompaction returns the next step in Compaction.next_plan until the
+    final one. 0 means no limit: always one prompt.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         instructions: _builtins.str = ...,
         keep_recent_tokens: _builtins.int = ...,
+        summarizer_context_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions", "keep_recent_tokens", b"keep_recent_tokens", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions", "keep_recent_tokens", b"keep_recent_tokens", "session_id", b"session_id", "summarizer_context_window", b"summarizer_context_window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1298,6 +1317,11 @@ class CompactionPlan(_message.Message):
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     SUMMARIZED_FROM_SEQ_FIELD_NUMBER: _builtins.int
     SUMMARIZED_TO_SEQ_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    ESTIMATED_STEPS_FIELD_NUMBER: _builtins.int
+    FINAL_STEP_FIELD_NUMBER: _builtins.int
+    TARGET_FIRST_KEPT_SEQ_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     plan_id: _builtins.str
     """The plan's ID, for CommitCompaction."""
     session_id: _builtins.str
@@ -1314,6 +1338,26 @@ class CompactionPlan(_message.Message):
     """Seqs of the messages the summary covers (from the previous first_kept_seq)."""
     summarized_to_seq: _builtins.int
     """Last seq the summary covers (first_kept_seq - 1)."""
+    step: _builtins.int
+    """Number of this step in a chunked compaction, from 1 (1 also for a
+    compaction that fits one prompt).
+    """
+    estimated_steps: _builtins.int
+    """How many steps the compaction is expected to take in all, this one
+    included; an estimate that the actual summaries' lengths may change.
+    """
+    final_step: _builtins.bool
+    """True when committing this plan completes the compaction; false when the
+    commit stores an intermediate checkpoint and returns the next step.
+    """
+    target_first_kept_seq: _builtins.int
+    """First message kept verbatim once the final step is committed (equal to
+    first_kept_seq on the final step).
+    """
+    summarizer_context_window: _builtins.int
+    """The window the prompts of this plan fit (the request's
+    summarizer_context_window; 0 when unlimited).
+    """
     @_builtins.property
     def history_prompt(self) -> Global___SummaryPrompt:
         """Send this to the LLM; its answer is CommitCompactionRequest.summary."""
@@ -1340,10 +1384,15 @@ class CompactionPlan(_message.Message):
         expire_time: _timestamp_pb2.Timestamp | None = ...,
         summarized_from_seq: _builtins.int = ...,
         summarized_to_seq: _builtins.int = ...,
+        step: _builtins.int = ...,
+        estimated_steps: _builtins.int = ...,
+        final_step: _builtins.bool = ...,
+        target_first_kept_seq: _builtins.int = ...,
+        summarizer_context_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "history_prompt", b"history_prompt", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["estimated_steps", b"estimated_steps", "expire_time", b"expire_time", "final_step", b"final_step", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "step", b"step", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "summarizer_context_window", b"summarizer_context_window", "target_first_kept_seq", b"target_first_kept_seq", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -92,7 +92,9 @@ class ContextServiceStub:
     """
     Compact: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompactRequest, _context_service_pb2.Compaction]
     """Compacts the session with the server's summariser: plans the cut, asks
-    the summariser, commits the checkpoint. History is never deleted.
+    the summariser, commits the checkpoint. History is never deleted. A
+    history too long for the summariser's context window is summarised in
+    chunks, each committed as a checkpoint that updates the running summary.
     Errors: FAILED_PRECONDITION when no summariser is configured (use
     PrepareCompaction/CommitCompaction instead) or when there is nothing to
     compact; ABORTED when a concurrent compaction or rollback won;
@@ -101,10 +103,14 @@ class ContextServiceStub:
     PrepareCompaction: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.PrepareCompactionRequest, _context_service_pb2.CompactionPlan]
     """Plans a compaction for the agent to summarise with its own LLM: the plan
     carries the exact prompts. Commit it with CommitCompaction before
-    expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+    expire_time. With summarizer_context_window set, a history too long for
+    one prompt is planned in steps (see CompactionPlan.step). Errors:
+    FAILED_PRECONDITION "nothing to compact" or a window too small.
     """
     CommitCompaction: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]
-    """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+    """Commits a plan with the agent's summary. Idempotent per plan. A step of
+    a chunked compaction commits an intermediate checkpoint and returns the
+    next step in next_plan. Errors:
     NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
     ABORTED when a rollback or another compaction made the plan stale.
     """
@@ -183,7 +189,9 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """
     Compact: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompactRequest, _context_service_pb2.Compaction]  # type: ignore[assignment]
     """Compacts the session with the server's summariser: plans the cut, asks
-    the summariser, commits the checkpoint. History is never deleted.
+    the summariser, commits the checkpoint. History is never deleted. A
+    history too long for the summariser's context window is summarised in
+    chunks, each committed as a checkpoint that updates the running summary.
     Errors: FAILED_PRECONDITION when no summariser is configured (use
     PrepareCompaction/CommitCompaction instead) or when there is nothing to
     compact; ABORTED when a concurrent compaction or rollback won;
@@ -192,10 +200,14 @@ class ContextServiceAsyncStub(ContextServiceStub):
     PrepareCompaction: _aio.UnaryUnaryMultiCallable[_context_service_pb2.PrepareCompactionRequest, _context_service_pb2.CompactionPlan]  # type: ignore[assignment]
     """Plans a compaction for the agent to summarise with its own LLM: the plan
     carries the exact prompts. Commit it with CommitCompaction before
-    expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+    expire_time. With summarizer_context_window set, a history too long for
+    one prompt is planned in steps (see CompactionPlan.step). Errors:
+    FAILED_PRECONDITION "nothing to compact" or a window too small.
     """
     CommitCompaction: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]  # type: ignore[assignment]
-    """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+    """Commits a plan with the agent's summary. Idempotent per plan. A step of
+    a chunked compaction commits an intermediate checkpoint and returns the
+    next step in next_plan. Errors:
     NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
     ABORTED when a rollback or another compaction made the plan stale.
     """
@@ -343,7 +355,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.Compaction, _abc.Awaitable[_context_service_pb2.Compaction]]:
         """Compacts the session with the server's summariser: plans the cut, asks
-        the summariser, commits the checkpoint. History is never deleted.
+        the summariser, commits the checkpoint. History is never deleted. A
+        history too long for the summariser's context window is summarised in
+        chunks, each committed as a checkpoint that updates the running summary.
         Errors: FAILED_PRECONDITION when no summariser is configured (use
         PrepareCompaction/CommitCompaction instead) or when there is nothing to
         compact; ABORTED when a concurrent compaction or rollback won;
@@ -358,7 +372,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_context_service_pb2.CompactionPlan, _abc.Awaitable[_context_service_pb2.CompactionPlan]]:
         """Plans a compaction for the agent to summarise with its own LLM: the plan
         carries the exact prompts. Commit it with CommitCompaction before
-        expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+        expire_time. With summarizer_context_window set, a history too long for
+        one prompt is planned in steps (see CompactionPlan.step). Errors:
+        FAILED_PRECONDITION "nothing to compact" or a window too small.
         """
 
     @_abc_1.abstractmethod
@@ -367,7 +383,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.CommitCompactionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.Compaction, _abc.Awaitable[_context_service_pb2.Compaction]]:
-        """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+        """Commits a plan with the agent's summary. Idempotent per plan. A step of
+        a chunked compaction commits an intermediate checkpoint and returns the
+        next step in next_plan. Errors:
         NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
         ABORTED when a rollback or another compaction made the plan stale.
         """

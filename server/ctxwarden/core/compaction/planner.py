@@ -6,7 +6,14 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ctxwarden.core.compaction.cut import find_cut_point
+from ctxwarden.core.compaction.chunks import (
+    SummaryWindow,
+    estimate_steps,
+    fit_file_lists,
+    fit_turn_prefix,
+    history_step,
+)
+from ctxwarden.core.compaction.cut import CutPoint, cut_at, find_cut_point
 from ctxwarden.core.compaction.fileops import collect_file_ops
 from ctxwarden.core.compaction.prompts import history_prompt, turn_prefix_prompt
 from ctxwarden.core.compaction.serialize import serialize_messages
@@ -42,6 +49,17 @@ class Plan:
     at_seq: int
     pinned_state: str
     instructions: str
+    target_first_kept_seq: int = 0
+    """First message kept once the whole compaction is done (a chunked
+    compaction's steps keep it; equal to first_kept_seq on the final step)."""
+    step: int = 1
+    estimated_steps: int = 1
+    context_window: int = 0
+    """The summariser window the prompts fit (0: no limit)."""
+
+    @property
+    def final_step(self) -> bool:
+        return self.first_kept_seq == self.target_first_kept_seq
 
     @property
     def summarized_from_seq(self) -> int:
@@ -70,6 +88,16 @@ def summary_budget(reserve_tokens: int, summarizer_limit: int) -> int:
     return max(budget, MIN_SUMMARY_TOKENS)
 
 
+def _cut(active: Sequence[Message], keep_recent_tokens: int, target_seq: int) -> CutPoint:
+    """The cut a chunked compaction's first step chose (``target_seq``, when
+    still present), else a new one."""
+    if target_seq:
+        for i, m in enumerate(active):
+            if m.seq == target_seq:
+                return cut_at(active, i)
+    return find_cut_point(active, keep_recent_tokens)
+
+
 def plan_compaction(
     *,
     session_id: str,
@@ -83,13 +111,22 @@ def plan_compaction(
     pinned_state: str,
     instructions: str,
     file_tools: FileToolNames,
+    window: SummaryWindow | None = None,
+    target_first_kept_seq: int = 0,
+    step: int = 1,
 ) -> Plan:
     """Choose the cut and build the prompts. ``active`` is the kept history
     (from the current checkpoint's first_kept_seq), in seq order.
 
+    With a ``window``, a history too long for one prompt gets a plan for its
+    first chunk only (see ctxwarden.core.compaction.chunks): committing it
+    moves first_kept_seq to the next chunk, and the next step is planned the
+    same way with ``target_first_kept_seq`` (the cut this step chose) and
+    ``step + 1``.
+
     Long only by its keyword-only signature and the Plan it fills in; the steps
     are: cut, split into history and turn prefix, carry file lists, prompts."""
-    cut = find_cut_point(active, keep_recent_tokens)
+    cut = _cut(active, keep_recent_tokens, target_first_kept_seq)
     if cut.first_kept_index == 0:
         raise FailedPrecondition(
             "nothing to compact: the whole effective history fits in keep_recent_tokens "
@@ -105,28 +142,75 @@ def plan_compaction(
     files = collect_file_ops((*history, *prefix), previous, file_tools)
     previous_summary = checkpoint.carried_summary if checkpoint else ""
     budget = summary_budget(reserve_tokens, summarizer_limit)
-    prompt = (
-        history_prompt(
-            serialize_messages(history),
+    target_seq = active[cut.first_kept_index].seq
+
+    def make_history_prompt(conversation: str, max_tokens: int, lists: FileLists) -> SummaryPrompt:
+        return history_prompt(
+            conversation,
             previous_summary=previous_summary,
             pinned_state=pinned_state,
-            files=files,
+            files=lists,
             instructions=instructions,
-            max_tokens=budget,
+            max_tokens=max_tokens,
         )
-        if history
-        else None
-    )
-    prefix_prompt = (
-        turn_prefix_prompt(
-            serialize_messages(prefix), max_tokens=max(int(budget * TURN_PREFIX_SHARE), 1)
+
+    prompt: SummaryPrompt | None = None
+    estimated = step
+    if history and window is not None:
+        shown = fit_file_lists(files, window)
+        done = history_step(
+            history,
+            window,
+            lambda c, b: make_history_prompt(c, b, files),
+            budget,
+            lambda c, b: make_history_prompt(c, b, shown),
         )
-        if cut.split_turn
-        else None
-    )
+        if done.end < len(history):
+            # An intermediate step: the prompt of its own chunk, with the files
+            # of that chunk (never longer than the whole history's lists).
+            chunk = history[: done.end]
+            files = collect_file_ops(chunk, previous, file_tools)
+            prompt = make_history_prompt(
+                done.conversation, done.prompt.max_tokens, fit_file_lists(files, window)
+            )
+            if not window.fits(prompt):  # the chunk's lists shortened less: use the checked ones
+                prompt = done.prompt
+            return Plan(
+                session_id=session_id,
+                first_kept_seq=history[done.end].seq,
+                split_turn=False,
+                tokens_before=tokens_before,
+                previous_summary=previous_summary,
+                history=chunk,
+                turn_prefix=(),
+                history_prompt=prompt,
+                turn_prefix_prompt=None,
+                files=files,
+                base_compaction_id=checkpoint.compaction_id if checkpoint else "",
+                covered_digest=covered_digest(active, at_seq),
+                at_seq=at_seq,
+                pinned_state=pinned_state,
+                instructions=instructions,
+                target_first_kept_seq=target_seq,
+                step=step,
+                estimated_steps=step + 1 + estimate_steps(history[done.end :], done.room),
+                context_window=window.tokens,
+            )
+        prompt = done.prompt
+    elif history:
+        prompt = make_history_prompt(serialize_messages(history), budget, files)
+    prefix_prompt = None
+    if cut.split_turn:
+        prefix_budget = max(int(budget * TURN_PREFIX_SHARE), 1)
+        conversation = serialize_messages(prefix)
+        prefix_prompt = (
+            fit_turn_prefix(conversation, window, _turn_prefix_maker, prefix_budget)
+            if window is not None
+            else turn_prefix_prompt(conversation, max_tokens=prefix_budget)
+        )
     return Plan(
         session_id=session_id,
-        first_kept_seq=active[cut.first_kept_index].seq,
+        first_kept_seq=target_seq,
         split_turn=cut.split_turn,
         tokens_before=tokens_before,
         previous_summary=previous_summary,
@@ -140,4 +224,12 @@ def plan_compaction(
         at_seq=at_seq,
         pinned_state=pinned_state,
         instructions=instructions,
+        target_first_kept_seq=target_seq,
+        step=step,
+        estimated_steps=estimated,
+        context_window=window.tokens if window is not None else 0,
     )
+
+
+def _turn_prefix_maker(conversation: str, max_tokens: int) -> SummaryPrompt:
+    return turn_prefix_prompt(conversation, max_tokens=max_tokens)

@@ -28,6 +28,18 @@ class PlanTerms:
     """Budget of the split turn's prefix summary (0: no split turn)."""
     has_history: bool
     trigger: CompactionTrigger
+    target_first_kept_seq: int = 0
+    """A chunked compaction's final cut (0: a plan made before chunking existed)."""
+    step: int = 1
+    context_window: int = 0
+    """The summariser window the next step's prompts must fit (0: no limit)."""
+    instructions: str = ""
+    """Carried to the next step's prompts."""
+
+    @property
+    def final_step(self) -> bool:
+        """Committing this plan completes the compaction (no next step)."""
+        return self.target_first_kept_seq in (0, self.first_kept_seq)
 
     @classmethod
     def of(cls, plan: Plan, trigger: CompactionTrigger) -> PlanTerms:
@@ -46,4 +58,8 @@ class PlanTerms:
             prefix_max_tokens=prefix.max_tokens if prefix else 0,
             has_history=history is not None,
             trigger=trigger,
+            target_first_kept_seq=plan.target_first_kept_seq,
+            step=plan.step,
+            context_window=plan.context_window,
+            instructions=plan.instructions,
         )
