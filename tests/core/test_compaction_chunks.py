@@ -20,11 +20,13 @@ from ctxwarden.core.compaction.cut import find_cut_point, is_cut_point
 from ctxwarden.core.compaction.planner import Plan, plan_compaction
 from ctxwarden.core.compaction.prompts import NEW_SUMMARY, UPDATE_SUMMARY
 from ctxwarden.core.compaction.serialize import serialize_messages, serialized_parts
+from ctxwarden.core.compaction.steps import after_step, step_plan
+from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.compaction.types import FileToolNames
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from tests.core.test_compaction_planner import (
     TOK,
     answer,
@@ -43,14 +45,8 @@ def window_of(tokens: int) -> SummaryWindow:
     return SummaryWindow(tokens, TOK.count)
 
 
-def plan_step(
-    ctx: SessionContext,
-    keep: int,
-    window: SummaryWindow | None,
-    *,
-    target: int = 0,
-    step: int = 1,
-    pinned: str = "",
+def plan_for(
+    ctx: SessionContext, keep: int, window: SummaryWindow | None, pinned: str = ""
 ) -> Plan:
     return plan_compaction(
         session_id="s",
@@ -65,49 +61,39 @@ def plan_step(
         instructions="",
         file_tools=FileToolNames(),
         window=window,
-        target_first_kept_seq=target,
-        step=step,
     )
-
-
-def commit_step(ctx: SessionContext, plan: Plan, summary: str) -> Checkpoint:
-    checkpoint = Checkpoint(
-        compaction_id=f"c{plan.step}",
-        session_id="s",
-        summary=summary,
-        first_kept_seq=plan.first_kept_seq,
-        tokens_before=plan.tokens_before,
-        create_time_us=plan.step,
-        turn_prefix_summary="PREFIX" if plan.split_turn else "",
-        split_turn=plan.split_turn,
-        read_files=plan.files.read,
-        modified_files=plan.files.modified,
-        at_seq=ctx.session.last_seq,
-    )
-    ctx.apply_checkpoint(checkpoint)
-    return checkpoint
 
 
 def run_chunked(
     ctx: SessionContext, keep: int, window: SummaryWindow, pinned: str = ""
 ) -> list[Plan]:
-    """Every step of a chunked compaction, committed with summaries that name their step."""
-    plans = [plan_step(ctx, keep, window, pinned=pinned)]
-    while True:
-        plan = plans[-1]
-        commit_step(ctx, plan, f"SUMMARY-{plan.step}")
-        if plan.final_step:
-            return plans
-        plans.append(
-            plan_step(
-                ctx,
-                keep,
-                window,
-                target=plan.target_first_kept_seq,
-                step=plan.step + 1,
-                pinned=pinned,
-            )
-        )
+    """Every step's plan of a chunked compaction (as the agent sees them),
+    answered with summaries that name their step; the last one is committed."""
+    first = plan_for(ctx, keep, window, pinned)
+    if first.chunks is None:
+        plans = [first]
+    else:
+        terms = PlanTerms.of(first, CompactionTrigger.MANUAL)
+        plans = [step_plan("s", terms, ctx.active_messages, window, pinned)]
+        while not terms.final_step:
+            terms = after_step(terms, f"SUMMARY-{terms.step}", window)
+            plans.append(step_plan("s", terms, ctx.active_messages, window, pinned))
+    last = plans[-1]
+    checkpoint = Checkpoint(
+        compaction_id="c",
+        session_id="s",
+        summary=f"SUMMARY-{len(plans)}",
+        first_kept_seq=last.first_kept_seq,
+        tokens_before=last.tokens_before,
+        create_time_us=1,
+        turn_prefix_summary="PREFIX" if last.split_turn else "",
+        split_turn=last.split_turn,
+        read_files=last.files.read,
+        modified_files=last.files.modified,
+        at_seq=ctx.session.last_seq,
+    )
+    ctx.apply_checkpoint(checkpoint)
+    return plans
 
 
 # -- transcripts -------------------------------------------------------------------------------
@@ -166,26 +152,25 @@ def test_chunked_compaction_fits_every_prompt_and_covers_the_planned_cut(
 
     covered = start
     for i, plan in enumerate(plans):
-        assert plan.step == i + 1
-        assert plan.target_first_kept_seq == expected_first_kept
+        assert plan.first_kept_seq == expected_first_kept
         for prompt in (plan.history_prompt, plan.turn_prefix_prompt):
             if prompt is not None:
                 assert w.prompt_tokens(prompt) <= window
         if plan.history:
             # Steps cover consecutive ranges, each starting where the last one stopped.
             assert plan.history[0].seq == covered
-        if not plan.final_step:
-            assert not plan.split_turn and plan.turn_prefix_prompt is None
-            kept = next(m for m in unlimited.active_messages if m.seq == plan.first_kept_seq)
+            covered = plan.summarized_to_seq + 1
+        if i < len(plans) - 1:
+            assert plan.turn_prefix_prompt is None
+            kept = next(m for m in unlimited.active_messages if m.seq == plan.chunk_end_seq)
             assert is_cut_point(kept)
-            assert plan.first_kept_seq > covered
-        covered = plan.first_kept_seq
         # The running summary: each step updates the one before.
         if i > 0:
-            assert plan.previous_summary.startswith(f"SUMMARY-{i}")
-            assert plan.history_prompt is None or UPDATE_SUMMARY in plan.history_prompt.user
-            assert plan.history_prompt is None or f"SUMMARY-{i}" in plan.history_prompt.user
-    assert plans[-1].first_kept_seq == expected_first_kept
+            assert plan.previous_summary == f"SUMMARY-{i}"
+            assert plan.history_prompt is not None
+            assert UPDATE_SUMMARY in plan.history_prompt.user
+            assert f"<previous-summary>\nSUMMARY-{i}\n" in plan.history_prompt.user
+    assert plans[-1].summarized_to_seq == expected_first_kept - 1
     assert ctx.first_kept_seq == expected_first_kept
 
 
@@ -198,9 +183,9 @@ def test_a_history_that_fits_one_prompt_is_planned_exactly_as_without_a_window(
     build_transcript(ctx, turns)
     if find_cut_point(ctx.active_messages, keep).first_kept_index == 0:
         return
-    plain = plan_step(ctx, keep, None)
-    huge = plan_step(ctx, keep, window_of(10_000_000))
-    assert huge.final_step and huge.estimated_steps == 1
+    plain = plan_for(ctx, keep, None)
+    huge = plan_for(ctx, keep, window_of(10_000_000))
+    assert huge.chunks is None
     assert replace(huge, context_window=0) == plain
 
 
@@ -276,19 +261,29 @@ def test_a_window_too_small_for_the_fixed_prompt_is_failed_precondition() -> Non
     ctx = new_ctx(reserve_tokens=2000, context_window=10_000_000)
     append(ctx, *(m for i in range(20) for m in (user(f"u{i} " * 40), answer(f"a{i} " * 40))))
     with pytest.raises(FailedPrecondition) as caught:
-        plan_step(ctx, 50, window_of(600), pinned="p" * 4000)
+        plan_for(ctx, 50, window_of(600), pinned="p" * 4000)
     assert caught.value.reason is ErrorReason.SUMMARIZER_WINDOW_TOO_SMALL
     assert "600 tokens" in str(caught.value)
 
 
-def test_estimated_steps_are_near_the_actual_count() -> None:
+def test_the_step_count_is_exact() -> None:
     ctx = new_ctx(reserve_tokens=2000, context_window=10_000_000)
     append(ctx, *(m for i in range(300) for m in (user(f"u{i} " * 30), answer(f"a{i} " * 30))))
+    first = plan_for(ctx, 200, window_of(6000))
+    assert first.chunks is not None
     plans = run_chunked(ctx, 200, window_of(6000))
-    assert len(plans) > 3
-    first = plans[0].estimated_steps
-    assert abs(first - len(plans)) <= max(2, len(plans) // 3)
-    assert plans[-1].estimated_steps == len(plans)
+    assert len(plans) == len(first.chunks.starts) > 3
+
+
+def test_a_long_answer_is_trimmed_so_the_next_prompt_still_fits() -> None:
+    ctx = new_ctx(reserve_tokens=2000, context_window=10_000_000)
+    append(ctx, *(m for i in range(300) for m in (user(f"u{i} " * 30), answer(f"a{i} " * 30))))
+    w = window_of(6000)
+    terms = PlanTerms.of(plan_for(ctx, 200, w), CompactionTrigger.MANUAL)
+    terms = after_step(terms, "long " * 20_000, w)
+    assert TOK.count(terms.running_summary) <= terms.chunk_max_tokens
+    nxt = step_plan("s", terms, ctx.active_messages, w, "")
+    assert nxt.history_prompt is not None and w.prompt_tokens(nxt.history_prompt) <= 6000
 
 
 def test_messages_keep_their_order_and_appear_exactly_once() -> None:

@@ -78,6 +78,7 @@ async def test_compaction_on_a_is_served_by_b_and_not_overwritten(backend_url: s
         sid = await _seed(a, b, 12)
         plan = await a.prepare_compaction(sid, "", 1)
         checkpoint, _ = await a.commit_compaction(sid, plan.plan_id, "## Goal\nsummary", "prefix")
+        assert checkpoint is not None
         view = await b.build_model_input(sid, 0)
         assert view.compaction_id == checkpoint.compaction_id
         assert view.first_kept_seq == checkpoint.first_kept_seq

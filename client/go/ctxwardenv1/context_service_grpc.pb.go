@@ -63,7 +63,7 @@ type ContextServiceClient interface {
 	// Compacts the session with the server's summariser: plans the cut, asks
 	// the summariser, commits the checkpoint. History is never deleted. A
 	// history too long for the summariser's context window is summarised in
-	// chunks, each committed as a checkpoint that updates the running summary.
+	// chunks, each prompt updating the running summary; one checkpoint at the end.
 	// Errors: FAILED_PRECONDITION when no summariser is configured (use
 	// PrepareCompaction/CommitCompaction instead) or when there is nothing to
 	// compact; ABORTED when a concurrent compaction or rollback won;
@@ -76,8 +76,8 @@ type ContextServiceClient interface {
 	// FAILED_PRECONDITION "nothing to compact" or a window too small.
 	PrepareCompaction(ctx context.Context, in *PrepareCompactionRequest, opts ...grpc.CallOption) (*CompactionPlan, error)
 	// Commits a plan with the agent's summary. Idempotent per plan. A step of
-	// a chunked compaction commits an intermediate checkpoint and returns the
-	// next step in next_plan. Errors:
+	// a chunked compaction before its last one stores the running summary and
+	// returns the next step in next_plan. Errors:
 	// NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
 	// ABORTED when a rollback or another compaction made the plan stale.
 	CommitCompaction(ctx context.Context, in *CommitCompactionRequest, opts ...grpc.CallOption) (*Compaction, error)
@@ -324,7 +324,7 @@ type ContextServiceServer interface {
 	// Compacts the session with the server's summariser: plans the cut, asks
 	// the summariser, commits the checkpoint. History is never deleted. A
 	// history too long for the summariser's context window is summarised in
-	// chunks, each committed as a checkpoint that updates the running summary.
+	// chunks, each prompt updating the running summary; one checkpoint at the end.
 	// Errors: FAILED_PRECONDITION when no summariser is configured (use
 	// PrepareCompaction/CommitCompaction instead) or when there is nothing to
 	// compact; ABORTED when a concurrent compaction or rollback won;
@@ -337,8 +337,8 @@ type ContextServiceServer interface {
 	// FAILED_PRECONDITION "nothing to compact" or a window too small.
 	PrepareCompaction(context.Context, *PrepareCompactionRequest) (*CompactionPlan, error)
 	// Commits a plan with the agent's summary. Idempotent per plan. A step of
-	// a chunked compaction commits an intermediate checkpoint and returns the
-	// next step in next_plan. Errors:
+	// a chunked compaction before its last one stores the running summary and
+	// returns the next step in next_plan. Errors:
 	// NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
 	// ABORTED when a rollback or another compaction made the plan stale.
 	CommitCompaction(context.Context, *CommitCompactionRequest) (*Compaction, error)

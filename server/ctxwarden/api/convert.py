@@ -253,8 +253,7 @@ def new_encoding_cache(limit_bytes: int = DEFAULT_LIMIT_BYTES) -> EncodingCache:
 # -- compaction -------------------------------------------------------------------
 
 
-def checkpoint_to_pb(c: Checkpoint, next_step: PlanHandle | None = None) -> svc_pb.Compaction:
-    """``next_step``: the next step of a chunked compaction, for CommitCompaction."""
+def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
     return svc_pb.Compaction(
         compaction_id=c.compaction_id,
         session_id=outer_id(c.session_id),
@@ -271,11 +270,20 @@ def checkpoint_to_pb(c: Checkpoint, next_step: PlanHandle | None = None) -> svc_
         create_time=timestamp(c.create_time_us),
         superseded=c.superseded,
         at_seq=c.at_seq,
-        next_plan=(
-            plan_to_pb(next_step.plan_id, next_step.plan, next_step.expire_time_us)
-            if next_step is not None
-            else None
-        ),
+    )
+
+
+def handle_to_pb(handle: PlanHandle) -> svc_pb.CompactionPlan:
+    return plan_to_pb(
+        handle.plan_id, handle.plan, handle.expire_time_us, handle.step, handle.step_count
+    )
+
+
+def step_to_pb(next_step: PlanHandle) -> svc_pb.Compaction:
+    """CommitCompaction's answer for a step before the final one: nothing was
+    committed (no compaction_id), only the next step to summarise."""
+    return svc_pb.Compaction(
+        session_id=outer_id(next_step.plan.session_id), next_plan=handle_to_pb(next_step)
     )
 
 
@@ -285,7 +293,9 @@ def _prompt_to_pb(p: SummaryPrompt | None) -> svc_pb.SummaryPrompt | None:
     return svc_pb.SummaryPrompt(system=p.system, user=p.user, max_tokens=p.max_tokens)
 
 
-def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPlan:
+def plan_to_pb(
+    plan_id: str, plan: Plan, expire_us: int, step: int = 1, step_count: int = 1
+) -> svc_pb.CompactionPlan:
     return svc_pb.CompactionPlan(
         plan_id=plan_id,
         session_id=outer_id(plan.session_id),
@@ -298,13 +308,19 @@ def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPla
         expire_time=timestamp(expire_us),
         summarized_from_seq=plan.summarized_from_seq,
         summarized_to_seq=plan.summarized_to_seq,
-        step=plan.step,
-        estimated_steps=plan.estimated_steps,
-        final_step=plan.final_step,
-        target_first_kept_seq=plan.target_first_kept_seq,
+        step=step,
+        step_count=step_count,
         summarizer_context_window=plan.context_window,
     )
 
 
 def provider_error_from_pb(p: svc_pb.ProviderError) -> ProviderError:
     return ProviderError(p.http_status, p.body, dict(p.headers))
+
+
+def commit_to_pb(checkpoint: Checkpoint | None, next_step: PlanHandle | None) -> svc_pb.Compaction:
+    """CommitCompaction's answer: the checkpoint, or the next step of a chunked compaction."""
+    if next_step is not None:
+        return step_to_pb(next_step)
+    assert checkpoint is not None
+    return checkpoint_to_pb(checkpoint)

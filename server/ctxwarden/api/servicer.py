@@ -16,10 +16,11 @@ from google.protobuf.message import Message as PbMessage
 
 from ctxwarden.api.convert import (
     checkpoint_to_pb,
+    commit_to_pb,
+    handle_to_pb,
     message_from_pb,
     message_to_pb,
     new_encoding_cache,
-    plan_to_pb,
     provider_error_from_pb,
     trigger_from_pb,
 )
@@ -332,7 +333,7 @@ class ContextServicer:
             request.keep_recent_tokens,
             request.summarizer_context_window,
         )
-        return plan_to_pb(handle.plan_id, handle.plan, handle.expire_time_us)
+        return handle_to_pb(handle)
 
     @unary
     async def CommitCompaction(
@@ -344,7 +345,7 @@ class ContextServicer:
             request.summary,
             request.turn_prefix_summary,
         )
-        return checkpoint_to_pb(checkpoint, step)
+        return commit_to_pb(checkpoint, step)
 
     @unary
     async def ListCompactions(

@@ -64,9 +64,7 @@ def build_checkpoint(
     )
     after = ctx.tokens_with(checkpoint)
     threshold = ctx.threshold()
-    # An intermediate step of a chunked compaction leaves the context long
-    # (the next steps shorten it): its running summary must not be cut for that.
-    if after > threshold and terms.final_step:
+    if after > threshold:
         over = after - threshold
         room = max(ctx.tokenizer.count(checkpoint.summary) - over, 64)
         trimmed, changed = ctx.trim_summary(checkpoint.summary, room)

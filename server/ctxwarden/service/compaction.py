@@ -1,11 +1,13 @@
 """Compaction use cases: Compact, PrepareCompaction, CommitCompaction, ListCompactions.
 
-A history too long for the summariser's window is compacted in steps (see
-ctxwarden.core.compaction.chunks). Every step commits a real checkpoint that
-moves first_kept_seq to the next chunk, with the running summary so far, so
-each step is durable and a failed or abandoned compaction simply continues
-from the last step with the next Compact (or PrepareCompaction); nothing is
-held server-side between steps but the next step's plan.
+A history too long for the summariser's window is summarised chunk by chunk
+(see ctxwarden.core.compaction.chunks), each chunk's prompt updating the
+running summary. The steps are held server-side and only the final one
+commits a checkpoint: the effective context changes once, atomically, and the
+in-memory view is rebuilt once (rebuilding a 100,000-message context costs
+seconds, so a checkpoint per chunk would make a long compaction quadratic).
+For the agent the running summary lives in the next step's stored plan, so a
+step survives a server restart until the plan expires.
 
 The session lock is held only to plan and to commit, never while a
 summariser runs, so appends continue during a slow LLM call. A commit checks
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from ctxwarden import ids
 from ctxwarden.core.compaction.chunks import SummaryWindow
 from ctxwarden.core.compaction.planner import Plan, covered_digest, plan_compaction
+from ctxwarden.core.compaction.steps import after_step, step_plan
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.core.context import SessionContext
@@ -55,6 +58,8 @@ class PlanHandle:
     plan_id: str
     plan: Plan
     expire_time_us: int
+    step: int = 1
+    step_count: int = 1
 
 
 def _check_current(ctx: SessionContext, terms: PlanTerms) -> None:
@@ -89,8 +94,6 @@ class Compactor:
         instructions: str,
         *,
         window: SummaryWindow | None = None,
-        target_first_kept_seq: int = 0,
-        step: int = 1,
     ) -> Plan:
         if keep_recent_tokens < 0:
             raise InvalidArgument(
@@ -112,8 +115,6 @@ class Compactor:
             instructions=instructions,
             file_tools=self.m.settings.file_tools,
             window=window,
-            target_first_kept_seq=target_first_kept_seq,
-            step=step,
         )
 
     async def prepare(
@@ -133,42 +134,39 @@ class Compactor:
             ctx = await self.m.context_locked(session_id, verify=True)
             window = SummaryWindow(context_window, ctx.tokenizer.count) if context_window else None
             plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
-        return await self._save_plan(session_id, plan, CompactionTrigger.MANUAL)
+            terms = PlanTerms.of(plan, CompactionTrigger.MANUAL)
+            if window is not None and plan.chunks is not None:
+                plan = step_plan(
+                    session_id, terms, ctx.active_messages, window, ctx.session.pinned_state
+                )
+        return await self._save_plan(session_id, plan, terms)
 
-    async def _save_plan(
-        self, session_id: str, plan: Plan, trigger: CompactionTrigger
-    ) -> PlanHandle:
+    async def _save_plan(self, session_id: str, plan: Plan, terms: PlanTerms) -> PlanHandle:
         plan_id = ids.new_id()
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
-        stored = StoredPlan(plan_id, session_id, PlanTerms.of(plan, trigger), expire, "")
+        stored = StoredPlan(plan_id, session_id, terms, expire, "")
         await self.m.db(lambda: self.m.store.plans.save(stored, now))
-        return PlanHandle(plan_id, plan, expire)
+        return PlanHandle(plan_id, plan, expire, terms.step, terms.step_count)
 
-    async def _next_step(self, session_id: str, done: PlanTerms) -> PlanHandle | None:
-        """The plan of the step after ``done`` (committed) of a chunked
-        compaction; None when ``done`` was the final step or the session has
-        moved past its target since."""
-        if done.final_step:
-            return None
+    async def _next_step(self, session_id: str, done: PlanTerms, summary: str) -> PlanHandle:
+        """Record ``summary`` as the running summary of a chunked compaction's
+        step ``done`` (not its final one) in the next step's plan."""
+        if not summary.strip():
+            raise InvalidArgument(
+                "summary is empty; send the LLM's answer to history_prompt",
+                reason=ErrorReason.MISSING_FIELD,
+                field="summary",
+            )
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
-            if ctx.first_kept_seq >= done.target_first_kept_seq:
-                return None
-            window = (
-                SummaryWindow(done.context_window, ctx.tokenizer.count)
-                if done.context_window
-                else None
+            _check_current(ctx, done)
+            window = SummaryWindow(done.context_window, ctx.tokenizer.count)
+            terms = after_step(done, summary, window)
+            plan = step_plan(
+                session_id, terms, ctx.active_messages, window, ctx.session.pinned_state
             )
-            plan = self._plan(
-                ctx,
-                0,
-                done.instructions,
-                window=window,
-                target_first_kept_seq=done.target_first_kept_seq,
-                step=done.step + 1,
-            )
-        return await self._save_plan(session_id, plan, done.trigger)
+        return await self._save_plan(session_id, plan, terms)
 
     # -- committing -----------------------------------------------------------
 
@@ -231,9 +229,9 @@ class Compactor:
 
     async def commit(
         self, session_id: str, plan_id: str, summary: str, turn_prefix_summary: str
-    ) -> tuple[Checkpoint, PlanHandle | None]:
-        """The checkpoint, and the next step's plan when the plan was a step of
-        a chunked compaction before its final one."""
+    ) -> tuple[Checkpoint | None, PlanHandle | None]:
+        """The checkpoint; or, for a step of a chunked compaction before its
+        final one, no checkpoint and the next step's plan."""
         if not plan_id:
             raise InvalidArgument(
                 "plan_id is required", reason=ErrorReason.MISSING_FIELD, field="plan_id"
@@ -254,12 +252,14 @@ class Compactor:
         if committed:
             done = await self.m.db(lambda: self.m.store.checkpoints.get(committed))
             if done is not None:
-                return done, await self._next_step(session_id, found.terms)
+                return done, None
         if ids.now_us() > found.expire_time_us:
             raise FailedPrecondition(
                 f"compaction plan {plan_id!r} expired; call PrepareCompaction again",
                 reason=ErrorReason.PLAN_EXPIRED,
             )
+        if not found.terms.final_step:
+            return None, await self._next_step(session_id, found.terms, summary)
         checkpoint = await self._commit(
             session_id,
             found.terms,
@@ -269,7 +269,7 @@ class Compactor:
             trigger=found.terms.trigger,
             plan_id=plan_id,
         )
-        return checkpoint, await self._next_step(session_id, found.terms)
+        return checkpoint, None
 
     # -- server-side summariser -------------------------------------------------
 
@@ -299,43 +299,16 @@ class Compactor:
             if done is not None:
                 return done
         window = await summarizer_window(summarizer, self.m.settings.summarizer_context_window)
-        target, step = 0, 1
-        while True:
-            async with self.m.hot.lock(session_id):
-                ctx = await self.m.context_locked(session_id, verify=True)
-                plan = self._plan(
-                    ctx,
-                    keep_recent_tokens,
-                    instructions,
-                    window=window,
-                    target_first_kept_seq=target,
-                    step=step,
-                )
-                pinned = ctx.session.pinned_state
-            progress = (
-                f"the {step - 1} earlier step(s) of this chunked compaction are committed and "
-                "Compact again continues after them"
-                if step > 1
-                else ""
-            )
-            summary, prefix = await self.m.metrics.timed_summarize(
-                summarizer.name,
-                run_summarizer(summarizer, plan, pinned, instructions, progress=progress),
-            )
-            if not plan.final_step:
-                await self._commit(
-                    session_id,
-                    PlanTerms.of(plan, trigger),
-                    summary=summary,
-                    turn_prefix_summary=prefix,
-                    summarizer=summarizer.name,
-                    trigger=trigger,
-                )
-                target, step = plan.target_first_kept_seq, step + 1
-                continue
-            return await self._commit_final(
-                session_id, plan, summary, prefix, summarizer.name, trigger, scope, key
-            )
+        async with self.m.hot.lock(session_id):
+            ctx = await self.m.context_locked(session_id, verify=True)
+            plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
+            pinned = ctx.session.pinned_state
+        summary, prefix = await self.m.metrics.timed_summarize(
+            summarizer.name, run_summarizer(summarizer, plan, pinned, instructions, window)
+        )
+        return await self._commit_final(
+            session_id, plan, summary, prefix, summarizer.name, trigger, scope, key
+        )
 
     async def _commit_final(
         self,

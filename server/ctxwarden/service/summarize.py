@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ctxwarden.core.compaction.chunks import SummaryWindow
+from ctxwarden.core.compaction.chunks import SummaryWindow, fit_summary
 from ctxwarden.core.compaction.planner import Plan
+from ctxwarden.core.compaction.prompts import history_prompt
 from ctxwarden.core.compaction.types import (
     FileLists,
     Summarizer,
@@ -34,26 +35,14 @@ async def summarizer_window(summarizer: Summarizer, configured: int) -> SummaryW
 
 
 async def run_summarizer(
-    summarizer: Summarizer, plan: Plan, pinned: str, instructions: str, *, progress: str = ""
+    summarizer: Summarizer, plan: Plan, pinned: str, instructions: str, window: SummaryWindow | None
 ) -> tuple[str, str]:
     """The history summary and the turn-prefix summary of ``plan`` (each "" when
-    the plan has no such prompt). ``progress`` is added to a failure's message."""
-    files = plan.files
+    the plan has no such prompt); a chunked plan's chunks go one after the
+    other, each prompt updating the running summary."""
     jobs = []
     if plan.history_prompt is not None:
-        jobs.append(
-            summarizer.summarize(
-                SummaryRequest(
-                    plan.history_prompt,
-                    plan.history,
-                    plan.previous_summary,
-                    pinned,
-                    files.read,
-                    files.modified,
-                    instructions,
-                )
-            )
-        )
+        jobs.append(_history(summarizer, plan, pinned, instructions, window))
     if plan.turn_prefix_prompt is not None:
         jobs.append(
             summarizer.summarize(
@@ -76,10 +65,59 @@ async def run_summarizer(
         # a rejected request will not (FAILED_PRECONDITION: fix the config).
         error = Unavailable if exc.retryable else FailedPrecondition
         raise error(
-            f"the summariser failed; {progress or 'nothing was changed'}: {exc}",
+            f"the summariser failed; nothing was changed: {exc}",
             reason=ErrorReason.SUMMARIZER_FAILED,
             metadata={"retryable": str(exc.retryable).lower()},
         ) from exc
     history = results[0] if plan.history_prompt is not None else ""
     prefix = results[-1] if plan.turn_prefix_prompt is not None else ""
     return history, prefix
+
+
+async def _history(
+    summarizer: Summarizer,
+    plan: Plan,
+    pinned: str,
+    instructions: str,
+    window: SummaryWindow | None,
+) -> str:
+    files = plan.files
+    chunks = plan.chunks
+    assert plan.history_prompt is not None
+    if chunks is None or window is None:
+        return await summarizer.summarize(
+            SummaryRequest(
+                plan.history_prompt,
+                plan.history,
+                plan.previous_summary,
+                pinned,
+                files.read,
+                files.modified,
+                instructions,
+            )
+        )
+    shown = plan.shown_files or files
+    bounds = (*chunks.starts, len(plan.history))
+    running = plan.previous_summary
+    for k, conversation in enumerate(chunks.conversations):
+        prompt = history_prompt(
+            conversation,
+            previous_summary=running,
+            pinned_state=pinned,
+            files=shown,
+            instructions=instructions,
+            max_tokens=chunks.max_tokens,
+        )
+        answer = await summarizer.summarize(
+            SummaryRequest(
+                prompt,
+                plan.history[bounds[k] : bounds[k + 1]],
+                running,
+                pinned,
+                files.read,
+                files.modified,
+                instructions,
+            )
+        )
+        running = fit_summary(answer.strip(), chunks.max_tokens, window.count)
+    return running

@@ -1159,9 +1159,10 @@ class Compaction(_message.Message):
 
     @_builtins.property
     def next_plan(self) -> Global___CompactionPlan:
-        """Only in the answer of CommitCompaction when the committed plan was a
-        step of a chunked compaction that is not its final step: the next step
-        to summarise and commit (unset when the compaction is complete).
+        """Only in the answer of CommitCompaction for a step of a chunked
+        compaction before its last one: the next step to summarise and commit.
+        Such an answer has nothing else but session_id (no checkpoint is stored
+        until the last step); unset on a stored checkpoint.
         """
 
     def __init__(
@@ -1282,7 +1283,8 @@ class PrepareCompactionRequest(_message.Message):
     is the first step of a chunked compaction: each step's prompt (with the
     running summary and the output budget) fits the window, and each
     CommitCompaction returns the next step in Compaction.next_plan until the
-    final one. 0 means no limit: always one prompt.
+    last one. Counted with the session's tokenizer. 0 means no limit: always
+    one prompt.
     """
     def __init__(
         self,
@@ -1318,9 +1320,7 @@ class CompactionPlan(_message.Message):
     SUMMARIZED_FROM_SEQ_FIELD_NUMBER: _builtins.int
     SUMMARIZED_TO_SEQ_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
-    ESTIMATED_STEPS_FIELD_NUMBER: _builtins.int
-    FINAL_STEP_FIELD_NUMBER: _builtins.int
-    TARGET_FIRST_KEPT_SEQ_FIELD_NUMBER: _builtins.int
+    STEP_COUNT_FIELD_NUMBER: _builtins.int
     SUMMARIZER_CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     plan_id: _builtins.str
     """The plan's ID, for CommitCompaction."""
@@ -1339,20 +1339,15 @@ class CompactionPlan(_message.Message):
     summarized_to_seq: _builtins.int
     """Last seq the summary covers (first_kept_seq - 1)."""
     step: _builtins.int
-    """Number of this step in a chunked compaction, from 1 (1 also for a
-    compaction that fits one prompt).
+    """Number of this step of a chunked compaction, from 1 (1 also for a
+    compaction that fits one prompt). history_prompt summarises the step's
+    chunk (summarized_from_seq to summarized_to_seq) and updates the running
+    summary in previous_summary.
     """
-    estimated_steps: _builtins.int
-    """How many steps the compaction is expected to take in all, this one
-    included; an estimate that the actual summaries' lengths may change.
-    """
-    final_step: _builtins.bool
-    """True when committing this plan completes the compaction; false when the
-    commit stores an intermediate checkpoint and returns the next step.
-    """
-    target_first_kept_seq: _builtins.int
-    """First message kept verbatim once the final step is committed (equal to
-    first_kept_seq on the final step).
+    step_count: _builtins.int
+    """How many steps the compaction takes in all (1 when it fits one prompt).
+    Committing the last one stores the checkpoint; committing an earlier one
+    stores nothing but returns the next step in Compaction.next_plan.
     """
     summarizer_context_window: _builtins.int
     """The window the prompts of this plan fit (the request's
@@ -1385,14 +1380,12 @@ class CompactionPlan(_message.Message):
         summarized_from_seq: _builtins.int = ...,
         summarized_to_seq: _builtins.int = ...,
         step: _builtins.int = ...,
-        estimated_steps: _builtins.int = ...,
-        final_step: _builtins.bool = ...,
-        target_first_kept_seq: _builtins.int = ...,
+        step_count: _builtins.int = ...,
         summarizer_context_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "history_prompt", b"history_prompt", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["estimated_steps", b"estimated_steps", "expire_time", b"expire_time", "final_step", b"final_step", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "step", b"step", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "summarizer_context_window", b"summarizer_context_window", "target_first_kept_seq", b"target_first_kept_seq", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "step", b"step", "step_count", b"step_count", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "summarizer_context_window", b"summarizer_context_window", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -237,7 +237,7 @@ class ContextServiceServicer:
         """Compacts the session with the server's summariser: plans the cut, asks
         the summariser, commits the checkpoint. History is never deleted. A
         history too long for the summariser's context window is summarised in
-        chunks, each committed as a checkpoint that updates the running summary.
+        chunks, each prompt updating the running summary; one checkpoint at the end.
         Errors: FAILED_PRECONDITION when no summariser is configured (use
         PrepareCompaction/CommitCompaction instead) or when there is nothing to
         compact; ABORTED when a concurrent compaction or rollback won;
@@ -260,8 +260,8 @@ class ContextServiceServicer:
 
     def CommitCompaction(self, request, context):
         """Commits a plan with the agent's summary. Idempotent per plan. A step of
-        a chunked compaction commits an intermediate checkpoint and returns the
-        next step in next_plan. Errors:
+        a chunked compaction before its last one stores the running summary and
+        returns the next step in next_plan. Errors:
         NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
         ABORTED when a rollback or another compaction made the plan stale.
         """

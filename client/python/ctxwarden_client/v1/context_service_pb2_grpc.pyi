@@ -94,7 +94,7 @@ class ContextServiceStub:
     """Compacts the session with the server's summariser: plans the cut, asks
     the summariser, commits the checkpoint. History is never deleted. A
     history too long for the summariser's context window is summarised in
-    chunks, each committed as a checkpoint that updates the running summary.
+    chunks, each prompt updating the running summary; one checkpoint at the end.
     Errors: FAILED_PRECONDITION when no summariser is configured (use
     PrepareCompaction/CommitCompaction instead) or when there is nothing to
     compact; ABORTED when a concurrent compaction or rollback won;
@@ -109,8 +109,8 @@ class ContextServiceStub:
     """
     CommitCompaction: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]
     """Commits a plan with the agent's summary. Idempotent per plan. A step of
-    a chunked compaction commits an intermediate checkpoint and returns the
-    next step in next_plan. Errors:
+    a chunked compaction before its last one stores the running summary and
+    returns the next step in next_plan. Errors:
     NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
     ABORTED when a rollback or another compaction made the plan stale.
     """
@@ -191,7 +191,7 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """Compacts the session with the server's summariser: plans the cut, asks
     the summariser, commits the checkpoint. History is never deleted. A
     history too long for the summariser's context window is summarised in
-    chunks, each committed as a checkpoint that updates the running summary.
+    chunks, each prompt updating the running summary; one checkpoint at the end.
     Errors: FAILED_PRECONDITION when no summariser is configured (use
     PrepareCompaction/CommitCompaction instead) or when there is nothing to
     compact; ABORTED when a concurrent compaction or rollback won;
@@ -206,8 +206,8 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """
     CommitCompaction: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]  # type: ignore[assignment]
     """Commits a plan with the agent's summary. Idempotent per plan. A step of
-    a chunked compaction commits an intermediate checkpoint and returns the
-    next step in next_plan. Errors:
+    a chunked compaction before its last one stores the running summary and
+    returns the next step in next_plan. Errors:
     NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
     ABORTED when a rollback or another compaction made the plan stale.
     """
@@ -357,7 +357,7 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         """Compacts the session with the server's summariser: plans the cut, asks
         the summariser, commits the checkpoint. History is never deleted. A
         history too long for the summariser's context window is summarised in
-        chunks, each committed as a checkpoint that updates the running summary.
+        chunks, each prompt updating the running summary; one checkpoint at the end.
         Errors: FAILED_PRECONDITION when no summariser is configured (use
         PrepareCompaction/CommitCompaction instead) or when there is nothing to
         compact; ABORTED when a concurrent compaction or rollback won;
@@ -384,8 +384,8 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.Compaction, _abc.Awaitable[_context_service_pb2.Compaction]]:
         """Commits a plan with the agent's summary. Idempotent per plan. A step of
-        a chunked compaction commits an intermediate checkpoint and returns the
-        next step in next_plan. Errors:
+        a chunked compaction before its last one stores the running summary and
+        returns the next step in next_plan. Errors:
         NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
         ABORTED when a rollback or another compaction made the plan stale.
         """

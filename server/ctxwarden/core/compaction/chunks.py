@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ctxwarden.core.compaction.cut import is_cut_point
-from ctxwarden.core.compaction.serialize import serialized_parts
 from ctxwarden.core.compaction.fileops import render_file_lists
+from ctxwarden.core.compaction.serialize import serialized_parts
 from ctxwarden.core.compaction.types import FileLists, SummaryPrompt
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Message
@@ -164,17 +164,6 @@ def _rest_of_part(
     return len(history)
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryStep:
-    end: int
-    """Index (exclusive) in the history of what this prompt covers."""
-    prompt: SummaryPrompt
-    conversation: str
-    """The conversation text in ``prompt``."""
-    room: int
-    """Conversation tokens a chunk of this plan could hold (for estimates)."""
-
-
 def _too_small(window: SummaryWindow, overhead: int) -> FailedPrecondition:
     return FailedPrecondition(
         f"the summariser's context window of {window.tokens} tokens cannot hold a summary "
@@ -186,60 +175,114 @@ def _too_small(window: SummaryWindow, overhead: int) -> FailedPrecondition:
     )
 
 
-def history_step(
+MakeChunkPrompt = Callable[[str, str, int], SummaryPrompt]
+"""Builds a chunk's prompt for (conversation, running summary, output budget)."""
+RUNNING_PLACEHOLDER = "."
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """A history too long for one prompt, cut into chunks planned up front. Each
+    chunk's prompt fits the window with any running summary of at most
+    ``max_tokens`` tokens (``fit_summary`` cuts an answer to that)."""
+
+    starts: tuple[int, ...]
+    """Index in the history of each chunk's first message."""
+    conversations: tuple[str, ...]
+    max_tokens: int
+    """Output budget of every chunk's summary, and the most a running summary may take."""
+
+
+def chunk_budget(window: SummaryWindow, budget: int) -> int:
+    return max(min(budget, window.tokens // CHUNK_SUMMARY_DIVISOR), 1)
+
+
+def fits_whole(
+    history: Sequence[Message], window: SummaryWindow, make_prompt: MakePrompt, budget: int
+) -> SummaryPrompt | None:
+    """The one prompt for all of ``history`` (the same as without a window) when
+    it fits the window, else None. Reads only as far as the window allows."""
+    room = window.usable - window.prompt_tokens(make_prompt("", budget))
+    if room < MIN_ROOM:
+        return None
+    whole = take_chunk(history, room, window.count)
+    if whole.end < len(history) or whole.truncated:
+        return None
+    prompt = make_prompt(whole.conversation, budget)
+    return prompt if window.fits(prompt) else None
+
+
+def plan_chunks(
     history: Sequence[Message],
     window: SummaryWindow,
-    make_prompt: MakePrompt,
+    make_prompt: MakeChunkPrompt,
     budget: int,
-    make_chunk_prompt: MakePrompt | None = None,
-) -> HistoryStep:
-    """The prompt for the whole ``history`` when it fits the window with the
-    usual ``budget`` (the same prompt as without a window); else the prompt for
-    its first chunk (made with ``make_chunk_prompt``, e.g. with shortened file
-    lists), with a budget of at most a quarter of the window."""
-    overhead = window.prompt_tokens(make_prompt("", budget))
-    room = window.usable - overhead
-    if room >= MIN_ROOM:
-        whole = take_chunk(history, room, window.count)
-        if whole.end == len(history) and not whole.truncated:
-            prompt = make_prompt(whole.conversation, budget)
-            if window.fits(prompt):
-                return HistoryStep(len(history), prompt, whole.conversation, room)
-    make_prompt = make_chunk_prompt or make_prompt
-    small = max(min(budget, window.tokens // CHUNK_SUMMARY_DIVISOR), 1)
-    overhead = window.prompt_tokens(make_prompt("", small))
-    room = window.usable - overhead
-    if room < MIN_ROOM:
-        raise _too_small(window, overhead)
-    target = room
-    for _ in range(8):
-        chunk = take_chunk(history, target, window.count)
-        prompt = make_prompt(chunk.conversation, small)
-        excess = window.prompt_tokens(prompt) - window.usable
-        if excess <= 0:
-            return HistoryStep(chunk.end, prompt, chunk.conversation, room)
-        # Counting parts one by one can differ from counting the joined text.
-        target -= max(excess, math.ceil(target * 0.05))
-        if target < 1:
-            break
-    raise _too_small(window, overhead)
+    previous_summary: str,
+) -> ChunkPlan:
+    """Cut ``history`` into chunks whose prompts fit the window: the first with
+    ``previous_summary``, each later one with a running summary of up to the
+    chunk budget."""
+    small = chunk_budget(window, budget)
+    starts: list[int] = []
+    conversations: list[str] = []
+    start = 0
+    while start < len(history):
+        running = previous_summary if not starts else RUNNING_PLACEHOLDER
+        allowance = 0 if not starts else small
+        overhead = window.prompt_tokens(make_prompt("", running, small)) + allowance
+        room = window.usable - overhead
+        if room < MIN_ROOM:
+            raise _too_small(window, overhead)
+        rest = history[start:]
+        target = room
+        for _ in range(8):
+            chunk = take_chunk(rest, target, window.count)
+            used = window.prompt_tokens(make_prompt(chunk.conversation, running, small))
+            excess = used + allowance - window.usable
+            if excess <= 0:
+                break
+            # Counting parts one by one can differ from counting the joined text.
+            target -= max(excess, math.ceil(target * 0.05))
+            if target < 1:
+                raise _too_small(window, overhead)
+        else:
+            raise _too_small(window, overhead)
+        starts.append(start)
+        conversations.append(chunk.conversation)
+        start += chunk.end
+    return ChunkPlan(tuple(starts), tuple(conversations), small)
 
 
-def fit_turn_prefix(
-    conversation: str, window: SummaryWindow, make_prompt: MakePrompt, budget: int
+def fit_summary(text: str, max_tokens: int, count: Count) -> str:
+    """A running summary cut to ``max_tokens`` (its end goes, with a marker), so
+    the next chunk's prompt still fits."""
+    if count(text) <= max_tokens:
+        return text
+    marker = "\n\n[ctxwarden: running summary trimmed to fit the summariser's window]"
+    keep = len(text)
+    while keep > 0:
+        keep = int(keep * 0.9)
+        candidate = text[:keep].rstrip() + marker
+        if count(candidate) <= max_tokens:
+            return candidate
+    return marker.strip()
+
+
+def fit_prompt(
+    conversation: str, window: SummaryWindow, make_prompt: Callable[[str], SummaryPrompt]
 ) -> SummaryPrompt:
-    """The turn-prefix prompt, its conversation truncated in the middle when the
-    prompt would not fit the window."""
-    prompt = make_prompt(conversation, budget)
+    """The prompt for ``conversation``, truncated in the middle when the prompt
+    would not fit the window."""
+    prompt = make_prompt(conversation)
     if window.fits(prompt):
         return prompt
-    overhead = window.prompt_tokens(make_prompt("", budget))
+    overhead = window.prompt_tokens(make_prompt(""))
     room = window.usable - overhead
     if room < MIN_ROOM:
         raise _too_small(window, overhead)
     for _ in range(8):
         text, _ = truncate_middle(conversation, room, window.count)
-        prompt = make_prompt(text, budget)
+        prompt = make_prompt(text)
         excess = window.prompt_tokens(prompt) - window.usable
         if excess <= 0:
             return prompt
@@ -249,8 +292,9 @@ def fit_turn_prefix(
     raise _too_small(window, overhead)
 
 
-def estimate_steps(rest: Sequence[Message], room: int) -> int:
-    """Steps still needed after this one for ``rest`` (a rough estimate from
-    the stored token counts)."""
-    tokens = sum(m.token_count for m in rest)
-    return math.ceil(tokens / max(room, 1)) if tokens else 0
+def fit_turn_prefix(
+    conversation: str, window: SummaryWindow, make_prompt: MakePrompt, budget: int
+) -> SummaryPrompt:
+    """The turn-prefix prompt, its conversation truncated in the middle when the
+    prompt would not fit the window."""
+    return fit_prompt(conversation, window, lambda text: make_prompt(text, budget))

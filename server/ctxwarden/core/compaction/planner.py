@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxwarden.core.compaction.chunks import (
+    ChunkPlan,
     SummaryWindow,
-    estimate_steps,
     fit_file_lists,
     fit_turn_prefix,
-    history_step,
+    fits_whole,
+    plan_chunks,
 )
-from ctxwarden.core.compaction.cut import CutPoint, cut_at, find_cut_point
+from ctxwarden.core.compaction.cut import find_cut_point
 from ctxwarden.core.compaction.fileops import collect_file_ops
 from ctxwarden.core.compaction.prompts import history_prompt, turn_prefix_prompt
 from ctxwarden.core.compaction.serialize import serialize_messages
@@ -49,17 +50,15 @@ class Plan:
     at_seq: int
     pinned_state: str
     instructions: str
-    target_first_kept_seq: int = 0
-    """First message kept once the whole compaction is done (a chunked
-    compaction's steps keep it; equal to first_kept_seq on the final step)."""
-    step: int = 1
-    estimated_steps: int = 1
+    chunks: ChunkPlan | None = None
+    """Set when the history is too long for one prompt in the summariser's
+    window: summarise it chunk by chunk (history_prompt is the first chunk's)."""
     context_window: int = 0
     """The summariser window the prompts fit (0: no limit)."""
-
-    @property
-    def final_step(self) -> bool:
-        return self.first_kept_seq == self.target_first_kept_seq
+    shown_files: FileLists | None = None
+    """The file lists as shown in chunk prompts (shortened to fit), if chunked."""
+    chunk_end_seq: int = 0
+    """A step of a chunked compaction: the seq after its chunk's last message."""
 
     @property
     def summarized_from_seq(self) -> int:
@@ -68,7 +67,7 @@ class Plan:
 
     @property
     def summarized_to_seq(self) -> int:
-        return self.first_kept_seq - 1
+        return (self.chunk_end_seq or self.first_kept_seq) - 1
 
 
 def covered_digest(active: Sequence[Message], at_seq: int) -> str:
@@ -88,16 +87,6 @@ def summary_budget(reserve_tokens: int, summarizer_limit: int) -> int:
     return max(budget, MIN_SUMMARY_TOKENS)
 
 
-def _cut(active: Sequence[Message], keep_recent_tokens: int, target_seq: int) -> CutPoint:
-    """The cut a chunked compaction's first step chose (``target_seq``, when
-    still present), else a new one."""
-    if target_seq:
-        for i, m in enumerate(active):
-            if m.seq == target_seq:
-                return cut_at(active, i)
-    return find_cut_point(active, keep_recent_tokens)
-
-
 def plan_compaction(
     *,
     session_id: str,
@@ -112,21 +101,17 @@ def plan_compaction(
     instructions: str,
     file_tools: FileToolNames,
     window: SummaryWindow | None = None,
-    target_first_kept_seq: int = 0,
-    step: int = 1,
 ) -> Plan:
     """Choose the cut and build the prompts. ``active`` is the kept history
     (from the current checkpoint's first_kept_seq), in seq order.
 
-    With a ``window``, a history too long for one prompt gets a plan for its
-    first chunk only (see ctxwarden.core.compaction.chunks): committing it
-    moves first_kept_seq to the next chunk, and the next step is planned the
-    same way with ``target_first_kept_seq`` (the cut this step chose) and
-    ``step + 1``.
+    With a ``window``, a history too long for one prompt is cut into chunks
+    (``Plan.chunks``, see ctxwarden.core.compaction.chunks); one that fits is
+    planned exactly as without a window.
 
     Long only by its keyword-only signature and the Plan it fills in; the steps
     are: cut, split into history and turn prefix, carry file lists, prompts."""
-    cut = _cut(active, keep_recent_tokens, target_first_kept_seq)
+    cut = find_cut_point(active, keep_recent_tokens)
     if cut.first_kept_index == 0:
         raise FailedPrecondition(
             "nothing to compact: the whole effective history fits in keep_recent_tokens "
@@ -142,12 +127,13 @@ def plan_compaction(
     files = collect_file_ops((*history, *prefix), previous, file_tools)
     previous_summary = checkpoint.carried_summary if checkpoint else ""
     budget = summary_budget(reserve_tokens, summarizer_limit)
-    target_seq = active[cut.first_kept_index].seq
 
-    def make_history_prompt(conversation: str, max_tokens: int, lists: FileLists) -> SummaryPrompt:
+    def make_history_prompt(
+        conversation: str, max_tokens: int, lists: FileLists, summary: str = previous_summary
+    ) -> SummaryPrompt:
         return history_prompt(
             conversation,
-            previous_summary=previous_summary,
+            previous_summary=summary,
             pinned_state=pinned_state,
             files=lists,
             instructions=instructions,
@@ -155,48 +141,20 @@ def plan_compaction(
         )
 
     prompt: SummaryPrompt | None = None
-    estimated = step
+    chunks: ChunkPlan | None = None
+    shown: FileLists | None = None
     if history and window is not None:
-        shown = fit_file_lists(files, window)
-        done = history_step(
-            history,
-            window,
-            lambda c, b: make_history_prompt(c, b, files),
-            budget,
-            lambda c, b: make_history_prompt(c, b, shown),
-        )
-        if done.end < len(history):
-            # An intermediate step: the prompt of its own chunk, with the files
-            # of that chunk (never longer than the whole history's lists).
-            chunk = history[: done.end]
-            files = collect_file_ops(chunk, previous, file_tools)
-            prompt = make_history_prompt(
-                done.conversation, done.prompt.max_tokens, fit_file_lists(files, window)
+        prompt = fits_whole(history, window, lambda c, b: make_history_prompt(c, b, files), budget)
+        if prompt is None:
+            lists = shown = fit_file_lists(files, window)
+            chunks = plan_chunks(
+                history,
+                window,
+                lambda c, summary, b: make_history_prompt(c, b, lists, summary),
+                budget,
+                previous_summary,
             )
-            if not window.fits(prompt):  # the chunk's lists shortened less: use the checked ones
-                prompt = done.prompt
-            return Plan(
-                session_id=session_id,
-                first_kept_seq=history[done.end].seq,
-                split_turn=False,
-                tokens_before=tokens_before,
-                previous_summary=previous_summary,
-                history=chunk,
-                turn_prefix=(),
-                history_prompt=prompt,
-                turn_prefix_prompt=None,
-                files=files,
-                base_compaction_id=checkpoint.compaction_id if checkpoint else "",
-                covered_digest=covered_digest(active, at_seq),
-                at_seq=at_seq,
-                pinned_state=pinned_state,
-                instructions=instructions,
-                target_first_kept_seq=target_seq,
-                step=step,
-                estimated_steps=step + 1 + estimate_steps(history[done.end :], done.room),
-                context_window=window.tokens,
-            )
-        prompt = done.prompt
+            prompt = make_history_prompt(chunks.conversations[0], chunks.max_tokens, lists)
     elif history:
         prompt = make_history_prompt(serialize_messages(history), budget, files)
     prefix_prompt = None
@@ -210,7 +168,7 @@ def plan_compaction(
         )
     return Plan(
         session_id=session_id,
-        first_kept_seq=target_seq,
+        first_kept_seq=active[cut.first_kept_index].seq,
         split_turn=cut.split_turn,
         tokens_before=tokens_before,
         previous_summary=previous_summary,
@@ -224,10 +182,9 @@ def plan_compaction(
         at_seq=at_seq,
         pinned_state=pinned_state,
         instructions=instructions,
-        target_first_kept_seq=target_seq,
-        step=step,
-        estimated_steps=estimated,
+        chunks=chunks,
         context_window=window.tokens if window is not None else 0,
+        shown_files=shown,
     )
 
 
