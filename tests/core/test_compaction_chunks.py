@@ -13,16 +13,18 @@ from hypothesis import strategies as st
 from ctxwarden.core.compaction.chunks import (
     TRUNCATED_MARKER,
     SummaryWindow,
+    fit_file_lists,
     take_chunk,
     truncate_middle,
 )
 from ctxwarden.core.compaction.cut import find_cut_point, is_cut_point
+from ctxwarden.core.compaction.fileops import render_file_lists
 from ctxwarden.core.compaction.planner import Plan, plan_compaction
 from ctxwarden.core.compaction.prompts import NEW_SUMMARY, UPDATE_SUMMARY
 from ctxwarden.core.compaction.serialize import serialize_messages, serialized_parts
 from ctxwarden.core.compaction.steps import after_step, step_plan
 from ctxwarden.core.compaction.terms import PlanTerms
-from ctxwarden.core.compaction.types import FileToolNames
+from ctxwarden.core.compaction.types import FileLists, FileToolNames
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.reasons import ErrorReason
@@ -299,3 +301,19 @@ def test_messages_keep_their_order_and_appear_exactly_once() -> None:
     for i in range(summarized - 1):
         assert seen.count(f"<u{i}>") == 1 and seen.count(f"<a{i}>") == 1
         assert seen.index(f"<u{i}>") < seen.index(f"<a{i}>") < seen.index(f"<u{i + 1}>")
+
+
+def test_file_lists_in_a_chunked_prompt_take_at_most_an_eighth_of_the_window() -> None:
+    files = FileLists(
+        tuple(f"src/read_{i}.py" for i in range(5000)),
+        tuple(f"src/edit_{i}.py" for i in range(3000)),
+    )
+    w = window_of(8000)
+    shown = fit_file_lists(files, w)
+    assert TOK.count(render_file_lists(shown)) <= 1000
+    assert shown.read[-1].startswith("[ctxwarden: ") and "more files not listed" in shown.read[-1]
+    listed = len(shown.read) + len(shown.modified) - 2
+    assert shown.read[-1] == f"[ctxwarden: {8000 - listed} more files not listed]"
+    assert set(shown.read[:-1]) <= set(files.read)
+    small = FileLists(("a.py",), ("b.py",))
+    assert fit_file_lists(small, w) == small

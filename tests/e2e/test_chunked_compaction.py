@@ -31,6 +31,8 @@ WINDOW = 32_768
 MESSAGES = 100_000
 BATCH = 1000
 KEY_ENV = "CTXWARDEN_TEST_CHUNKED_KEY"
+pytestmark = pytest.mark.large
+
 HUGE_AT = 40_001
 """Seq of a user message longer than the whole window (shown truncated)."""
 

@@ -24,8 +24,12 @@ from ctxwarden.core.messages import Message
 
 def _between(active: Sequence[Message], lo: int, hi: int) -> tuple[Message, ...]:
     """Messages with lo <= seq < hi (``active`` is in seq order)."""
-    seqs = [m.seq for m in active]
-    return tuple(active[bisect.bisect_left(seqs, lo) : bisect.bisect_left(seqs, hi)])
+    start = bisect.bisect_left(active, lo, key=_seq)
+    return tuple(active[start : bisect.bisect_left(active, hi, lo=start, key=_seq)])
+
+
+def _seq(m: Message) -> int:
+    return m.seq
 
 
 def after_step(terms: PlanTerms, answer: str, count: SummaryWindow) -> PlanTerms:
