@@ -23,6 +23,8 @@ import grpc
 from sqlalchemy.engine import make_url
 from tests.support.server import ServerProcess
 
+from bench.background import measure_background
+from bench.baselines import measure as measure_baselines
 from bench.common import (
     BACKENDS,
     CHANNEL_OPTIONS,
@@ -445,6 +447,9 @@ def run_backend(name: str, cfg: Config, seed: int) -> tuple[list[Result], dict[s
             finally:
                 bench.close()
                 server.stop()
+            unary = next(r for r in results if r.metric == "append_unary")
+            request_bytes = int(unary.extra["avg_message_bytes"])
+            results += measure_baselines(name, url, workdir, cfg.appends, request_bytes)
             results += HistoryScaling(
                 name, url, log_dir, cfg.history_sizes, cfg.history_reps, seed
             ).run()
@@ -454,6 +459,7 @@ def run_backend(name: str, cfg: Config, seed: int) -> tuple[list[Result], dict[s
             results.append(
                 measure_memory(name, url, log_dir, cfg.memory_sessions, cfg.memory_messages, seed)
             )
+            results += measure_background(name, url, log_dir, 16, 120, seed)
             shown = make_url(url).render_as_string(hide_password=True)
             return results, {"database_url": shown, **info}
 

@@ -34,6 +34,8 @@ from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 
+TAIL_MESSAGES = 20
+TAIL_REPS = 30
 PLAIN_MAX = 10_000
 """Largest history measured without a checkpoint (beyond, the input is hundreds
 of MB and millions of tokens: no model takes it, so nobody sends it)."""
@@ -83,6 +85,7 @@ class HistoryScaling:
             t0 = time.perf_counter()
             append_batched(stub, sid, history)
             build_s = time.perf_counter() - t0
+            self._measure_tail(stub, sid, size)
             if size <= PLAIN_MAX:
                 self._measure(stub, sid, size, "no_checkpoint", evict)
             log(f"{self.backend}: history {size}: compacting")
@@ -105,6 +108,27 @@ class HistoryScaling:
                     "tokens_after": done.tokens_after,
                 },
             )
+
+    def _measure_tail(self, stub: pb_grpc.ContextServiceStub, sid: str, size: int) -> None:
+        """ListMessages of the newest TAIL_MESSAGES (what a framework adapter's
+        ``get_items(limit)`` asks for): one indexed range read, whatever the history."""
+        req = pb.ListMessagesRequest(session_id=sid, newest_first=True, page_size=TAIL_MESSAGES)
+        samples = []
+        for _ in range(TAIL_REPS):
+            ns, page = timed(lambda: stub.ListMessages(req, timeout=TIMEOUT))
+            assert len(page.messages) == TAIL_MESSAGES, len(page.messages)
+            samples.append(ns)
+        note = f"newest {TAIL_MESSAGES} of {size:,} msgs"
+        self.results.append(
+            summarize(
+                self.backend,
+                f"tail_read_{size}",
+                samples,
+                note=note,
+                extra={"history_messages": size, "page_size": TAIL_MESSAGES},
+            )
+        )
+        log(f"{self.backend}: tail read {size}: {statistics.median(samples) / 1e6:.2f} ms")
 
     def _measure(
         self,

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from bench.common import Result
 
-GIB = 1 << 30
+MIB = 1 << 20
+HOT_RSS_BUDGET = 600 * MIB
+STREAM_TARGET = 10_000
 CONSOLE_MESSAGES = 100_000
 CONSOLE_BUDGET_MS = 1000
 TIMELINE_BUDGET_MS = 1000
@@ -42,6 +44,14 @@ def _check(
     return Verdict(f"{target} [{backend}]", measured, met)
 
 
+def _unary_floor(r: list[Result]) -> tuple[str, bool]:
+    """Unary append against a bare round trip plus one durable commit."""
+    append, rtt, commit = (x.median_ms or 0 for x in r)
+    floor = rtt + commit
+    ratio = append / floor if floor else float("inf")
+    return f"{append:.2f} ms vs {rtt:.2f} + {commit:.2f} ms = {ratio:.2f}x", ratio <= 1.5
+
+
 def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict]:
     out: list[Verdict] = []
     for b in backends:
@@ -57,10 +67,14 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
         out.append(
             _check(
                 results,
-                ">= 5,000 durable msgs/s across 100 sessions, streaming, 1 msg/request",
+                f">= {STREAM_TARGET:,} durable msgs/s across 100 sessions, streaming, "
+                "1 msg/request",
                 b,
                 ["append_concurrent_stream"],
-                lambda r: (f"{r[0].throughput:,.0f} msgs/s", (r[0].throughput or 0) >= 5000),
+                lambda r: (
+                    f"{r[0].throughput:,.0f} msgs/s",
+                    (r[0].throughput or 0) >= STREAM_TARGET,
+                ),
             )
         )
         out.append(
@@ -169,6 +183,45 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
                 ),
             )
         )
+        out.append(
+            _check(
+                results,
+                "BuildModelInput p99 with background compactions running (2 s summariser) "
+                "<= 2x without, none past the hard threshold",
+                b,
+                ["build_model_input_background", "build_model_input_no_background"],
+                lambda r: (
+                    f"p99 {r[0].p99_ms:.1f} ms vs {r[1].p99_ms:.1f} ms = "
+                    f"{(r[0].p99_ms or 0) / (r[1].p99_ms or 1):.2f}x, "
+                    f"{r[0].extra['background_compactions']} compactions",
+                    (r[0].p99_ms or 0) <= 2 * (r[1].p99_ms or 0)
+                    and r[0].extra["background_compactions"] > 0
+                    and r[0].extra["over_hard_threshold"] == 0,
+                ),
+            )
+        )
+        out.append(
+            _check(
+                results,
+                "unary append median <= 1.5x (bare gRPC round trip + one durable commit)",
+                b,
+                ["append_unary", "baseline_grpc_unary", "baseline_durable_commit"],
+                _unary_floor,
+            )
+        )
+        out.append(
+            _check(
+                results,
+                "tail read, newest 20 of 100,000 msgs <= 2x newest 20 of 100",
+                b,
+                ["tail_read_100000", "tail_read_100"],
+                lambda r: (
+                    f"{r[0].median_ms:.2f} ms vs {r[1].median_ms:.2f} ms = "
+                    f"{(r[0].median_ms or 0) / (r[1].median_ms or 1):.2f}x",
+                    (r[0].median_ms or 0) <= 2 * (r[1].median_ms or 0),
+                ),
+            )
+        )
         mem = [r for r in results if r.backend == b and r.metric.startswith("memory_")]
         if mem:
             r = mem[0]
@@ -176,9 +229,9 @@ def evaluate(results: Sequence[Result], backends: Sequence[str]) -> list[Verdict
             rss = r.extra["rss_after_bytes"]
             out.append(
                 Verdict(
-                    f"10,000 hot sessions x 50 msgs within 1 GiB RSS [{b}]",
-                    f"{rss / GIB:.2f} GiB with {sessions:,} sessions",
-                    rss <= GIB if sessions >= 10_000 else None,
+                    f"10,000 hot sessions x 50 msgs within {HOT_RSS_BUDGET >> 20} MiB RSS [{b}]",
+                    f"{rss / MIB:,.0f} MiB with {sessions:,} sessions",
+                    rss <= HOT_RSS_BUDGET if sessions >= 10_000 else None,
                 )
             )
     return out

@@ -24,6 +24,8 @@ def _blocks() -> dict[str, str]:
             named["compaction"] = block
         elif first.startswith("# chunked compaction example"):
             named["chunked compaction"] = block
+        elif first.startswith("# background compaction example"):
+            named["background compaction"] = block
         elif first.startswith("# one loop example"):
             named["one loop"] = block
     return named
@@ -77,6 +79,16 @@ def test_agent_side_compaction_example_runs(server_target: str, tmp_path: Path) 
 def test_chunked_compaction_example_runs(server_target: str, tmp_path: Path) -> None:
     out = _run(_blocks()["chunked compaction"], server_target, tmp_path).splitlines()
     assert out == ["True True"]
+
+
+def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) -> None:
+    server = ServerProcess(backend_url, log_dir=tmp_path, extra_args=["--summarizer", "extractive"])
+    server.start()
+    try:
+        out = _run(_blocks()["background compaction"], server.target, tmp_path).splitlines()
+    finally:
+        server.stop()
+    assert out == ["COMPACTION_TRIGGER_BACKGROUND", "True"]
 
 
 def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:

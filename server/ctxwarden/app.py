@@ -284,6 +284,7 @@ async def _serve_grpc(
         metrics=obs,
     )
     await server.start()
+    manager.start()
     for name in HEALTH_SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor.start()
@@ -303,7 +304,7 @@ async def _serve_grpc(
     await health_servicer.enter_graceful_shutdown()
     await monitor.stop()
     await server.stop(settings.shutdown_grace_seconds)
-    await manager.close()
+    await manager.close(settings.shutdown_grace_seconds)
     log.info("stopped")
 
 

@@ -19,6 +19,7 @@ AT_LEAST_ONE = (
     "max_connections",
     "max_concurrent_rpcs",
     "max_concurrent_reads",
+    "background_max_attempts",
 )
 NOT_NEGATIVE = (
     "encoding_cache_mb",
@@ -29,6 +30,9 @@ NOT_NEGATIVE = (
     "max_stored_bytes_per_tenant",
     "max_read_staleness",
     "db_timeout",
+    "background_compactions",
+    "background_retry_seconds",
+    "background_retry_max_seconds",
 )
 POSITIVE = (
     "db_connect_timeout",

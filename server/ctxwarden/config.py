@@ -49,6 +49,12 @@ class Settings:
     summarizer_max_output_tokens: int = 16384
     summarizer_context_window: int = 0
     """Tokens a summary prompt may take (0: the summariser model's window from the model table)."""
+    background_compactions: int = 2
+    """Background compactions running at once, server-wide (0: none)."""
+    background_retry_seconds: float = 5.0
+    """Backoff after a failed background compaction, doubled per attempt."""
+    background_retry_max_seconds: float = 300.0
+    background_max_attempts: int = 5
     # observability
     log_format: str = "json"
     metrics_listen: str = ""

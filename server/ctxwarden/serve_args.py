@@ -184,6 +184,29 @@ def _compaction(serve: argparse.ArgumentParser) -> None:
         **from_env("CTXWARDEN_FILE_PATH_ARGUMENT", "path"),
         help="tool-call argument holding the file path (default %(default)s)",
     )
+    comp.add_argument(
+        "--background-compactions",
+        **from_env("CTXWARDEN_BACKGROUND_COMPACTIONS", 2),
+        help="background compactions (policy.background_compaction_percent) running at "
+        "once, server-wide; 0: none (env CTXWARDEN_BACKGROUND_COMPACTIONS; default %(default)s)",
+    )
+    comp.add_argument(
+        "--background-retry-seconds",
+        **from_env("CTXWARDEN_BACKGROUND_RETRY_SECONDS", 5.0),
+        help="backoff after a failed background compaction, doubled per attempt "
+        "(env CTXWARDEN_BACKGROUND_RETRY_SECONDS; default %(default)s)",
+    )
+    comp.add_argument(
+        "--background-retry-max-seconds",
+        **from_env("CTXWARDEN_BACKGROUND_RETRY_MAX_SECONDS", 300.0),
+        help="longest backoff (env CTXWARDEN_BACKGROUND_RETRY_MAX_SECONDS; default %(default)s)",
+    )
+    comp.add_argument(
+        "--background-max-attempts",
+        **from_env("CTXWARDEN_BACKGROUND_MAX_ATTEMPTS", 5),
+        help="attempts per background compaction before giving up until the session grows "
+        "(env CTXWARDEN_BACKGROUND_MAX_ATTEMPTS; default %(default)s)",
+    )
 
 
 def _security(sec: argparse._ArgumentGroup) -> None:

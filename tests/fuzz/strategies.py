@@ -586,6 +586,7 @@ def policies(hostile: bool) -> st.SearchStrategy[ses.ContextPolicy]:
         tool_output_max_lines=tokens,
         tokenizer=tokenizers(hostile),
         keep_tool_results=count(hostile, 0, 3),
+        background_compaction_percent=count(hostile, 0, 99),
     )
 
 

@@ -38,6 +38,7 @@ def test_stored_triggers_stay_the_same_integers() -> None:
         "MANUAL": 1,
         "THRESHOLD": 2,
         "OVERFLOW": 3,
+        "BACKGROUND": 4,
     }
     c = Checkpoint("c1", "s1", "sum", 10, 9000, 0, trigger=CompactionTrigger.THRESHOLD)
     assert json.loads(checkpoint_details(c))["trigger"] == 2

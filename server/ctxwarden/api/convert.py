@@ -57,11 +57,13 @@ _TRIGGERS_FROM_PB: dict[int, CompactionTrigger] = {
     svc_pb.COMPACTION_TRIGGER_MANUAL: CompactionTrigger.MANUAL,
     svc_pb.COMPACTION_TRIGGER_THRESHOLD: CompactionTrigger.THRESHOLD,
     svc_pb.COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger.OVERFLOW,
+    svc_pb.COMPACTION_TRIGGER_BACKGROUND: CompactionTrigger.BACKGROUND,
 }
 _TRIGGERS_TO_PB: dict[CompactionTrigger, svc_pb.CompactionTrigger.ValueType] = {
     CompactionTrigger.MANUAL: svc_pb.COMPACTION_TRIGGER_MANUAL,
     CompactionTrigger.THRESHOLD: svc_pb.COMPACTION_TRIGGER_THRESHOLD,
     CompactionTrigger.OVERFLOW: svc_pb.COMPACTION_TRIGGER_OVERFLOW,
+    CompactionTrigger.BACKGROUND: svc_pb.COMPACTION_TRIGGER_BACKGROUND,
 }
 _METHODS_TO_PB: dict[TokenCountMethod, svc_pb.TokenCountMethod.ValueType] = {
     TokenCountMethod.EXACT: svc_pb.TOKEN_COUNT_METHOD_EXACT,

@@ -37,6 +37,7 @@ _POLICY_COUNTS = (
     "tool_output_max_bytes",
     "tool_output_max_lines",
     "keep_tool_results",
+    "background_compaction_percent",
 )
 """ContextPolicy's numeric fields (the same names in the proto and the domain)."""
 
@@ -49,6 +50,13 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
                 reason=ErrorReason.INVALID_POLICY,
                 field=f"policy.{name}",
             )
+    if p.background_compaction_percent > 99:
+        raise InvalidArgument(
+            "policy.background_compaction_percent must be 1-99 (percent of the "
+            "compaction threshold) or 0 (no background compaction)",
+            reason=ErrorReason.INVALID_POLICY,
+            field="policy.background_compaction_percent",
+        )
     # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
     check_no_nul(p.tokenizer, "policy.tokenizer")
     counts: dict[str, int] = {name: getattr(p, name) for name in _POLICY_COUNTS}

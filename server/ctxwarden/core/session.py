@@ -33,6 +33,7 @@ class ContextPolicy:
     tool_output_max_lines: int = 0
     tokenizer: str = ""
     keep_tool_results: int = 0
+    background_compaction_percent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class EffectivePolicy:
     tokenizer: str
     keep_tool_results: int = 0
     """0: every tool result in full; N: only the newest N, older ones stubbed."""
+    background_compaction_percent: int = 0
+    """0: off; N: compact in the background past N% of the compaction threshold."""
 
 
 def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
@@ -59,6 +62,7 @@ def effective_policy(policy: ContextPolicy, model: str) -> EffectivePolicy:
         tool_output_max_lines=policy.tool_output_max_lines or DEFAULT_TOOL_OUTPUT_MAX_LINES,
         tokenizer=policy.tokenizer or info.tokenizer,
         keep_tool_results=policy.keep_tool_results,
+        background_compaction_percent=policy.background_compaction_percent,
     )
 
 
@@ -108,6 +112,8 @@ class CompactionTrigger(enum.IntEnum):
     """BuildModelInput with auto_compact crossed the threshold."""
     OVERFLOW = 3
     """The provider rejected the input as too long."""
+    BACKGROUND = 4
+    """The context crossed the policy's soft threshold (a background compaction)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ctxwarden import __version__
+from ctxwarden.observability.background_metrics import BackgroundCompactionMetrics
 
 if TYPE_CHECKING:
     from ctxwarden.core.model_input import TokenBreakdown
@@ -78,6 +79,7 @@ class Metrics:
         self._declare_rpc_metrics(r)
         self._declare_service_metrics(r)
         self._declare_db_metrics(r)
+        self.background = BackgroundCompactionMetrics(r)
 
     def _declare_rpc_metrics(self, r: CollectorRegistry) -> None:
         """Recorded by the interceptor."""
@@ -253,6 +255,10 @@ class ServiceMetrics:
         if target is None or self._m is target:
             self._m = None
             self._tracing = None
+
+    def background(self) -> BackgroundCompactionMetrics | None:
+        """The background compaction metrics to record into (None: none)."""
+        return self._m.background if self._m is not None else None
 
     def observe_append(self, messages: int) -> None:
         """Messages newly stored by one append (call after it committed)."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.metrics import ServiceMetrics
+from ctxwarden.service.background_compaction import BackgroundCompactions
 from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.messages import Messages
 from ctxwarden.service.model_input import ModelInputs
@@ -42,6 +43,7 @@ class SessionManager:
         self.settings = settings
         self.hot = runtime.hot
         self.compactor = Compactor(runtime, summarizer)
+        self.background = runtime.background = BackgroundCompactions(runtime, self.compactor)
         sessions = Sessions(runtime)
         messages = Messages(runtime)
         self.create_session = sessions.create_session
@@ -70,7 +72,14 @@ class SessionManager:
 
     # -- lifecycle --------------------------------------------------------------
 
-    async def close(self) -> None:
+    def start(self) -> None:
+        """Start the background work (in the event loop that serves)."""
+        self.background.start()
+
+    async def close(self, grace_seconds: float = 0.0) -> None:
+        """Stop the background work (in-flight compactions get ``grace_seconds``
+        to commit), then close the store."""
+        await self.background.close(grace_seconds)
         await self.store.close()
 
 

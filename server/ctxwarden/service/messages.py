@@ -89,6 +89,7 @@ class Messages:
             for first in (True, False, False):
                 result = await self._try(state, messages, expected_last_seq, scope, key, first)
                 if result is not None:
+                    self.rt.grew(state.ctx)
                     return result
             raise self.rt.concurrent(session_id)
 

@@ -96,6 +96,13 @@ class ModelInputs:
             return await self._replay_input(ctx, as_of_seq, max_output_tokens)
         view = ctx.model_input(max_output_tokens)
         if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
+            # Past the hard threshold: wait for a background compaction summarising
+            # now rather than start a second one, and compact here only if still needed.
+            background = self.rt.background
+            if background is not None and await background.wait_running(session_id):
+                ctx = await self.rt.context(session_id)
+                view = ctx.model_input(max_output_tokens)
+        if auto_compact and view.compaction_recommended and self.compactor.summarizer is not None:
             try:
                 await self.compactor.compact(session_id, "", 0, None, CompactionTrigger.THRESHOLD)
             except FailedPrecondition as exc:
@@ -103,6 +110,7 @@ class ModelInputs:
                     raise
             ctx = await self.rt.context(session_id)
             view = ctx.model_input(max_output_tokens)
+        self.rt.grew(ctx)
         self.rt.metrics.observe_model_input(view.tokens)
         return view
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxwarden import ids
 from ctxwarden.config import Settings
@@ -32,6 +32,9 @@ from ctxwarden.store.errors import (
 )
 from ctxwarden.store.repository import RequestRecord, RequestScope, Store, StoredRequest
 
+if TYPE_CHECKING:
+    from ctxwarden.service.background_compaction import BackgroundCompactions
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -55,6 +58,14 @@ class SessionRuntime:
         self.restores = 0
         self.model_calibration = ModelCalibration()
         self.db_timeout = settings.db_timeout_seconds
+        self.background: BackgroundCompactions | None = None
+        """The background compaction scheduler (set by SessionManager)."""
+
+    def grew(self, ctx: SessionContext) -> None:
+        """The session's context grew (an append, a BuildModelInput): queue a
+        background compaction if it passed the policy's soft threshold."""
+        if self.background is not None:
+            self.background.offer(ctx)
 
     # -- plumbing -------------------------------------------------------------
 

@@ -184,6 +184,7 @@ def _policy_json(p: ContextPolicy) -> str:
             "tool_output_max_lines": p.tool_output_max_lines,
             "tokenizer": p.tokenizer,
             "keep_tool_results": p.keep_tool_results,
+            "background_compaction_percent": p.background_compaction_percent,
         }
     )
 

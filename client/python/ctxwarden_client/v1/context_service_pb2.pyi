@@ -187,6 +187,10 @@ class _CompactionTriggerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Com
     """BuildModelInput with auto_compact crossed the threshold."""
     COMPACTION_TRIGGER_OVERFLOW: _CompactionTrigger.ValueType  # 3
     """The provider rejected the input as too long (RECOVERY_ACTION_COMPACT_AND_RETRY)."""
+    COMPACTION_TRIGGER_BACKGROUND: _CompactionTrigger.ValueType  # 4
+    """The server compacted in the background: the context crossed the policy's
+    soft threshold (ContextPolicy.background_compaction_percent).
+    """
 
 class CompactionTrigger(_CompactionTrigger, metaclass=_CompactionTriggerEnumTypeWrapper):
     """What started a compaction."""
@@ -199,6 +203,10 @@ COMPACTION_TRIGGER_THRESHOLD: CompactionTrigger.ValueType  # 2
 """BuildModelInput with auto_compact crossed the threshold."""
 COMPACTION_TRIGGER_OVERFLOW: CompactionTrigger.ValueType  # 3
 """The provider rejected the input as too long (RECOVERY_ACTION_COMPACT_AND_RETRY)."""
+COMPACTION_TRIGGER_BACKGROUND: CompactionTrigger.ValueType  # 4
+"""The server compacted in the background: the context crossed the policy's
+soft threshold (ContextPolicy.background_compaction_percent).
+"""
 Global___CompactionTrigger: _TypeAlias = CompactionTrigger  # noqa: Y015
 
 @_typing.final

@@ -67,6 +67,7 @@ class ContextPolicy(_message.Message):
     TOOL_OUTPUT_MAX_LINES_FIELD_NUMBER: _builtins.int
     TOKENIZER_FIELD_NUMBER: _builtins.int
     KEEP_TOOL_RESULTS_FIELD_NUMBER: _builtins.int
+    BACKGROUND_COMPACTION_PERCENT_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -92,6 +93,13 @@ class ContextPolicy(_message.Message):
     ones become a one-line stub with their size and seq (read them back with
     GetToolOutput). 0 keeps all in full.
     """
+    background_compaction_percent: _builtins.int
+    """Soft threshold for background compaction, in percent (1-99) of the
+    compaction threshold. When the effective context grows past it and the
+    server has a summariser, the server compacts the session in the
+    background, so BuildModelInput does not wait for the summariser unless the
+    hard threshold is crossed too. 0 (the default) turns background compaction off.
+    """
     def __init__(
         self,
         *,
@@ -102,10 +110,11 @@ class ContextPolicy(_message.Message):
         tool_output_max_lines: _builtins.int = ...,
         tokenizer: _builtins.str = ...,
         keep_tool_results: _builtins.int = ...,
+        background_compaction_percent: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,259 @@
+"""Background compaction: compact a session before the agent has to wait for it.
+
+A session whose policy sets ``background_compaction_percent`` and whose context
+grows past that soft threshold (seen by appends and BuildModelInput) is queued
+here; up to ``--background-compactions`` workers compact queued sessions with
+the server's summariser through ``Compactor.compact``. That path holds the
+session lock only to plan and to commit, and commits against the plan's base
+checkpoint (messages appended meanwhile stay kept, a compaction or rollback in
+between makes the plan stale), so the agent's appends and BuildModelInput go on
+while the summariser runs.
+
+One job per session at a time; a failed attempt is retried after a doubling
+backoff up to ``--background-max-attempts``. Shutdown drops queued jobs (they
+changed nothing; the next append queues them again) and gives in-flight ones
+the grace period before cancelling them: a commit is one transaction, so a
+cancelled job leaves the previous checkpoint in effect and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from ctxwarden.core.background import retry_delay, wants_background_compaction
+from ctxwarden.core.context import SessionContext
+from ctxwarden.core.errors import Aborted, FailedPrecondition, NotFound, Unavailable
+from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.session import CompactionTrigger
+from ctxwarden.observability.background_metrics import BackgroundRecorder
+from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.runtime import SessionRuntime
+
+log = logging.getLogger(__name__)
+
+_RETRY = "retry"
+
+
+class BackgroundCompactions:
+    """The scheduler: a queue of sessions, a fixed pool of workers, retry timers.
+
+    ``sleep`` waits out a retry's backoff (tests pass one they control)."""
+
+    def __init__(
+        self,
+        rt: SessionRuntime,
+        compactor: Compactor,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        s = rt.settings
+        self.rt = rt
+        self.compactor = compactor
+        self.sleep = sleep
+        self.workers = max(0, s.background_compactions)
+        self.max_attempts = max(1, s.background_max_attempts)
+        self.retry_base = s.background_retry_seconds
+        self.retry_max = s.background_retry_max_seconds
+        self.metrics = BackgroundRecorder(lambda: rt.metrics.background())
+        self._queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        self._pending: set[str] = set()
+        """Sessions queued, compacting or waiting to retry: one job each."""
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._running: dict[str, asyncio.Future[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._timers: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._closed = False
+
+    @property
+    def enabled(self) -> bool:
+        return (
+            self._started
+            and not self._closed
+            and self.workers > 0
+            and self.compactor.summarizer is not None
+        )
+
+    def start(self) -> None:
+        """Start the workers (in the server's event loop)."""
+        if self._started or self._closed:
+            return
+        self._started = True
+        if self.workers > 0 and self.compactor.summarizer is not None:
+            self._tasks = [
+                asyncio.create_task(self._work(), name=f"background-compaction-{i}")
+                for i in range(self.workers)
+            ]
+
+    # -- what the use cases call ---------------------------------------------------
+
+    def offer(self, ctx: SessionContext) -> bool:
+        """Queue the session if its context passed the soft threshold (cheap when
+        it did not; call with the session's lock held). True: queued now."""
+        percent = ctx.policy.background_compaction_percent
+        if percent <= 0 or not self.enabled:
+            return False
+        sid = ctx.session.session_id
+        if sid in self._pending:
+            return False
+        after = ctx.checkpoint.tokens_after if ctx.checkpoint else None
+        if not wants_background_compaction(ctx.view_tokens(), ctx.threshold(), percent, after):
+            return False
+        self._pending.add(sid)
+        self._idle.clear()
+        self._queue.put_nowait((sid, 1))
+        self._levels()
+        return True
+
+    def pending(self, session_id: str) -> bool:
+        """Whether a job for the session is queued, running or waiting to retry."""
+        return session_id in self._pending
+
+    async def idle(self) -> None:
+        """Wait until no job is queued, running or waiting to retry."""
+        await self._idle.wait()
+
+    def _done(self, sid: str) -> None:
+        self._pending.discard(sid)
+        if not self._pending:
+            self._idle.set()
+
+    async def wait_running(self, session_id: str) -> bool:
+        """Wait for the session's attempt that is summarising now, if any (the
+        caller is about to compact anyway: that attempt is the same work, begun
+        earlier). Never cancels it. True: there was one."""
+        running = self._running.get(session_id)
+        if running is None:
+            return False
+        await asyncio.shield(running)
+        return True
+
+    # -- the workers -----------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            sid, attempt = await self._queue.get()
+            self._levels()
+            try:
+                await self._job(sid, attempt)
+            except Exception:  # a worker must outlive any one job
+                log.exception("background compaction of session %s failed", sid)
+                self._done(sid)
+
+    async def _job(self, sid: str, attempt: int) -> None:
+        if attempt > 1 and not await self._still_wanted(sid):
+            self.metrics.superseded()
+            self._done(sid)
+            return
+        result = await self._attempt(sid)
+        if result != _RETRY:
+            self._done(sid)
+            return
+        if attempt >= self.max_attempts or self._closed:
+            log.warning(
+                "background compaction of session %s failed %d times; giving up until "
+                "the session grows again",
+                sid,
+                attempt,
+            )
+            self.metrics.gave_up()
+            self._done(sid)
+            return
+        self.metrics.retried()
+        delay = retry_delay(attempt, self.retry_base, self.retry_max)
+        timer = asyncio.create_task(self._retry_later(sid, attempt + 1, delay))
+        self._timers.add(timer)
+        timer.add_done_callback(self._timers.discard)
+
+    async def _retry_later(self, sid: str, attempt: int, delay: float) -> None:
+        try:
+            await self.sleep(delay)
+        except asyncio.CancelledError:
+            self._done(sid)
+            raise
+        if self._closed:
+            self._done(sid)
+            return
+        self._queue.put_nowait((sid, attempt))
+        self._levels()
+
+    async def _still_wanted(self, sid: str) -> bool:
+        """Before a retry: does the session still need it (another compaction,
+        a rollback or a deletion may have come first)?"""
+        try:
+            ctx = await self.rt.context(sid)
+        except (NotFound, Unavailable):
+            return False
+        after = ctx.checkpoint.tokens_after if ctx.checkpoint else None
+        return wants_background_compaction(
+            ctx.view_tokens(), ctx.threshold(), ctx.policy.background_compaction_percent, after
+        )
+
+    async def _attempt(self, sid: str) -> str:
+        """One compaction: succeeded, superseded, failed or retry."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._running[sid] = done
+        self._levels()
+        self.metrics.started()
+        start = time.perf_counter()
+        result = "cancelled"
+        try:
+            result = await self._compact(sid)
+            return result
+        finally:
+            del self._running[sid]
+            done.set_result(None)
+            self.metrics.finished(result, time.perf_counter() - start)
+            self._levels()
+
+    async def _compact(self, sid: str) -> str:
+        try:
+            await self.compactor.compact(sid, "", 0, None, CompactionTrigger.BACKGROUND)
+        except NotFound:
+            return "superseded"
+        except Aborted as exc:
+            if exc.reason == ErrorReason.PLAN_STALE:
+                return "superseded"  # another compaction or a rollback came first
+            log.info("background compaction of session %s will be retried: %s", sid, exc)
+            return _RETRY
+        except FailedPrecondition as exc:
+            if exc.reason == ErrorReason.NOTHING_TO_COMPACT:
+                return "superseded"
+            log.warning("background compaction of session %s failed: %s", sid, exc)
+            return "failed"  # the summariser rejected the request: a retry would too
+        except Unavailable as exc:
+            log.info("background compaction of session %s will be retried: %s", sid, exc)
+            return _RETRY
+        except Exception:
+            log.exception("background compaction of session %s failed; will retry", sid)
+            return _RETRY
+        return "succeeded"
+
+    def _levels(self) -> None:
+        self.metrics.levels(len(self._running), self._queue.qsize())
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    async def close(self, grace_seconds: float) -> None:
+        """Stop: drop queued jobs and retry timers, give in-flight compactions up
+        to ``grace_seconds`` to commit, then cancel them (nothing is lost: a
+        cancelled compaction commits nothing)."""
+        self._closed = True
+        for timer in list(self._timers):
+            timer.cancel()
+        while not self._queue.empty():
+            sid, _ = self._queue.get_nowait()
+            self._done(sid)
+        running = list(self._running.values())
+        if running and grace_seconds > 0:
+            await asyncio.wait(running, timeout=grace_seconds)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._timers, return_exceptions=True)
+        self._tasks = []
+        self._pending.clear()
+        self._idle.set()
+        self._levels()
