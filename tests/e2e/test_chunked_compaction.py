@@ -8,6 +8,7 @@ final checkpoint must keep exactly what the plan's first step said it would.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import time
@@ -19,12 +20,13 @@ import grpc
 import httpx
 import pytest
 
+from ctxwarden.core.session import ContextPolicy, Session
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m
-from ctxwarden.v1 import session_pb2 as ses
 from tests.summarizers.windowed import WindowedProvider, last_tag
 from tests.support.builders import assistant, result, user
+from tests.support.seed import History, seed_session
 from tests.support.server import ServerProcess
 
 WINDOW = 32_768
@@ -90,17 +92,18 @@ def message(seq: int) -> m.Message:
             return assistant(f"{tag} item {seq} is fine")
 
 
-def new_long_session(stub: pb_grpc.ContextServiceStub) -> tuple[str, float]:
-    """A session of MESSAGES messages, appended in batches; (id, seconds taken)."""
+HISTORY = History(MESSAGES, message, batch=BATCH)
+
+
+def new_long_session(url: str) -> tuple[str, float]:
+    """A session of MESSAGES messages, written as appends of BATCH through the
+    store layer (tests/support/seed.py); (id, seconds taken)."""
     sid = f"chunk-{uuid.uuid4().hex[:10]}"
-    policy = ses.ContextPolicy(context_window=50_000_000, keep_recent_tokens=2000)
-    stub.CreateSession(
-        pb.CreateSessionRequest(session_id=sid, session=ses.Session(model="gpt-4o", policy=policy))
-    )
+    policy = ContextPolicy(context_window=50_000_000, keep_recent_tokens=2000)
     started = time.monotonic()
-    for first in range(1, MESSAGES + 1, BATCH):
-        batch = [message(seq) for seq in range(first, first + BATCH)]
-        stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=batch), timeout=120)
+    asyncio.run(
+        seed_session(url, sid, Session(session_id="", model="gpt-4o", policy=policy), HISTORY)
+    )
     return sid, time.monotonic() - started
 
 
@@ -134,10 +137,10 @@ def check_chain(fake: WindowedProvider, final: pb.Compaction, target: int) -> No
 
 
 def test_compact_a_100k_message_session_in_chunks(
-    chunked: tuple[WindowedProvider, pb_grpc.ContextServiceStub],
+    chunked: tuple[WindowedProvider, pb_grpc.ContextServiceStub], backend_url: str
 ) -> None:
     fake, stub = chunked
-    sid, append_seconds = new_long_session(stub)
+    sid, append_seconds = new_long_session(backend_url)
     fake.answered.clear()
     started = time.monotonic()
     done = stub.Compact(pb.CompactRequest(session_id=sid), timeout=600)
@@ -173,10 +176,10 @@ def ask(fake: WindowedProvider, prompt: pb.SummaryPrompt) -> str:
 
 
 def test_agent_works_through_a_100k_message_plan_step_by_step(
-    chunked: tuple[WindowedProvider, pb_grpc.ContextServiceStub],
+    chunked: tuple[WindowedProvider, pb_grpc.ContextServiceStub], backend_url: str
 ) -> None:
     fake, stub = chunked
-    sid, _ = new_long_session(stub)
+    sid, _ = new_long_session(backend_url)
     fake.answered.clear()
     started = time.monotonic()
     plan = stub.PrepareCompaction(
