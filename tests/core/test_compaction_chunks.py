@@ -76,10 +76,10 @@ def run_chunked(
         plans = [first]
     else:
         terms = PlanTerms.of(first, CompactionTrigger.MANUAL)
-        plans = [step_plan("s", terms, ctx.active_messages, window, pinned)]
+        plans = [step_plan("s", terms, ctx, window, pinned)]
         while not terms.final_step:
             terms = after_step(terms, f"SUMMARY-{terms.step}", window)
-            plans.append(step_plan("s", terms, ctx.active_messages, window, pinned))
+            plans.append(step_plan("s", terms, ctx, window, pinned))
     last = plans[-1]
     checkpoint = Checkpoint(
         compaction_id="c",
@@ -284,7 +284,7 @@ def test_a_long_answer_is_trimmed_so_the_next_prompt_still_fits() -> None:
     terms = PlanTerms.of(plan_for(ctx, 200, w), CompactionTrigger.MANUAL)
     terms = after_step(terms, "long " * 20_000, w)
     assert TOK.count(terms.running_summary) <= terms.chunk_max_tokens
-    nxt = step_plan("s", terms, ctx.active_messages, w, "")
+    nxt = step_plan("s", terms, ctx, w, "")
     assert nxt.history_prompt is not None and w.prompt_tokens(nxt.history_prompt) <= 6000
 
 

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from ctxwarden import ids
 from ctxwarden.core.compaction.chunks import SummaryWindow
-from ctxwarden.core.compaction.planner import Plan, covered_digest, plan_compaction
+from ctxwarden.core.compaction.history_index import covered_digest_of
+from ctxwarden.core.compaction.planner import Plan, plan_compaction
 from ctxwarden.core.compaction.steps import after_step, step_plan
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.compaction.types import Summarizer
@@ -72,7 +73,7 @@ def _check_current(ctx: SessionContext, terms: PlanTerms) -> None:
             reason=ErrorReason.PLAN_STALE,
             metadata={"compaction_id": current},
         )
-    if covered_digest(ctx.active_messages, terms.at_seq) != terms.covered_digest:
+    if covered_digest_of(ctx, terms.at_seq) != terms.covered_digest:
         raise Aborted(
             "the plan is stale: messages it covers were rolled back since it was made; "
             "prepare a new plan",
@@ -136,9 +137,7 @@ class Compactor:
             plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
             terms = PlanTerms.of(plan, CompactionTrigger.MANUAL)
             if window is not None and plan.chunks is not None:
-                plan = step_plan(
-                    session_id, terms, ctx.active_messages, window, ctx.session.pinned_state
-                )
+                plan = step_plan(session_id, terms, ctx, window, ctx.session.pinned_state)
         return await self._save_plan(session_id, plan, terms)
 
     async def _save_plan(self, session_id: str, plan: Plan, terms: PlanTerms) -> PlanHandle:
@@ -163,9 +162,7 @@ class Compactor:
             _check_current(ctx, done)
             window = SummaryWindow(done.context_window, ctx.tokenizer.count)
             terms = after_step(done, summary, window)
-            plan = step_plan(
-                session_id, terms, ctx.active_messages, window, ctx.session.pinned_state
-            )
+            plan = step_plan(session_id, terms, ctx, window, ctx.session.pinned_state)
         return await self._save_plan(session_id, plan, terms)
 
     # -- committing -----------------------------------------------------------

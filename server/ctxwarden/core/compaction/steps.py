@@ -3,8 +3,6 @@ from the terms stored with the step before and the running summary it left."""
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxwarden.core.compaction.chunks import (
@@ -14,22 +12,14 @@ from ctxwarden.core.compaction.chunks import (
     fit_summary,
     fit_turn_prefix,
 )
+from ctxwarden.core.compaction.history_index import messages_between
 from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.prompts import history_prompt, turn_prefix_prompt
 from ctxwarden.core.compaction.serialize import serialize_messages
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.compaction.types import FileLists, SummaryPrompt
+from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import Message
-
-
-def _between(active: Sequence[Message], lo: int, hi: int) -> tuple[Message, ...]:
-    """Messages with lo <= seq < hi (``active`` is in seq order)."""
-    start = bisect.bisect_left(active, lo, key=_seq)
-    return tuple(active[start : bisect.bisect_left(active, hi, lo=start, key=_seq)])
-
-
-def _seq(m: Message) -> int:
-    return m.seq
 
 
 def after_step(terms: PlanTerms, answer: str, count: SummaryWindow) -> PlanTerms:
@@ -41,7 +31,7 @@ def after_step(terms: PlanTerms, answer: str, count: SummaryWindow) -> PlanTerms
 def step_plan(
     session_id: str,
     terms: PlanTerms,
-    active: Sequence[Message],
+    ctx: SessionContext,
     window: SummaryWindow,
     pinned_state: str,
 ) -> Plan:
@@ -51,7 +41,7 @@ def step_plan(
     k = terms.step
     lo = terms.chunk_seqs[k - 1]
     hi = terms.chunk_seqs[k] if k < len(terms.chunk_seqs) else terms.history_end_seq
-    chunk = _between(active, lo, hi)
+    chunk = messages_between(ctx, lo, hi)
     running = terms.running_summary if k > 1 else terms.previous_summary
     files = FileLists(terms.read_files, terms.modified_files)
     shown = fit_file_lists(files, window)
@@ -71,7 +61,7 @@ def step_plan(
     prefix: tuple[Message, ...] = ()
     prefix_prompt = None
     if final and terms.split_turn:
-        prefix = _between(active, terms.history_end_seq, terms.first_kept_seq)
+        prefix = messages_between(ctx, terms.history_end_seq, terms.first_kept_seq)
         prefix_prompt = fit_turn_prefix(
             serialize_messages(prefix),
             window,
