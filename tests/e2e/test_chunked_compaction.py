@@ -193,7 +193,10 @@ def test_agent_works_through_a_100k_message_plan_step_by_step(
         assert plan.summarizer_context_window == WINDOW
         assert plan.first_kept_seq == target and plan.step_count == plans[0].step_count
         summary = ask(fake, plan.history_prompt)
-        prefix = ask(fake, plan.turn_prefix_prompt) if plan.split_turn else ""
+        # turn_prefix_prompt comes with the last step only (split_turn is the plan's).
+        has_prefix = plan.HasField("turn_prefix_prompt")
+        assert has_prefix == (plan.split_turn and plan.step == plan.step_count)
+        prefix = ask(fake, plan.turn_prefix_prompt) if has_prefix else ""
         done = stub.CommitCompaction(
             pb.CommitCompactionRequest(
                 session_id=sid,
