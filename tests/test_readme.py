@@ -22,6 +22,8 @@ def _blocks() -> dict[str, str]:
             named[first.split(":")[0].removeprefix("# walkthrough ")] = block
         elif first.startswith("# compaction example"):
             named["compaction"] = block
+        elif first.startswith("# chunked compaction example"):
+            named["chunked compaction"] = block
         elif first.startswith("# background compaction example"):
             named["background compaction"] = block
         elif first.startswith("# one loop example"):
@@ -101,6 +103,11 @@ def test_lifecycle_example_runs(server_target: str, tmp_path: Path) -> None:
 def test_memory_example_runs(server_target: str, tmp_path: Path) -> None:
     out = _run(_blocks()["memory"], server_target, tmp_path).splitlines()
     assert out == ["1 2", "False", "True"]
+
+
+def test_chunked_compaction_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["chunked compaction"], server_target, tmp_path).splitlines()
+    assert out == ["True True"]
 
 
 def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ AT_LEAST_ONE = (
 )
 NOT_NEGATIVE = (
     "encoding_cache_mb",
+    "summarizer_context_window",
     "max_retries",
     "rate_limit_rps",
     "max_sessions_per_tenant",

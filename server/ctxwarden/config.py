@@ -48,6 +48,8 @@ class Settings:
     summarizer_api_key_env: str = ""
     summarizer_timeout: float = 60.0
     summarizer_max_output_tokens: int = 16384
+    summarizer_context_window: int = 0
+    """Tokens a summary prompt may take (0: the summariser model's window from the model table)."""
     background_compactions: int = 2
     """Background compactions running at once, server-wide (0: none)."""
     background_retry_seconds: float = 5.0

@@ -151,6 +151,13 @@ def _summarizer(serve: argparse.ArgumentParser) -> None:
         help="the summariser model's output limit; summaries are budgeted below it "
         "(env CTXWARDEN_SUMMARIZER_MAX_OUTPUT_TOKENS; default %(default)s)",
     )
+    summ.add_argument(
+        "--summarizer-context-window",
+        **from_env("CTXWARDEN_SUMMARIZER_CONTEXT_WINDOW", 0),
+        help="tokens a summary prompt may take, output included; a longer history is "
+        "summarised in chunks (env CTXWARDEN_SUMMARIZER_CONTEXT_WINDOW; default 0: the "
+        "summariser model's window from the model table)",
+    )
 
 
 def _compaction(serve: argparse.ArgumentParser) -> None:

@@ -52,6 +52,7 @@ def settings(args: argparse.Namespace) -> Settings:
         summarizer_api_key_env=args.summarizer_api_key_env,
         summarizer_timeout=args.summarizer_timeout,
         summarizer_max_output_tokens=args.summarizer_max_output_tokens,
+        summarizer_context_window=args.summarizer_context_window,
         background_compactions=args.background_compactions,
         background_retry_seconds=args.background_retry_seconds,
         background_retry_max_seconds=args.background_retry_max_seconds,

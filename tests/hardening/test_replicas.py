@@ -77,7 +77,8 @@ async def test_compaction_on_a_is_served_by_b_and_not_overwritten(backend_url: s
     async with replica(backend_url) as a, replica(backend_url) as b:
         sid = await _seed(a, b, 12)
         plan = await a.prepare_compaction(sid, "", 1)
-        checkpoint = await a.commit_compaction(sid, plan.plan_id, "## Goal\nsummary", "prefix")
+        checkpoint, _ = await a.commit_compaction(sid, plan.plan_id, "## Goal\nsummary", "prefix")
+        assert checkpoint is not None
         view = await b.build_model_input(sid, 0)
         assert view.compaction_id == checkpoint.compaction_id
         assert view.first_kept_seq == checkpoint.first_kept_seq

@@ -61,7 +61,9 @@ type ContextServiceClient interface {
 	// Rewinding before a checkpoint's first_kept_seq supersedes that checkpoint.
 	RollbackTurn(ctx context.Context, in *RollbackTurnRequest, opts ...grpc.CallOption) (*RollbackTurnResponse, error)
 	// Compacts the session with the server's summariser: plans the cut, asks
-	// the summariser, commits the checkpoint. History is never deleted.
+	// the summariser, commits the checkpoint. History is never deleted. A
+	// history too long for the summariser's context window is summarised in
+	// chunks, each prompt updating the running summary; one checkpoint at the end.
 	// Errors: FAILED_PRECONDITION when no summariser is configured (use
 	// PrepareCompaction/CommitCompaction instead) or when there is nothing to
 	// compact; ABORTED when a concurrent compaction or rollback won;
@@ -69,9 +71,13 @@ type ContextServiceClient interface {
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*Compaction, error)
 	// Plans a compaction for the agent to summarise with its own LLM: the plan
 	// carries the exact prompts. Commit it with CommitCompaction before
-	// expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+	// expire_time. With summarizer_context_window set, a history too long for
+	// one prompt is planned in steps (see CompactionPlan.step). Errors:
+	// FAILED_PRECONDITION "nothing to compact" or a window too small.
 	PrepareCompaction(ctx context.Context, in *PrepareCompactionRequest, opts ...grpc.CallOption) (*CompactionPlan, error)
-	// Commits a plan with the agent's summary. Idempotent per plan. Errors:
+	// Commits a plan with the agent's summary. Idempotent per plan. A step of
+	// a chunked compaction before its last one stores the running summary and
+	// returns the next step in next_plan. Errors:
 	// NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
 	// ABORTED when a rollback or another compaction made the plan stale.
 	CommitCompaction(ctx context.Context, in *CommitCompactionRequest, opts ...grpc.CallOption) (*Compaction, error)
@@ -413,7 +419,9 @@ type ContextServiceServer interface {
 	// Rewinding before a checkpoint's first_kept_seq supersedes that checkpoint.
 	RollbackTurn(context.Context, *RollbackTurnRequest) (*RollbackTurnResponse, error)
 	// Compacts the session with the server's summariser: plans the cut, asks
-	// the summariser, commits the checkpoint. History is never deleted.
+	// the summariser, commits the checkpoint. History is never deleted. A
+	// history too long for the summariser's context window is summarised in
+	// chunks, each prompt updating the running summary; one checkpoint at the end.
 	// Errors: FAILED_PRECONDITION when no summariser is configured (use
 	// PrepareCompaction/CommitCompaction instead) or when there is nothing to
 	// compact; ABORTED when a concurrent compaction or rollback won;
@@ -421,9 +429,13 @@ type ContextServiceServer interface {
 	Compact(context.Context, *CompactRequest) (*Compaction, error)
 	// Plans a compaction for the agent to summarise with its own LLM: the plan
 	// carries the exact prompts. Commit it with CommitCompaction before
-	// expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+	// expire_time. With summarizer_context_window set, a history too long for
+	// one prompt is planned in steps (see CompactionPlan.step). Errors:
+	// FAILED_PRECONDITION "nothing to compact" or a window too small.
 	PrepareCompaction(context.Context, *PrepareCompactionRequest) (*CompactionPlan, error)
-	// Commits a plan with the agent's summary. Idempotent per plan. Errors:
+	// Commits a plan with the agent's summary. Idempotent per plan. A step of
+	// a chunked compaction before its last one stores the running summary and
+	// returns the next step in next_plan. Errors:
 	// NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
 	// ABORTED when a rollback or another compaction made the plan stale.
 	CommitCompaction(context.Context, *CommitCompactionRequest) (*Compaction, error)

@@ -361,10 +361,16 @@ class AsyncClient(AsyncMemoryMethods, AsyncRpc, AsyncLifecycle):
         *,
         instructions: str = "",
         keep_recent_tokens: int = 0,
+        summarizer_context_window: int = 0,
         timeout: float | None = None,
     ) -> context_service_pb2.CompactionPlan:
-        """Plans a compaction whose summary the agent's own LLM writes."""
-        call = _calls.prepare_compaction(session_id, instructions, keep_recent_tokens)
+        """Plans a compaction whose summary the agent's own LLM writes. With
+        ``summarizer_context_window`` (that LLM's window), a history too long
+        for one prompt is planned in steps: commit each one and continue with
+        the answer's ``next_plan`` until it is unset."""
+        call = _calls.prepare_compaction(
+            session_id, instructions, keep_recent_tokens, summarizer_context_window
+        )
         return await self._call(call, timeout)
 
     async def commit_compaction(

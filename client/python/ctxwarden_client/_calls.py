@@ -286,10 +286,13 @@ def compact(
 
 
 def prepare_compaction(
-    session_id: str, instructions: str, keep_recent_tokens: int
+    session_id: str, instructions: str, keep_recent_tokens: int, summarizer_context_window: int = 0
 ) -> Call[pb.PrepareCompactionRequest, pb.CompactionPlan]:
     request = pb.PrepareCompactionRequest(
-        session_id=session_id, instructions=instructions, keep_recent_tokens=keep_recent_tokens
+        session_id=session_id,
+        instructions=instructions,
+        keep_recent_tokens=keep_recent_tokens,
+        summarizer_context_window=summarizer_context_window,
     )
     return Call(lambda stub: stub.PrepareCompaction, request, safe=True)
 

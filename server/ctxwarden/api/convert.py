@@ -7,6 +7,7 @@ proto and domain values here; sessions are in convert_session.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ctxwarden.api.convert_session import timestamp
 from ctxwarden.api.encoding import DEFAULT_LIMIT_BYTES, EncodingCache
@@ -31,6 +32,9 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 from ctxwarden.v1 import message_pb2 as msg_pb
+
+if TYPE_CHECKING:
+    from ctxwarden.service.compaction import PlanHandle
 
 _MESSAGES_TAG = bytes([(4 << 3) | 2])  # ModelInput.messages: field 4, length-delimited
 
@@ -277,13 +281,29 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
     )
 
 
+def handle_to_pb(handle: PlanHandle) -> svc_pb.CompactionPlan:
+    return plan_to_pb(
+        handle.plan_id, handle.plan, handle.expire_time_us, handle.step, handle.step_count
+    )
+
+
+def step_to_pb(next_step: PlanHandle) -> svc_pb.Compaction:
+    """CommitCompaction's answer for a step before the final one: nothing was
+    committed (no compaction_id), only the next step to summarise."""
+    return svc_pb.Compaction(
+        session_id=outer_id(next_step.plan.session_id), next_plan=handle_to_pb(next_step)
+    )
+
+
 def _prompt_to_pb(p: SummaryPrompt | None) -> svc_pb.SummaryPrompt | None:
     if p is None:
         return None
     return svc_pb.SummaryPrompt(system=p.system, user=p.user, max_tokens=p.max_tokens)
 
 
-def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPlan:
+def plan_to_pb(
+    plan_id: str, plan: Plan, expire_us: int, step: int = 1, step_count: int = 1
+) -> svc_pb.CompactionPlan:
     return svc_pb.CompactionPlan(
         plan_id=plan_id,
         session_id=outer_id(plan.session_id),
@@ -296,8 +316,19 @@ def plan_to_pb(plan_id: str, plan: Plan, expire_us: int) -> svc_pb.CompactionPla
         expire_time=timestamp(expire_us),
         summarized_from_seq=plan.summarized_from_seq,
         summarized_to_seq=plan.summarized_to_seq,
+        step=step,
+        step_count=step_count,
+        summarizer_context_window=plan.context_window,
     )
 
 
 def provider_error_from_pb(p: svc_pb.ProviderError) -> ProviderError:
     return ProviderError(p.http_status, p.body, dict(p.headers))
+
+
+def commit_to_pb(checkpoint: Checkpoint | None, next_step: PlanHandle | None) -> svc_pb.Compaction:
+    """CommitCompaction's answer: the checkpoint, or the next step of a chunked compaction."""
+    if next_step is not None:
+        return step_to_pb(next_step)
+    assert checkpoint is not None
+    return checkpoint_to_pb(checkpoint)

@@ -13,10 +13,11 @@ from google.protobuf.duration_pb2 import Duration
 
 from ctxwarden.api.convert import (
     checkpoint_to_pb,
+    commit_to_pb,
+    handle_to_pb,
     message_from_pb,
     message_to_pb,
     new_encoding_cache,
-    plan_to_pb,
     provider_error_from_pb,
     trigger_from_pb,
 )
@@ -288,22 +289,25 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer):
         self, request: pb.PrepareCompactionRequest, context: Any
     ) -> pb.CompactionPlan:
         handle = await self.manager.prepare_compaction(
-            inner_id(request.session_id), request.instructions, request.keep_recent_tokens
+            inner_id(request.session_id),
+            request.instructions,
+            request.keep_recent_tokens,
+            request.summarizer_context_window,
         )
-        return plan_to_pb(handle.plan_id, handle.plan, handle.expire_time_us)
+        return handle_to_pb(handle)
 
     @unary
     async def CommitCompaction(
         self, request: pb.CommitCompactionRequest, context: Any
     ) -> pb.Compaction:
-        checkpoint = await self.manager.commit_compaction(
+        checkpoint, step = await self.manager.commit_compaction(
             inner_id(request.session_id),
             request.plan_id,
             request.summary,
             request.turn_prefix_summary,
             proposed_from_pb(request.proposed_memories),
         )
-        return checkpoint_to_pb(checkpoint)
+        return commit_to_pb(checkpoint, step)
 
     @unary
     async def ListCompactions(

@@ -88,6 +88,8 @@ class ErrorReason(enum.StrEnum):
     """BuildModelInput's max_output_tokens is negative."""
     INVALID_KEEP_RECENT_TOKENS = "INVALID_KEEP_RECENT_TOKENS"
     """A compaction's keep_recent_tokens is negative."""
+    INVALID_SUMMARIZER_CONTEXT_WINDOW = "INVALID_SUMMARIZER_CONTEXT_WINDOW"
+    """PrepareCompaction's summarizer_context_window is negative."""
     INVALID_TRIGGER = "INVALID_TRIGGER"
     """Compact's trigger is unknown."""
     INVALID_MODEL_OUTPUT = "INVALID_MODEL_OUTPUT"
@@ -131,6 +133,8 @@ class ErrorReason(enum.StrEnum):
     """The session is archived (read-only): UnarchiveSession makes it writable again."""
     SUMMARIZER_FAILED = "SUMMARIZER_FAILED"
     """The summariser failed (UNAVAILABLE if retrying may help, else FAILED_PRECONDITION)."""
+    SUMMARIZER_WINDOW_TOO_SMALL = "SUMMARIZER_WINDOW_TOO_SMALL"
+    """The summariser's context window cannot hold even the fixed part of a summary prompt."""
 
     # -- ABORTED: a concurrent change; re-read and retry -----------------------------
 

@@ -1,5 +1,14 @@
 """Compaction use cases: Compact, PrepareCompaction, CommitCompaction, ListCompactions.
 
+A history too long for the summariser's window is summarised chunk by chunk
+(see ctxwarden.core.compaction.chunks), each chunk's prompt updating the
+running summary. The steps are held server-side and only the final one
+commits a checkpoint: the effective context changes once, atomically, and the
+in-memory view is rebuilt once (rebuilding a 100,000-message context costs
+seconds, so a checkpoint per chunk would make a long compaction quadratic).
+For the agent the running summary lives in the next step's stored plan, so a
+step survives a server restart until the plan expires.
+
 The session lock is held only to plan and to commit, never while a
 summariser runs, so appends continue during a slow LLM call. A commit checks
 that the plan is still current (same checkpoint, no rollback since) and the
@@ -9,28 +18,24 @@ checkpoint, so of two concurrent compactions exactly one wins.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ctxwarden import ids
-from ctxwarden.core.compaction.planner import Plan, covered_digest, plan_compaction
+from ctxwarden.core.compaction.chunks import SummaryWindow
+from ctxwarden.core.compaction.history_index import covered_digest_of
+from ctxwarden.core.compaction.planner import Plan, plan_compaction
+from ctxwarden.core.compaction.steps import after_step, step_plan
 from ctxwarden.core.compaction.terms import PlanTerms
-from ctxwarden.core.compaction.types import (
-    FileLists,
-    Summarizer,
-    SummarizerError,
-    SummaryRequest,
-)
+from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import (
     Aborted,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    Unavailable,
 )
 from ctxwarden.core.memory import DurableFact, MemoryWrite, split_durable_facts
 from ctxwarden.core.reasons import ErrorReason
@@ -40,6 +45,7 @@ from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.service.checkpoint import build_checkpoint
 from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
+from ctxwarden.service.summarize import run_summarizer, summarizer_window
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.plans import StoredPlan
 from ctxwarden.store.repository import RequestScope
@@ -56,6 +62,8 @@ class PlanHandle:
     plan_id: str
     plan: Plan
     expire_time_us: int
+    step: int = 1
+    step_count: int = 1
 
 
 def _check_current(ctx: SessionContext, terms: PlanTerms) -> None:
@@ -68,7 +76,7 @@ def _check_current(ctx: SessionContext, terms: PlanTerms) -> None:
             reason=ErrorReason.PLAN_STALE,
             metadata={"compaction_id": current},
         )
-    if covered_digest(ctx.active_messages, terms.at_seq) != terms.covered_digest:
+    if covered_digest_of(ctx, terms.at_seq) != terms.covered_digest:
         raise Aborted(
             "the plan is stale: messages it covers were rolled back since it was made; "
             "prepare a new plan",
@@ -84,7 +92,14 @@ class Compactor:
 
     # -- planning -------------------------------------------------------------
 
-    def _plan(self, ctx: SessionContext, keep_recent_tokens: int, instructions: str) -> Plan:
+    def _plan(
+        self,
+        ctx: SessionContext,
+        keep_recent_tokens: int,
+        instructions: str,
+        *,
+        window: SummaryWindow | None = None,
+    ) -> Plan:
         if keep_recent_tokens < 0:
             raise InvalidArgument(
                 "keep_recent_tokens must be >= 0",
@@ -105,22 +120,55 @@ class Compactor:
             instructions=instructions,
             file_tools=self.m.settings.file_tools,
             durable_facts=ctx.session.policy.memory_write_mode is not MemoryWrite.OFF,
+            window=window,
         )
 
     async def prepare(
-        self, session_id: str, instructions: str, keep_recent_tokens: int
+        self,
+        session_id: str,
+        instructions: str,
+        keep_recent_tokens: int,
+        context_window: int = 0,
     ) -> PlanHandle:
+        if context_window < 0:
+            raise InvalidArgument(
+                "summarizer_context_window must be >= 0 (0: no limit)",
+                reason=ErrorReason.INVALID_SUMMARIZER_CONTEXT_WINDOW,
+                field="summarizer_context_window",
+            )
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
-            plan = self._plan(ctx, keep_recent_tokens, instructions)
+            window = SummaryWindow(context_window, ctx.tokenizer.count) if context_window else None
+            plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
+            terms = PlanTerms.of(plan, CompactionTrigger.MANUAL)
+            if window is not None and plan.chunks is not None:
+                plan = step_plan(session_id, terms, ctx, window, ctx.session.pinned_state)
+        return await self._save_plan(session_id, plan, terms)
+
+    async def _save_plan(self, session_id: str, plan: Plan, terms: PlanTerms) -> PlanHandle:
         plan_id = ids.new_id()
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
-        stored = StoredPlan(
-            plan_id, session_id, PlanTerms.of(plan, CompactionTrigger.MANUAL), expire, ""
-        )
+        stored = StoredPlan(plan_id, session_id, terms, expire, "")
         await self.m.db(lambda: self.m.store.plans.save(stored, now))
-        return PlanHandle(plan_id, plan, expire)
+        return PlanHandle(plan_id, plan, expire, terms.step, terms.step_count)
+
+    async def _next_step(self, session_id: str, done: PlanTerms, summary: str) -> PlanHandle:
+        """Record ``summary`` as the running summary of a chunked compaction's
+        step ``done`` (not its final one) in the next step's plan."""
+        if not summary.strip():
+            raise InvalidArgument(
+                "summary is empty; send the LLM's answer to history_prompt",
+                reason=ErrorReason.MISSING_FIELD,
+                field="summary",
+            )
+        async with self.m.hot.lock(session_id):
+            ctx = await self.m.context_locked(session_id, verify=True)
+            _check_current(ctx, done)
+            window = SummaryWindow(done.context_window, ctx.tokenizer.count)
+            terms = after_step(done, summary, window)
+            plan = step_plan(session_id, terms, ctx, window, ctx.session.pinned_state)
+        return await self._save_plan(session_id, plan, terms)
 
     # -- committing -----------------------------------------------------------
 
@@ -203,7 +251,9 @@ class Compactor:
         summary: str,
         turn_prefix_summary: str,
         proposed: Sequence[DurableFact] = (),
-    ) -> Checkpoint:
+    ) -> tuple[Checkpoint | None, PlanHandle | None]:
+        """The checkpoint; or, for a step of a chunked compaction before its
+        final one, no checkpoint and the next step's plan."""
         if not plan_id:
             raise InvalidArgument(
                 "plan_id is required", reason=ErrorReason.MISSING_FIELD, field="plan_id"
@@ -224,13 +274,15 @@ class Compactor:
         if committed:
             done = await self.m.db(lambda: self.m.store.checkpoints.get(committed))
             if done is not None:
-                return done
+                return done, None
         if ids.now_us() > found.expire_time_us:
             raise FailedPrecondition(
                 f"compaction plan {plan_id!r} expired; call PrepareCompaction again",
                 reason=ErrorReason.PLAN_EXPIRED,
             )
-        return await self._commit(
+        if not found.terms.final_step:
+            return None, await self._next_step(session_id, found.terms, summary)
+        checkpoint = await self._commit(
             session_id,
             found.terms,
             summary=summary,
@@ -240,6 +292,7 @@ class Compactor:
             plan_id=plan_id,
             proposed=proposed,
         )
+        return checkpoint, None
 
     # -- server-side summariser -------------------------------------------------
 
@@ -268,20 +321,37 @@ class Compactor:
             done = await self.m.db(lambda: self.m.store.checkpoints.get(stored_id))
             if done is not None:
                 return done
+        window = await summarizer_window(summarizer, self.m.settings.summarizer_context_window)
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
-            plan = self._plan(ctx, keep_recent_tokens, instructions)
+            plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
             pinned = ctx.session.pinned_state
         summary, prefix = await self.m.metrics.timed_summarize(
-            summarizer.name, self._summarize(summarizer, plan, pinned, instructions)
+            summarizer.name, run_summarizer(summarizer, plan, pinned, instructions, window)
         )
+        return await self._commit_final(
+            session_id, plan, summary, prefix, summarizer.name, trigger, scope, key
+        )
+
+    async def _commit_final(
+        self,
+        session_id: str,
+        plan: Plan,
+        summary: str,
+        prefix: str,
+        summarizer: str,
+        trigger: CompactionTrigger,
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+    ) -> Checkpoint:
+        """Commit Compact's last step with its idempotency record."""
         try:
             return await self._commit(
                 session_id,
                 PlanTerms.of(plan, trigger),
                 summary=summary,
                 turn_prefix_summary=prefix,
-                summarizer=summarizer.name,
+                summarizer=summarizer,
                 trigger=trigger,
                 record_scope=scope,
                 key=key,
@@ -295,55 +365,6 @@ class Compactor:
             if done is None:
                 raise self.m.concurrent(session_id) from None
             return done
-
-    async def _summarize(
-        self, summarizer: Summarizer, plan: Plan, pinned: str, instructions: str
-    ) -> tuple[str, str]:
-        files = plan.files
-        jobs = []
-        if plan.history_prompt is not None:
-            jobs.append(
-                summarizer.summarize(
-                    SummaryRequest(
-                        plan.history_prompt,
-                        plan.history,
-                        plan.previous_summary,
-                        pinned,
-                        files.read,
-                        files.modified,
-                        instructions,
-                    )
-                )
-            )
-        if plan.turn_prefix_prompt is not None:
-            jobs.append(
-                summarizer.summarize(
-                    SummaryRequest(
-                        plan.turn_prefix_prompt,
-                        plan.turn_prefix,
-                        "",
-                        pinned,
-                        FileLists().read,
-                        (),
-                        instructions,
-                        turn_prefix=True,
-                    )
-                )
-            )
-        try:
-            results = await asyncio.gather(*jobs)
-        except SummarizerError as exc:
-            # A transient provider failure may pass (UNAVAILABLE: retry later);
-            # a rejected request will not (FAILED_PRECONDITION: fix the config).
-            error = Unavailable if exc.retryable else FailedPrecondition
-            raise error(
-                f"the summariser failed; nothing was changed: {exc}",
-                reason=ErrorReason.SUMMARIZER_FAILED,
-                metadata={"retryable": str(exc.retryable).lower()},
-            ) from exc
-        history = results[0] if plan.history_prompt is not None else ""
-        prefix = results[-1] if plan.turn_prefix_prompt is not None else ""
-        return history, prefix
 
     # -- reading ------------------------------------------------------------------
 

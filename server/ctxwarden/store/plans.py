@@ -16,7 +16,7 @@ from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.tables import P
 
-_TUPLES = ("read_files", "modified_files")
+_TUPLES = ("read_files", "modified_files", "chunk_seqs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,8 @@ def terms_json(terms: PlanTerms) -> str:
 def terms_from_json(text: str) -> PlanTerms:
     values: dict[str, Any] = json.loads(text)
     for name in _TUPLES:
-        values[name] = tuple(values[name])
+        if name in values:  # plans stored before chunked compaction have no chunk_seqs
+            values[name] = tuple(values[name])
     values["trigger"] = CompactionTrigger(values["trigger"])
     return PlanTerms(**values)
 

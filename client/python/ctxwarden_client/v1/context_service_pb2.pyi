@@ -1163,6 +1163,7 @@ class Compaction(_message.Message):
     CLEARING_ONLY_FIELD_NUMBER: _builtins.int
     PROPOSED_MEMORY_IDS_FIELD_NUMBER: _builtins.int
     MEMORY_TOKENS_FIELD_NUMBER: _builtins.int
+    NEXT_PLAN_FIELD_NUMBER: _builtins.int
     compaction_id: _builtins.str
     """Unique ID of the checkpoint (sortable by creation time)."""
     session_id: _builtins.str
@@ -1229,6 +1230,14 @@ class Compaction(_message.Message):
         (ContextPolicy.memory_write PROPOSE or AUTO), in order.
         """
 
+    @_builtins.property
+    def next_plan(self) -> Global___CompactionPlan:
+        """Only in the answer of CommitCompaction for a step of a chunked
+        compaction before its last one: the next step to summarise and commit.
+        Such an answer has nothing else but session_id (no checkpoint is stored
+        until the last step); unset on a stored checkpoint.
+        """
+
     def __init__(
         self,
         *,
@@ -1253,10 +1262,11 @@ class Compaction(_message.Message):
         clearing_only: _builtins.bool = ...,
         proposed_memory_ids: _abc.Iterable[_builtins.str] | None = ...,
         memory_tokens: _builtins.int = ...,
+        next_plan: Global___CompactionPlan | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "next_plan", b"next_plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "memory_tokens", b"memory_tokens", "modified_files", b"modified_files", "proposed_memory_ids", b"proposed_memory_ids", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "memory_tokens", b"memory_tokens", "modified_files", b"modified_files", "next_plan", b"next_plan", "proposed_memory_ids", b"proposed_memory_ids", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1339,22 +1349,33 @@ class PrepareCompactionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     INSTRUCTIONS_FIELD_NUMBER: _builtins.int
     KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     instructions: _builtins.str
     """Extra focus for the summary, appended to the prompt (e.g. "keep the API decisions")."""
     keep_recent_tokens: _builtins.int
     """Tokens of recent history to keep verbatim; 0 means the policy's keep_recent_tokens."""
+    summarizer_context_window: _builtins.int
+    """Context window, in tokens, of the LLM that will write the summary. When
+    the history to summarise does not fit one prompt in this window, the plan
+    is the first step of a chunked compaction: each step's prompt (with the
+    running summary and the output budget) fits the window, and each
+    CommitCompaction returns the next step in Compaction.next_plan until the
+    last one. Counted with the session's tokenizer. 0 means no limit: always
+    one prompt.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         instructions: _builtins.str = ...,
         keep_recent_tokens: _builtins.int = ...,
+        summarizer_context_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions", "keep_recent_tokens", b"keep_recent_tokens", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions", "keep_recent_tokens", b"keep_recent_tokens", "session_id", b"session_id", "summarizer_context_window", b"summarizer_context_window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1377,6 +1398,9 @@ class CompactionPlan(_message.Message):
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     SUMMARIZED_FROM_SEQ_FIELD_NUMBER: _builtins.int
     SUMMARIZED_TO_SEQ_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    STEP_COUNT_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     plan_id: _builtins.str
     """The plan's ID, for CommitCompaction."""
     session_id: _builtins.str
@@ -1393,6 +1417,21 @@ class CompactionPlan(_message.Message):
     """Seqs of the messages the summary covers (from the previous first_kept_seq)."""
     summarized_to_seq: _builtins.int
     """Last seq the summary covers (first_kept_seq - 1)."""
+    step: _builtins.int
+    """Number of this step of a chunked compaction, from 1 (1 also for a
+    compaction that fits one prompt). history_prompt summarises the step's
+    chunk (summarized_from_seq to summarized_to_seq) and updates the running
+    summary in previous_summary.
+    """
+    step_count: _builtins.int
+    """How many steps the compaction takes in all (1 when it fits one prompt).
+    Committing the last one stores the checkpoint; committing an earlier one
+    stores nothing but returns the next step in Compaction.next_plan.
+    """
+    summarizer_context_window: _builtins.int
+    """The window the prompts of this plan fit (the request's
+    summarizer_context_window; 0 when unlimited).
+    """
     @_builtins.property
     def history_prompt(self) -> Global___SummaryPrompt:
         """Send this to the LLM; its answer is CommitCompactionRequest.summary."""
@@ -1419,10 +1458,13 @@ class CompactionPlan(_message.Message):
         expire_time: _timestamp_pb2.Timestamp | None = ...,
         summarized_from_seq: _builtins.int = ...,
         summarized_to_seq: _builtins.int = ...,
+        step: _builtins.int = ...,
+        step_count: _builtins.int = ...,
+        summarizer_context_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "history_prompt", b"history_prompt", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "step", b"step", "step_count", b"step_count", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "summarizer_context_window", b"summarizer_context_window", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

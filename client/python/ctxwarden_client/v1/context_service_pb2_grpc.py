@@ -276,7 +276,9 @@ class ContextServiceServicer:
 
     def Compact(self, request, context):
         """Compacts the session with the server's summariser: plans the cut, asks
-        the summariser, commits the checkpoint. History is never deleted.
+        the summariser, commits the checkpoint. History is never deleted. A
+        history too long for the summariser's context window is summarised in
+        chunks, each prompt updating the running summary; one checkpoint at the end.
         Errors: FAILED_PRECONDITION when no summariser is configured (use
         PrepareCompaction/CommitCompaction instead) or when there is nothing to
         compact; ABORTED when a concurrent compaction or rollback won;
@@ -289,14 +291,18 @@ class ContextServiceServicer:
     def PrepareCompaction(self, request, context):
         """Plans a compaction for the agent to summarise with its own LLM: the plan
         carries the exact prompts. Commit it with CommitCompaction before
-        expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+        expire_time. With summarizer_context_window set, a history too long for
+        one prompt is planned in steps (see CompactionPlan.step). Errors:
+        FAILED_PRECONDITION "nothing to compact" or a window too small.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CommitCompaction(self, request, context):
-        """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+        """Commits a plan with the agent's summary. Idempotent per plan. A step of
+        a chunked compaction before its last one stores the running summary and
+        returns the next step in next_plan. Errors:
         NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
         ABORTED when a rollback or another compaction made the plan stale.
         """

@@ -93,7 +93,9 @@ class ContextServiceStub:
     """
     Compact: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompactRequest, _context_service_pb2.Compaction]
     """Compacts the session with the server's summariser: plans the cut, asks
-    the summariser, commits the checkpoint. History is never deleted.
+    the summariser, commits the checkpoint. History is never deleted. A
+    history too long for the summariser's context window is summarised in
+    chunks, each prompt updating the running summary; one checkpoint at the end.
     Errors: FAILED_PRECONDITION when no summariser is configured (use
     PrepareCompaction/CommitCompaction instead) or when there is nothing to
     compact; ABORTED when a concurrent compaction or rollback won;
@@ -102,10 +104,14 @@ class ContextServiceStub:
     PrepareCompaction: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.PrepareCompactionRequest, _context_service_pb2.CompactionPlan]
     """Plans a compaction for the agent to summarise with its own LLM: the plan
     carries the exact prompts. Commit it with CommitCompaction before
-    expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+    expire_time. With summarizer_context_window set, a history too long for
+    one prompt is planned in steps (see CompactionPlan.step). Errors:
+    FAILED_PRECONDITION "nothing to compact" or a window too small.
     """
     CommitCompaction: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]
-    """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+    """Commits a plan with the agent's summary. Idempotent per plan. A step of
+    a chunked compaction before its last one stores the running summary and
+    returns the next step in next_plan. Errors:
     NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
     ABORTED when a rollback or another compaction made the plan stale.
     """
@@ -225,7 +231,9 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """
     Compact: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompactRequest, _context_service_pb2.Compaction]  # type: ignore[assignment]
     """Compacts the session with the server's summariser: plans the cut, asks
-    the summariser, commits the checkpoint. History is never deleted.
+    the summariser, commits the checkpoint. History is never deleted. A
+    history too long for the summariser's context window is summarised in
+    chunks, each prompt updating the running summary; one checkpoint at the end.
     Errors: FAILED_PRECONDITION when no summariser is configured (use
     PrepareCompaction/CommitCompaction instead) or when there is nothing to
     compact; ABORTED when a concurrent compaction or rollback won;
@@ -234,10 +242,14 @@ class ContextServiceAsyncStub(ContextServiceStub):
     PrepareCompaction: _aio.UnaryUnaryMultiCallable[_context_service_pb2.PrepareCompactionRequest, _context_service_pb2.CompactionPlan]  # type: ignore[assignment]
     """Plans a compaction for the agent to summarise with its own LLM: the plan
     carries the exact prompts. Commit it with CommitCompaction before
-    expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+    expire_time. With summarizer_context_window set, a history too long for
+    one prompt is planned in steps (see CompactionPlan.step). Errors:
+    FAILED_PRECONDITION "nothing to compact" or a window too small.
     """
     CommitCompaction: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CommitCompactionRequest, _context_service_pb2.Compaction]  # type: ignore[assignment]
-    """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+    """Commits a plan with the agent's summary. Idempotent per plan. A step of
+    a chunked compaction before its last one stores the running summary and
+    returns the next step in next_plan. Errors:
     NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
     ABORTED when a rollback or another compaction made the plan stale.
     """
@@ -426,7 +438,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.Compaction, _abc.Awaitable[_context_service_pb2.Compaction]]:
         """Compacts the session with the server's summariser: plans the cut, asks
-        the summariser, commits the checkpoint. History is never deleted.
+        the summariser, commits the checkpoint. History is never deleted. A
+        history too long for the summariser's context window is summarised in
+        chunks, each prompt updating the running summary; one checkpoint at the end.
         Errors: FAILED_PRECONDITION when no summariser is configured (use
         PrepareCompaction/CommitCompaction instead) or when there is nothing to
         compact; ABORTED when a concurrent compaction or rollback won;
@@ -441,7 +455,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_context_service_pb2.CompactionPlan, _abc.Awaitable[_context_service_pb2.CompactionPlan]]:
         """Plans a compaction for the agent to summarise with its own LLM: the plan
         carries the exact prompts. Commit it with CommitCompaction before
-        expire_time. Errors: FAILED_PRECONDITION "nothing to compact".
+        expire_time. With summarizer_context_window set, a history too long for
+        one prompt is planned in steps (see CompactionPlan.step). Errors:
+        FAILED_PRECONDITION "nothing to compact" or a window too small.
         """
 
     @_abc_1.abstractmethod
@@ -450,7 +466,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.CommitCompactionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.Compaction, _abc.Awaitable[_context_service_pb2.Compaction]]:
-        """Commits a plan with the agent's summary. Idempotent per plan. Errors:
+        """Commits a plan with the agent's summary. Idempotent per plan. A step of
+        a chunked compaction before its last one stores the running summary and
+        returns the next step in next_plan. Errors:
         NOT_FOUND for an unknown plan, FAILED_PRECONDITION for an expired one,
         ABORTED when a rollback or another compaction made the plan stale.
         """

@@ -79,7 +79,13 @@ def find_cut_point(messages: Sequence[Message], keep_recent_tokens: int) -> CutP
     pending = _pending_call_index(messages)
     if pending is not None and cut > pending:
         cut = pending
-    if messages[cut].role is Role.USER:
-        return CutPoint(cut, -1, False)
-    start = _turn_start(messages, cut)
-    return CutPoint(cut, start, start != -1)
+    return cut_at(messages, cut)
+
+
+def cut_at(messages: Sequence[Message], index: int) -> CutPoint:
+    """The cut keeping ``messages[index]`` onwards (a cut point): what
+    find_cut_point returns when it chooses that message."""
+    if messages[index].role is Role.USER:
+        return CutPoint(index, -1, False)
+    start = _turn_start(messages, index)
+    return CutPoint(index, start, start != -1)

@@ -6,6 +6,14 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctxwarden.core.compaction.chunks import (
+    ChunkPlan,
+    SummaryWindow,
+    fit_file_lists,
+    fit_turn_prefix,
+    fits_whole,
+    plan_chunks,
+)
 from ctxwarden.core.compaction.cut import find_cut_point
 from ctxwarden.core.compaction.fileops import collect_file_ops
 from ctxwarden.core.compaction.prompts import history_prompt, turn_prefix_prompt
@@ -42,6 +50,15 @@ class Plan:
     at_seq: int
     pinned_state: str
     instructions: str
+    chunks: ChunkPlan | None = None
+    """Set when the history is too long for one prompt in the summariser's
+    window: summarise it chunk by chunk (history_prompt is the first chunk's)."""
+    context_window: int = 0
+    """The summariser window the prompts fit (0: no limit)."""
+    shown_files: FileLists | None = None
+    """The file lists as shown in chunk prompts (shortened to fit), if chunked."""
+    chunk_end_seq: int = 0
+    """A step of a chunked compaction: the seq after its chunk's last message."""
 
     @property
     def summarized_from_seq(self) -> int:
@@ -50,7 +67,7 @@ class Plan:
 
     @property
     def summarized_to_seq(self) -> int:
-        return self.first_kept_seq - 1
+        return (self.chunk_end_seq or self.first_kept_seq) - 1
 
 
 def covered_digest(active: Sequence[Message], at_seq: int) -> str:
@@ -84,9 +101,14 @@ def plan_compaction(
     instructions: str,
     file_tools: FileToolNames,
     durable_facts: bool = False,
+    window: SummaryWindow | None = None,
 ) -> Plan:
     """Choose the cut and build the prompts. ``active`` is the kept history
     (from the current checkpoint's first_kept_seq), in seq order.
+
+    With a ``window``, a history too long for one prompt is cut into chunks
+    (``Plan.chunks``, see ctxwarden.core.compaction.chunks); one that fits is
+    planned exactly as without a window.
 
     Long only by its keyword-only signature and the Plan it fills in; the steps
     are: cut, split into history and turn prefix, carry file lists, prompts."""
@@ -106,26 +128,46 @@ def plan_compaction(
     files = collect_file_ops((*history, *prefix), previous, file_tools)
     previous_summary = checkpoint.carried_summary if checkpoint else ""
     budget = summary_budget(reserve_tokens, summarizer_limit)
-    prompt = (
-        history_prompt(
-            serialize_messages(history),
-            previous_summary=previous_summary,
+
+    def make_history_prompt(
+        conversation: str, max_tokens: int, lists: FileLists, summary: str = previous_summary
+    ) -> SummaryPrompt:
+        return history_prompt(
+            conversation,
+            previous_summary=summary,
             pinned_state=pinned_state,
-            files=files,
+            files=lists,
             instructions=instructions,
-            max_tokens=budget,
+            max_tokens=max_tokens,
             durable_facts=durable_facts,
         )
-        if history
-        else None
-    )
-    prefix_prompt = (
-        turn_prefix_prompt(
-            serialize_messages(prefix), max_tokens=max(int(budget * TURN_PREFIX_SHARE), 1)
+
+    prompt: SummaryPrompt | None = None
+    chunks: ChunkPlan | None = None
+    shown: FileLists | None = None
+    if history and window is not None:
+        prompt = fits_whole(history, window, lambda c, b: make_history_prompt(c, b, files), budget)
+        if prompt is None:
+            lists = shown = fit_file_lists(files, window)
+            chunks = plan_chunks(
+                history,
+                window,
+                lambda c, summary, b: make_history_prompt(c, b, lists, summary),
+                budget,
+                previous_summary,
+            )
+            prompt = make_history_prompt(chunks.conversations[0], chunks.max_tokens, lists)
+    elif history:
+        prompt = make_history_prompt(serialize_messages(history), budget, files)
+    prefix_prompt = None
+    if cut.split_turn:
+        prefix_budget = max(int(budget * TURN_PREFIX_SHARE), 1)
+        conversation = serialize_messages(prefix)
+        prefix_prompt = (
+            fit_turn_prefix(conversation, window, _turn_prefix_maker, prefix_budget)
+            if window is not None
+            else turn_prefix_prompt(conversation, max_tokens=prefix_budget)
         )
-        if cut.split_turn
-        else None
-    )
     return Plan(
         session_id=session_id,
         first_kept_seq=active[cut.first_kept_index].seq,
@@ -142,4 +184,11 @@ def plan_compaction(
         at_seq=at_seq,
         pinned_state=pinned_state,
         instructions=instructions,
+        chunks=chunks,
+        context_window=window.tokens if window is not None else 0,
+        shown_files=shown,
     )
+
+
+def _turn_prefix_maker(conversation: str, max_tokens: int) -> SummaryPrompt:
+    return turn_prefix_prompt(conversation, max_tokens=max_tokens)

@@ -4,7 +4,7 @@ mistake for a conversation to continue."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
 
@@ -48,13 +48,22 @@ def serialize_messages(messages: Iterable[Message]) -> str:
     calls are skipped,
     images are dropped, tool results are capped at 2,000 characters, provider
     items ctxwarden does not model are one label each (``provider_label``)."""
-    lines: list[str] = []
+    return "\n\n".join(part for part in serialized_parts(messages) if part)
+
+
+def serialized_parts(messages: Iterable[Message]) -> Iterator[str]:
+    """``serialize_messages`` one message at a time, lazily: the text of each
+    message ("" for one that is skipped); joining the non-empty ones with a
+    blank line gives ``serialize_messages``."""
     failed_calls: set[str] = set()
     for m in messages:
+        lines: list[str] = []
         if m.history_only:
-            continue  # never shown to the model, so never summarised
+            yield ""  # never shown to the model, so never summarised
+            continue
         if m.failed:
             failed_calls.update(c.tool_call_id for c in m.tool_calls)
+            yield ""
             continue
         if m.role is Role.USER:
             text = " ".join(t for t in (m.text, _provider_labels(m)) if t)
@@ -71,12 +80,10 @@ def serialize_messages(messages: Iterable[Message]) -> str:
             calls = [f"{c.tool_name}({c.arguments_json or '{}'})" for c in m.tool_calls]
             if calls:
                 lines.append(f"[Assistant tool calls]: {'; '.join(calls)}")
-        else:
-            if m.tool_call_id in failed_calls:
-                continue
+        elif m.tool_call_id not in failed_calls:
             tag = f"[Tool result {m.tool_name}]" if m.tool_name else "[Tool result]"
             if m.is_error:
                 tag = tag[:-1] + " (error)]"
             text = " ".join(t for t in (m.text, _provider_labels(m)) if t)
             lines.append(f"{tag}: {_cap(text, TOOL_RESULT_CAP)}")
-    return "\n\n".join(lines)
+        yield "\n\n".join(lines)

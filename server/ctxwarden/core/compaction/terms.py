@@ -28,10 +28,31 @@ class PlanTerms:
     """Budget of the split turn's prefix summary (0: no split turn)."""
     has_history: bool
     trigger: CompactionTrigger
+    chunk_seqs: tuple[int, ...] = ()
+    """A chunked compaction: the seq of each chunk's first message (empty: one prompt)."""
+    history_end_seq: int = 0
+    """Seq after the last summarised history message (the end of the last chunk)."""
+    step: int = 1
+    running_summary: str = ""
+    """The summary so far, updated by the next step's prompt."""
+    chunk_max_tokens: int = 0
+    context_window: int = 0
+    instructions: str = ""
+    """Carried to the next step's prompt."""
+
+    @property
+    def step_count(self) -> int:
+        return max(len(self.chunk_seqs), 1)
+
+    @property
+    def final_step(self) -> bool:
+        """Committing this plan completes the compaction (no next step)."""
+        return self.step >= self.step_count
 
     @classmethod
     def of(cls, plan: Plan, trigger: CompactionTrigger) -> PlanTerms:
         history, prefix = plan.history_prompt, plan.turn_prefix_prompt
+        chunks = plan.chunks
         return cls(
             first_kept_seq=plan.first_kept_seq,
             split_turn=plan.split_turn,
@@ -46,4 +67,9 @@ class PlanTerms:
             prefix_max_tokens=prefix.max_tokens if prefix else 0,
             has_history=history is not None,
             trigger=trigger,
+            chunk_seqs=tuple(plan.history[i].seq for i in chunks.starts) if chunks else (),
+            history_end_seq=plan.history[-1].seq + 1 if plan.history else 0,
+            chunk_max_tokens=chunks.max_tokens if chunks else 0,
+            context_window=plan.context_window,
+            instructions=plan.instructions,
         )
