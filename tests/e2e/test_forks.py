@@ -247,6 +247,38 @@ def test_rollback_into_inherited_messages_lowers_parent_seq(stub: Stub) -> None:
     assert _history(stub, src)[-1][2] == m.MESSAGE_STATE_ACTIVE
 
 
+def test_source_rewind_before_the_fork_point_then_fork_rewind(stub: Stub) -> None:
+    """The source hands the fork what it inherits before marking it; the fork,
+    hot in memory meanwhile, then rewinds its own copy (found on PostgreSQL)."""
+    src = _sid("src")
+    stub.CreateSession(pb.CreateSessionRequest(session=ses.Session(model="gpt-4o"), session_id=src))
+    for i in range(3):
+        stub.AppendMessages(pb.AppendMessagesRequest(session_id=src, messages=[user(f"u{i}")]))
+    fork = _fork(stub, src, at_seq=3)
+    stub.BuildModelInput(pb.BuildModelInputRequest(session_id=fork.session_id))
+    stub.RollbackTurn(pb.RollbackTurnRequest(session_id=src, to_seq=1))
+    stub.RollbackTurn(pb.RollbackTurnRequest(session_id=fork.session_id, to_seq=1))
+    active, gone = m.MESSAGE_STATE_ACTIVE, m.MESSAGE_STATE_ROLLED_BACK
+    assert [s for _, _, s in _history(stub, fork.session_id)] == [active, gone]
+    assert [s for _, _, s in _history(stub, src)] == [active, gone, gone]
+    mi = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=fork.session_id))
+    assert [x.content[0].text.text for x in mi.messages] == ["u0"]
+    # Forked at the very end, a source's rewind first hands the marked rows to the
+    # hot fork (moving the fork's version on); the fork's own rewind still applies.
+    src2 = _sid("src")
+    stub.CreateSession(
+        pb.CreateSessionRequest(session=ses.Session(model="gpt-4o"), session_id=src2)
+    )
+    for i in range(3):
+        stub.AppendMessages(pb.AppendMessagesRequest(session_id=src2, messages=[user(f"v{i}")]))
+    tail = _fork(stub, src2)
+    stub.BuildModelInput(pb.BuildModelInputRequest(session_id=tail.session_id))
+    stub.RollbackTurn(pb.RollbackTurnRequest(session_id=src2, to_seq=1))
+    done = stub.RollbackTurn(pb.RollbackTurnRequest(session_id=tail.session_id, to_seq=2))
+    assert list(done.rolled_back_seqs) == [3]
+    assert [s for _, _, s in _history(stub, tail.session_id)] == [active, active, gone]
+
+
 def test_forks_of_forks(stub: Stub) -> None:
     src = _source(stub, turns=2)
     a = _fork(stub, src, 3)

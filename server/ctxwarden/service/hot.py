@@ -157,6 +157,14 @@ class HotSessions:
         if session_id in self._items:
             self._remove(session_id, cause)
 
+    def recheck_forks_of(self, parent: str) -> None:
+        """Make the next write to each hot fork of ``parent`` check its stored
+        version first: a rollback of the parent may hand rows over to its forks
+        (store.lineage.hand_over), which moves their versions on."""
+        for ctx in self._items.values():
+            if ctx.session.parent_session_id == parent:
+                ctx.checked_at = float("-inf")
+
     def evict_idle(self, idle_seconds: float) -> int:
         """Evict the sessions not touched for ``idle_seconds`` that nobody is
         working on; returns how many. The LRU order is the order of last touch,

@@ -111,6 +111,8 @@ class Rollbacks:
                     # The fork now holds what it inherited from there on.
                     ctx.session = replace(ctx.session, parent_seq=min(seqs) - 1)
                 ctx.checked_at = self.rt.clock()
+                if seqs:
+                    self.rt.hot.recheck_forks_of(session_id)
             return result
 
     def _decide(
@@ -182,6 +184,7 @@ class Rollbacks:
             # The effective context now starts at an older checkpoint (or at the
             # beginning): reload it from the database on the next call.
             self.rt.hot.evict(sid)
+            self.rt.hot.recheck_forks_of(sid)
         log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, rewind.current)
         return RollbackResult(
             rewind.rolled_back, recovery.action, recovery.retry_after_seconds, reason

@@ -155,7 +155,7 @@ async def take_over(conn: AsyncConnection, key: str, from_seq: int, *, charge: b
     copied = 0
     for r in rows:
         copy = dict(r._mapping)
-        message, rolled_back_at = as_seen(inherited, r)
+        message, rolled_back_at = as_seen(segments, r)  # the whole chain: a lone parent too
         copy.update(session_id=key, state=int(message.state), rolled_back_at_seq=rolled_back_at)
         copied += len(copy["data"] or b"") + len((copy["body"] or "").encode()) + 64
         await conn.execute(insert(M).values(**copy))
