@@ -60,6 +60,10 @@ def chunked(
                 KEY_ENV,
                 "--summarizer-context-window",
                 str(WINDOW),
+                # The first call restores 100,000 messages that no checkpoint
+                # shortens yet: O(history) by nature, past the default 5 s bound.
+                "--db-timeout",
+                "120",
             ],
         )
         server.start()
