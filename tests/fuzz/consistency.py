@@ -79,12 +79,14 @@ def _session_problems(
 ) -> list[str]:
     out: list[str] = []
     last = int(s.last_seq)
+    # A fork's rows up to parent_seq are its ancestors' (shared, store.lineage).
+    first = int(s.parent_seq) + 1 if s.parent_key else 1
     seqs = [int(r.seq) for r in rows]
-    if seqs != list(range(1, last + 1)):
-        gaps = sorted(set(range(1, last + 1)) - set(seqs))[:10]
-        extra = sorted(x for x in seqs if not 1 <= x <= last)[:10]
+    if seqs != list(range(first, last + 1)):
+        gaps = sorted(set(range(first, last + 1)) - set(seqs))[:10]
+        extra = sorted(x for x in seqs if not first <= x <= last)[:10]
         out.append(
-            f"message seqs are not 1..last_seq={last}: {len(seqs)} rows, max "
+            f"message seqs are not {first}..last_seq={last}: {len(seqs)} rows, max "
             f"{max(seqs, default=0)}, missing {gaps}, out of range {extra}"
         )
     if s.context_tokens < 0:
@@ -145,7 +147,9 @@ def _session_problems(
             out.append(f"{where}: details_json is not JSON: {exc}")
     newest = max(live, key=lambda c: (c.created_at, c.compaction_id), default=None)
     expected = newest.compaction_id if newest is not None else ""
-    if s.compaction_id != expected:
+    # A fork's copy of an inherited checkpoint is named by the original's ID.
+    shown = (newest.origin_id or expected) if newest is not None else ""
+    if s.compaction_id not in (expected, shown):
         out.append(
             f"current checkpoint {s.compaction_id!r} is not the newest valid one {expected!r}"
         )
