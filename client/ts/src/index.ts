@@ -29,6 +29,7 @@ import {
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 
 import { ContextService, type ListSessionsRequestSchema } from "./gen/ctxwarden/v1/context_service_pb.js";
+import type { ListMemoriesRequestSchema, Memory } from "./gen/ctxwarden/v1/memory_pb.js";
 import {
   ContentBlockSchema,
   MessageSchema,
@@ -50,6 +51,7 @@ import { StatusSchema, type Status } from "./gen/google/rpc/status_pb.js";
 
 // The whole generated contract: messages, enums and the service descriptor.
 export * from "./gen/ctxwarden/v1/context_service_pb.js";
+export * from "./gen/ctxwarden/v1/memory_pb.js";
 export * from "./gen/ctxwarden/v1/message_pb.js";
 export * from "./gen/ctxwarden/v1/session_pb.js";
 export {
@@ -457,22 +459,48 @@ export function fieldMask(...paths: string[]): FieldMask {
   });
 }
 
-/**
- * Every session matching `request` (filters and `pageSize`), newest first,
- * following `nextPageToken` page after page.
- */
-export async function* listAllSessions(
-  client: Pick<ContextServiceClient, "listSessions">,
-  request: MessageInitShape<typeof ListSessionsRequestSchema> = {},
-  options?: CallOptions,
-): AsyncGenerator<Session, void, undefined> {
-  let pageToken = request.pageToken ?? "";
+/** Yields every item of every page, following `nextPageToken` (AIP-158). */
+async function* allPages<Item>(
+  fetch: (pageToken: string) => Promise<{ items: Item[]; nextPageToken: string }>,
+  firstToken: string,
+): AsyncGenerator<Item, void, undefined> {
+  let pageToken = firstToken;
   for (;;) {
-    const page = await client.listSessions({ ...request, pageToken }, options);
-    yield* page.sessions;
+    const page = await fetch(pageToken);
+    yield* page.items;
     if (page.nextPageToken === "") {
       return;
     }
     pageToken = page.nextPageToken;
   }
+}
+
+/**
+ * Every session matching `request` (filters and `pageSize`), newest first,
+ * following `nextPageToken` page after page.
+ */
+export function listAllSessions(
+  client: Pick<ContextServiceClient, "listSessions">,
+  request: MessageInitShape<typeof ListSessionsRequestSchema> = {},
+  options?: CallOptions,
+): AsyncGenerator<Session, void, undefined> {
+  return allPages(async (pageToken) => {
+    const page = await client.listSessions({ ...request, pageToken }, options);
+    return { items: page.sessions, nextPageToken: page.nextPageToken };
+  }, request.pageToken ?? "");
+}
+
+/**
+ * Every memory matching `request` (user, project, key, labels, state), newest
+ * first, following `nextPageToken` page after page.
+ */
+export function listAllMemories(
+  client: Pick<ContextServiceClient, "listMemories">,
+  request: MessageInitShape<typeof ListMemoriesRequestSchema> = {},
+  options?: CallOptions,
+): AsyncGenerator<Memory, void, undefined> {
+  return allPages(async (pageToken) => {
+    const page = await client.listMemories({ ...request, pageToken }, options);
+    return { items: page.memories, nextPageToken: page.nextPageToken };
+  }, request.pageToken ?? "");
 }
