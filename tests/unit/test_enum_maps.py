@@ -9,7 +9,7 @@ import pytest
 from ctxwarden.api.convert import method_to_pb, trigger_from_pb, trigger_to_pb
 from ctxwarden.core.model_input import TokenCountMethod
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
-from ctxwarden.store.codec import checkpoint_details
+from ctxwarden.store.checkpoint_codec import checkpoint_details
 from ctxwarden.v1 import context_service_pb2 as pb
 
 

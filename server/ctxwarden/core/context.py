@@ -15,7 +15,6 @@ from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.calibration import context_tokens as usage_context_tokens
 from ctxwarden.core.clearing import view_entry
 from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.memory import block_message
 from ctxwarden.core.messages import Message, MessageState, Role
 from ctxwarden.core.model_input import (
     ModelInputView,
@@ -24,10 +23,11 @@ from ctxwarden.core.model_input import (
     token_breakdown,
     tools_text,
 )
+from ctxwarden.core.program_prefix import program_prefix
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
-from ctxwarden.core.summary import summary_message, trim_summary
+from ctxwarden.core.summary import trim_summary
 from ctxwarden.core.tokens import Tokenizer, count_text
 from ctxwarden.core.view import (
     SYNTHETIC_RESULT_TEXT,
@@ -92,19 +92,10 @@ class SessionContext:
         # The reply priming is billed once per request; it lives with the system part.
         self.system_tokens = system + self.profile.reply
         self.tools_tokens = count_text(tools_text(self.session.tools), tok)
-        self._summary: Message | None = None
-        self.summary_tokens = self.memory_tokens = 0
-        prefix: list[Message] = []  # what the program puts before the kept messages
-        if self.session.memory:
-            memory = block_message(self.session.memory.text)
-            self.memory_tokens = self.profile.message(memory)
-            prefix.append(replace(memory, token_count=self.memory_tokens))
-        if self.checkpoint is not None and self.checkpoint.summary:  # not a first clearing
-            self._summary = summary_message(self.checkpoint, self.session.pinned_state)
-            self.summary_tokens = self.profile.message(self._summary)
-            self._summary = replace(self._summary, token_count=self.summary_tokens)
-            prefix.append(self._summary)
-        self._prefix = tuple(prefix)
+        fixed = program_prefix(self.session, self.checkpoint, self.profile)
+        self._summary: Message | None = fixed.summary
+        self.summary_tokens, self.memory_tokens = fixed.summary_tokens, fixed.memory_tokens
+        self._prefix = fixed.messages
         self.synthetic_tokens = count_text(SYNTHETIC_RESULT_TEXT, tok) + self.profile.framing
         cp = self.checkpoint  # tool results up to cleared_through are stubs (core.clearing)
         self.cleared_through = cp.tool_results_cleared_through if cp is not None else 0

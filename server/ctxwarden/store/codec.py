@@ -28,18 +28,16 @@ from ctxwarden.core.messages import (
     Visibility,
 )
 from ctxwarden.core.session import (
-    Checkpoint,
-    CompactionTrigger,
     ContextPolicy,
     Session,
     ToolDefinition,
 )
 from ctxwarden.core.state import decode_state, encode_state
 from ctxwarden.core.tenancy import tenant_of
-from ctxwarden.store.models import CompactionRow, MessageRow, SessionRow
+from ctxwarden.store.models import MessageRow, SessionRow
 
 
-def _dumps(value: Any) -> str:
+def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
@@ -194,7 +192,7 @@ def _policy_json(p: ContextPolicy) -> str:
         d["memory_max_tokens"] = p.memory_max_tokens
     if p.memory_write:
         d["memory_write"] = p.memory_write
-    return _dumps(d)
+    return compact_json(d)
 
 
 def session_row_values(s: Session) -> dict[str, Any]:
@@ -205,11 +203,11 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "project_id": s.project_id,
         "title": s.title,
         "system_prompt": s.system_prompt,
-        "tools_json": _dumps([[t.name, t.description, t.parameters_json] for t in s.tools]),
+        "tools_json": compact_json([[t.name, t.description, t.parameters_json] for t in s.tools]),
         "model": s.model,
         "policy_json": _policy_json(s.policy),
         "pinned_state": s.pinned_state,
-        "labels_json": _dumps(dict(s.labels)),
+        "labels_json": compact_json(dict(s.labels)),
         "last_seq": s.last_seq,
         "context_tokens": s.context_tokens,
         "revision": s.revision,
@@ -254,7 +252,7 @@ def progress_values(s: Session) -> dict[str, Any]:
 
 
 def calibration_json(ratio: float, samples: int) -> str:
-    return _dumps({"n": samples, "r": ratio})
+    return compact_json({"n": samples, "r": ratio})
 
 
 SETTINGS_FIELDS = (
@@ -342,7 +340,7 @@ def memory_json(block: MemoryBlock) -> str | None:
     """The frozen memory block as stored in sessions.memory_json (NULL: none)."""
     if not block:
         return None
-    return _dumps({"text": block.text, "ids": list(block.memory_ids)})
+    return compact_json({"text": block.text, "ids": list(block.memory_ids)})
 
 
 def memory_block(text: str | None) -> MemoryBlock:
@@ -357,69 +355,3 @@ def _calibration(text: str) -> dict[str, Any]:
         return {}
     value = json.loads(text)
     return {"estimate_ratio": float(value["r"]), "estimate_samples": int(value["n"])}
-
-
-def checkpoint_details(c: Checkpoint) -> str:
-    d: dict[str, Any] = {
-        "turn_prefix_summary": c.turn_prefix_summary,
-        "split_turn": c.split_turn,
-        "read_files": list(c.read_files),
-        "modified_files": list(c.modified_files),
-        "summarizer": c.summarizer,
-        "trigger": c.trigger,
-    }
-    if c.tool_results_cleared_through:  # layered clearing (core.clearing)
-        d["tool_results_cleared_through"] = c.tool_results_cleared_through
-        d["tool_results_cleared"] = c.tool_results_cleared
-        d["tool_result_tokens_cleared"] = c.tool_result_tokens_cleared
-    if c.proposed_memory_ids:  # memories stored from durable facts (core.memory)
-        d["memories"] = list(c.proposed_memory_ids)
-    if c.memory_tokens:
-        d["memory_tokens"] = c.memory_tokens
-    return _dumps(d)
-
-
-def checkpoint_row_values(c: Checkpoint) -> dict[str, Any]:
-    return {
-        "compaction_id": c.compaction_id,
-        "session_id": c.session_id,
-        "summary": c.summary,
-        "first_kept_seq": c.first_kept_seq,
-        "tokens_before": c.tokens_before,
-        "tokens_after": c.tokens_after,
-        "at_seq": c.at_seq,
-        "superseded_at_seq": 0,
-        "details_json": checkpoint_details(c),
-        "created_at": c.create_time_us,
-    }
-
-
-def checkpoint_bytes(values: dict[str, Any]) -> int:
-    """What a stored checkpoint row costs."""
-    return len(values["summary"].encode()) + len(values["details_json"].encode()) + 128
-
-
-def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
-    d = json.loads(row.details_json or "{}")
-    return Checkpoint(
-        compaction_id=getattr(row, "origin_id", "") or row.compaction_id,
-        session_id=row.session_id,
-        summary=row.summary,
-        first_kept_seq=row.first_kept_seq,
-        tokens_before=row.tokens_before,
-        create_time_us=row.created_at,
-        turn_prefix_summary=d.get("turn_prefix_summary", ""),
-        tokens_after=row.tokens_after,
-        split_turn=d.get("split_turn", False),
-        read_files=tuple(d.get("read_files", ())),
-        modified_files=tuple(d.get("modified_files", ())),
-        summarizer=d.get("summarizer", ""),
-        trigger=CompactionTrigger(d.get("trigger", CompactionTrigger.MANUAL)),
-        at_seq=row.at_seq,
-        superseded=row.superseded_at_seq != 0,
-        tool_results_cleared_through=d.get("tool_results_cleared_through", 0),
-        tool_results_cleared=d.get("tool_results_cleared", 0),
-        tool_result_tokens_cleared=d.get("tool_result_tokens_cleared", 0),
-        proposed_memory_ids=tuple(d.get("memories", ())),
-        memory_tokens=int(d.get("memory_tokens", 0)),
-    )

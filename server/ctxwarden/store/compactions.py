@@ -11,12 +11,12 @@ from ctxwarden.core.messages import MessageState
 from ctxwarden.core.rewind import Rewind, plan_rewind
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
-from ctxwarden.store.codec import (
+from ctxwarden.store.checkpoint_codec import (
     checkpoint_bytes,
     checkpoint_from_row,
     checkpoint_row_values,
-    memory_json,
 )
+from ctxwarden.store.codec import memory_json
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.lineage import adopt_checkpoints, hand_over, take_over

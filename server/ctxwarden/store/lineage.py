@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxwarden import ids
 from ctxwarden.core.messages import Message, MessageState
-from ctxwarden.store.codec import checkpoint_bytes, message_from_row
+from ctxwarden.store.checkpoint_codec import checkpoint_bytes
+from ctxwarden.store.codec import message_from_row
 from ctxwarden.store.tables import C, M, S
 
 MAX_DEPTH = 64

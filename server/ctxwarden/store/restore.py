@@ -19,12 +19,8 @@ from ctxwarden.core.replay import (
 )
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.store import lineage
-from ctxwarden.store.codec import (
-    checkpoint_from_row,
-    message_from_row,
-    session_from_row,
-    session_with_settings,
-)
+from ctxwarden.store.checkpoint_codec import checkpoint_from_row
+from ctxwarden.store.codec import message_from_row, session_from_row, session_with_settings
 from ctxwarden.store.lineage import Segment
 from ctxwarden.store.tables import C, M, S, V
 

@@ -16,9 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ctxwarden import ids
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.store.checkpoint_codec import checkpoint_bytes, checkpoint_row_values
 from ctxwarden.store.codec import (
-    checkpoint_bytes,
-    checkpoint_row_values,
     revision_bytes,
     session_from_row,
     session_row_values,

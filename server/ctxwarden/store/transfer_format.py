@@ -35,7 +35,7 @@ from ctxwarden.store.codec import message_from_row, message_row_values
 Record = dict[str, Any]
 
 
-def _dumps(value: Any) -> str:
+def compact_json(value: Any) -> str:
     """How the store encodes its JSON columns (compact, keys sorted)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
@@ -111,13 +111,13 @@ def session_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
         "session_id": key,
         "tenant_id": tenant_of(key),
         **{k: record[k] for k in _SESSION_PLAIN},
-        "tools_json": _dumps(
+        "tools_json": compact_json(
             [[t["name"], t["description"], t["parameters_json"]] for t in record["tools"]]
         ),
-        "policy_json": _dumps(record["policy"]),
-        "labels_json": _dumps(record["labels"]),
-        "calibration_json": _dumps({"n": calibration["samples"], "r": calibration["ratio"]}),
-        "state_json": _dumps(state) if state else None,
+        "policy_json": compact_json(record["policy"]),
+        "labels_json": compact_json(record["labels"]),
+        "calibration_json": compact_json({"n": calibration["samples"], "r": calibration["ratio"]}),
+        "state_json": compact_json(state) if state else None,
         "delete_time_us": 0,
     }
 
@@ -181,7 +181,7 @@ def checkpoint_row(record: Mapping[str, Any], key: str, compaction_id: str) -> d
         "at_seq": record["at_seq"],
         "superseded_at_seq": record["superseded_at_seq"],
         "created_at": record["create_time_us"],
-        "details_json": _dumps(record["details"]),
+        "details_json": compact_json(record["details"]),
     }
 
 

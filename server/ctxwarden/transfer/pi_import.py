@@ -34,9 +34,8 @@ from ctxwarden.core.session import (
     Session,
     effective_policy,
 )
+from ctxwarden.store.checkpoint_codec import checkpoint_bytes, checkpoint_row_values
 from ctxwarden.store.codec import (
-    checkpoint_bytes,
-    checkpoint_row_values,
     message_row_values,
     revision_bytes,
     session_row_values,
