@@ -17,6 +17,7 @@ import pytest
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from ctxwarden.v1 import memory_pb2
 from ctxwarden.v1 import message_pb2 as m
 from ctxwarden.v1 import session_pb2 as ses
 from tests.fuzz.harness import FuzzTarget, Pool
@@ -140,7 +141,16 @@ def _make_pool(channel: grpc.Channel) -> Pool:
             pb.ListMessagesRequest(session_id="fuzz-plain", page_size=1), timeout=30
         ).next_page_token,
     }
-    return Pool(sessions, victims, tokens, compactable)
+    memories = [
+        stub.CreateMemory(
+            memory_pb2.CreateMemoryRequest(
+                memory=memory_pb2.Memory(user_id=user, text=fact, key=key)
+            ),
+            timeout=30,
+        ).memory_id
+        for user, fact, key in [("alice", "Prefers tabs.", "editor"), ("bob", "Writes Go.", "")]
+    ]
+    return Pool(sessions, victims, tokens, compactable, memories)
 
 
 def _report(target: FuzzTarget) -> None:

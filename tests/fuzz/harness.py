@@ -114,8 +114,9 @@ def _rpc(method: MethodDescriptor) -> Rpc:
     )
 
 
-DESTRUCTIVE_RPCS = frozenset({"DeleteSession"})
-"""RPCs fuzzed only against throw-away sessions, so the pool stays usable."""
+DESTRUCTIVE_RPCS = frozenset({"DeleteSession", "ArchiveSession"})
+"""RPCs fuzzed only against throw-away sessions, so the pool stays usable (an archived
+session refuses every write)."""
 
 RPCS: tuple[Rpc, ...] = tuple(_rpc(m) for m in SERVICE.methods)
 RPC_BY_NAME = {r.name: r for r in RPCS}
@@ -300,12 +301,14 @@ class Pool:
     compactable: list[str] = field(default_factory=list)
     """Sessions only well-paired exchanges are appended to, so they stay compactable
     (an unanswered tool call pins the cut, and fuzzed appends leave many)."""
+    memories: list[str] = field(default_factory=list)
+    """IDs of real long-term memories, for the memory RPCs."""
 
     def for_rpc(self, rpc: str) -> Pool:
         """The sessions ``rpc`` may target: only victims for an RPC that destroys them."""
         if rpc not in DESTRUCTIVE_RPCS:
             return self
-        return Pool(self.victims, self.victims, self.page_tokens, self.compactable)
+        return Pool(self.victims, self.victims, self.page_tokens, self.compactable, self.memories)
 
 
 @dataclass

@@ -1016,6 +1016,14 @@ TARGETED: dict[str, Callable[[Pool, bool], Strategy]] = {
 """Requests aimed at real sessions and known edge cases: ``(pool, hostile) -> strategy``."""
 
 
+def _register_lineage_and_memory() -> None:
+    """The fork, archive and memory RPCs' strategies live in their own module, which
+    builds on this one's helpers (so it is imported once they all exist)."""
+    from tests.fuzz.lineage_memory_strategies import LINEAGE_MEMORY_TARGETED
+
+    TARGETED.update(LINEAGE_MEMORY_TARGETED)
+
+
 def targeted_requests(rpc_name: str, pool: Pool) -> Strategy | None:
     make = TARGETED.get(rpc_name)
     if make is None:
@@ -1394,3 +1402,6 @@ def raw_payloads(desc: Descriptor, seeds: Sequence[bytes]) -> st.SearchStrategy[
         wire_messages(desc),
         st.sampled_from(SPECIAL_PAYLOADS),
     )
+
+
+_register_lineage_and_memory()

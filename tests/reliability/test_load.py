@@ -68,7 +68,9 @@ def test_agents_under_steady_load(backend_url: str, tmp_path: Path) -> None:
     # Every agent made progress, and none was starved by the others.
     turns = sorted(a.turns for a in report.agents)
     ops = sorted(a.ops for a in report.agents)
-    assert turns[0] >= 2, f"an agent completed only {turns[0]} turns"
+    # A turn is up to a dozen calls, so on a slow host an agent may finish only one in a
+    # 15 s run; starvation is judged by calls, against the median agent.
+    assert turns[0] >= 1, f"an agent completed no turn (turns {turns[:3]}..{turns[-3:]})"
     assert ops[0] >= 0.25 * statistics.median(ops), f"starved agent: ops {ops[:3]}..{ops[-3:]}"
     # The whole mix really ran, and was checked.
     by_op = data["latency_ms_by_op"]
