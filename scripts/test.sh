@@ -7,7 +7,7 @@
 # CTXWARDEN_TEST_POSTGRES_URL is set, e.g.
 # postgresql+asyncpg://postgres@127.0.0.1:5432/test, plus a private PostgreSQL
 # server for its outage test), then the TypeScript and Go clients' tests. Extra
-# arguments go to pytest.
+# arguments go to pytest (with CTXWARDEN_TEST_WORKERS=0 for one process, e.g. to use -x or -s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # System packages first, so a missing one is named here rather than deep inside a later step.
@@ -30,7 +30,14 @@ PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check server client/python tests bench
 .venv/bin/ruff format --check server client/python tests bench
 .venv/bin/mypy
-.venv/bin/python -m pytest -q "$@"
+# Two pytest workers (CTXWARDEN_TEST_WORKERS, 0 = none), each test file whole on one worker so
+# its module fixtures are made once; each worker has its own servers and databases.
+workers="${CTXWARDEN_TEST_WORKERS:-2}"
+if [[ "$workers" == "0" ]]; then
+  .venv/bin/python -m pytest -q "$@"
+else
+  .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"
+fi
 # The other clients, against real servers they start themselves.
 client/ts/test.sh
 if [[ -x client/go/test.sh ]]; then
