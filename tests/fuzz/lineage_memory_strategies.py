@@ -80,7 +80,7 @@ def _memory(pool: Pool, h: bool, memory_id: Strategy) -> st.SearchStrategy[mem.M
         text=pick(h, st.sampled_from(["Prefers tabs.", "Uses Python 3.11."]), text(h, 80)),
         labels=metadata(h),
         pinned=st.booleans(),
-        state=enum_numbers(h, 2),  # type: ignore[arg-type]
+        state=enum_numbers(h, 2),
     )
 
 
@@ -108,7 +108,7 @@ def _list_memories(pool: Pool, h: bool) -> Strategy:
         user_id=pick(h, st.sampled_from(SCOPES[:4]), st.sampled_from(SCOPES)),
         project_id=pick(h, st.sampled_from(SCOPES[:4]), st.sampled_from(SCOPES)),
         labels=metadata(h),
-        state=enum_numbers(h, 2),  # type: ignore[arg-type]
+        state=enum_numbers(h, 2),
         page_size=count(h, 0, 3, bits=32),
         page_token=pick(h, st.just(""), odd_text(30)),
         key=st.sampled_from(MEMORY_KEYS) if h else st.sampled_from(MEMORY_KEYS[:5]),
