@@ -1,21 +1,26 @@
 """A real ADK ``Runner`` with ctxwarden's session service and context plugin, beside the
 same conversation on plain ADK; ``test_adk_context.py`` runs it in the ADK virtualenv.
 
-``python adk_context_run.py TARGET`` plays 24 user turns (two of three call a tool) to an
-``LlmAgent`` whose model is :class:`ScriptedLlm`, a ``BaseLlm`` that records every request
-and answers from the request's last content only, so both runs get the same answers:
+``python adk_context_run.py TARGET [SCENARIO...]`` plays 24 user turns (two of three call
+a tool) to an ``LlmAgent`` whose model is :class:`ScriptedLlm`, a ``BaseLlm`` that records
+every request and answers from the request's last content only, so every run gets the
+same answers. The plain run has ``InMemorySessionService`` and no plugin; each scenario
+plays the conversation again with ``CtxwardenSessionService`` on the server at TARGET
+and ``CtxwardenContextPlugin``:
 
-- plain: ``InMemorySessionService``, no plugin;
-- ctxwarden: ``CtxwardenSessionService`` on the server at TARGET with a small compaction
-  threshold, and ``CtxwardenContextPlugin`` compacting with a scripted summariser.
+- ``agent-summary`` (the default): a small compaction threshold, the plugin compacting
+  with a scripted summariser; ``server-summary``: the same with the server's summariser
+  (a server started with ``--summarizer``). Checked request by request: (a) before the
+  first compaction the contents equal the plain run's; (b) from then on they are
+  ctxwarden's summary followed by the kept turns exactly as plain ADK renders them (the
+  tail of the plain request), one content per message of ctxwarden's effective context,
+  and shorter than the plain request; (c) in every request of both runs each function
+  call is followed by its response and each response preceded by its call; the system
+  instruction and tools are the plain run's.
+- ``stubs``: ``keep_tool_results=2``: all but the newest two tool outputs are ctxwarden's
+  stubs, everything else is the plain run's request.
 
-It checks, request by request: (a) before the first compaction the contents equal the
-plain run's; (b) from then on they are ctxwarden's summary followed by the kept turns,
-exactly as plain ADK renders them (the tail of the plain request), matching ctxwarden's
-effective context message for message, and shorter than the plain request; (c) in every
-request of both runs each function call is followed by its response and each response
-preceded by its call; and the system instruction and tools are the plain run's. On
-success it prints one JSON line of counts.
+On success it prints one JSON line of counts per scenario.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from ctxwarden_client.v1 import message_pb2 as m
 
 TURNS = 24
 USER = "u1"
+SESSION = "s1"
 SUMMARY_HEAD = "The conversation history before this point was compacted"
 POLICY = session_pb2.ContextPolicy(
     context_window=640, reserve_tokens=200, keep_recent_tokens=160, tokenizer="heuristic"
@@ -114,9 +120,7 @@ class Probe(BasePlugin):  # type: ignore[misc]
         sent.ctxwarden, sent.compaction_id = self.pending
 
 
-async def play(
-    model: str, service: BaseSessionService, plugins: list[BasePlugin], session_id: str
-) -> list[Sent]:
+async def play(model: str, service: BaseSessionService, plugins: list[BasePlugin]) -> list[Sent]:
     RECORDS[model] = []
     agent = LlmAgent(
         name="clerk",
@@ -126,11 +130,11 @@ async def play(
     )
     app = App(name="shop", root_agent=agent, plugins=plugins)
     runner = Runner(app=app, session_service=service)
-    await service.create_session(app_name="shop", user_id=USER, session_id=session_id)
+    await service.create_session(app_name="shop", user_id=USER, session_id=SESSION)
     for turn in range(1, TURNS + 1):
         text = f"Turn {turn}: what does item {turn} cost, and is it in stock today?"
         message = types.Content(role="user", parts=[types.Part(text=text)])
-        async for _ in runner.run_async(user_id=USER, session_id=session_id, new_message=message):
+        async for _ in runner.run_async(user_id=USER, session_id=SESSION, new_message=message):
             pass
     return RECORDS[model]
 
@@ -158,7 +162,8 @@ def check_compacted(sent: Sent, plain: Sent, summaries: list[str]) -> None:
     head, kept = sent.contents[0], sent.contents[1:]
     text = head["parts"][0]["text"]
     assert head["role"] == "user" and text.startswith(SUMMARY_HEAD), head
-    assert any(s in text for s in summaries), text
+    assert "<summary>" in text and (not summaries or "SUMMARY-" in text), text
+    assert [text] == [b.text.text for b in sent.ctxwarden[0].content], sent.ctxwarden[0]
     assert len(sent.contents) < len(plain.contents)
     assert kept == plain.contents[len(plain.contents) - len(kept) :]
     assert len(sent.contents) == len(sent.ctxwarden), (len(sent.contents), len(sent.ctxwarden))
@@ -166,14 +171,19 @@ def check_compacted(sent: Sent, plain: Sent, summaries: list[str]) -> None:
     for content, message in zip(kept, sent.ctxwarden[1:], strict=True):
         assert content["role"] == role_of(message), (content, message)
         texts = [b.text.text for b in message.content if b.WhichOneof("block") == "text"]
-        if message.role != m.ROLE_TOOL_RESULT:
+        if message.role == m.ROLE_TOOL_RESULT:
+            assert [json.loads(texts[0])] == [
+                p["function_response"]["response"] for p in content["parts"]
+            ]
+        else:
             assert [p["text"] for p in content["parts"] if "text" in p] == texts
 
 
-async def main(target: str) -> dict[str, int]:
-    token = secrets.token_hex(4)
-    session_id = f"s-{token}"
-    plain = await play(f"plain-{token}", InMemorySessionService(), [], session_id)
+async def compaction(
+    target: str, token: str, plain: list[Sent], agent_side: bool
+) -> dict[str, int]:
+    """(a), (b), (c) with compaction by the plugin: agent-side (a scripted summariser)
+    or by the server's summariser (``auto_compact``)."""
     summaries: list[str] = []
 
     def summarize(system: str, prompt: str, max_tokens: int) -> str:
@@ -182,17 +192,18 @@ async def main(target: str) -> dict[str, int]:
 
     with Client(target) as client:
         template = session_pb2.Session(policy=POLICY)
-        service = CtxwardenSessionService(client, template=template, namespace=f"adkctx{token}")
-        key = service.key("shop", USER, session_id)
-        model = f"ctxwarden-{token}"
-        plugins = [CtxwardenContextPlugin(service, summarizer=summarize), Probe(client, key, model)]
-        sent = await play(model, service, plugins, session_id)
+        side = "agent" if agent_side else "server"
+        service = CtxwardenSessionService(client, template=template, namespace=side + token)
+        key = service.key("shop", USER, SESSION)
+        model = f"{side}-{token}"
+        plugin = CtxwardenContextPlugin(service, summarizer=summarize if agent_side else None)
+        sent = await play(model, service, [plugin, Probe(client, key, model)])
         compactions = list(client.list_compactions(key))
 
     assert len(sent) == len(plain) > TURNS, (len(sent), len(plain))
     first = next(i for i, s in enumerate(sent) if s.compaction_id)
     assert first > 0 and len(compactions) >= 2, (first, len(compactions))
-    assert len(summaries) >= len(compactions)  # two for a split turn
+    assert len(summaries) >= len(compactions) if agent_side else not summaries
     for i, (ours, theirs) in enumerate(zip(sent, plain, strict=True)):
         check_pairs(ours.contents)
         check_pairs(theirs.contents)
@@ -212,5 +223,43 @@ async def main(target: str) -> dict[str, int]:
     }
 
 
+async def stubs(target: str, token: str, plain: list[Sent]) -> dict[str, int]:
+    """Tool outputs: with keep_tool_results=2 the older ones are ctxwarden's stubs, the
+    rest of each request is the plain run's."""
+    policy = session_pb2.ContextPolicy(keep_tool_results=2, tokenizer="heuristic")
+    with Client(target) as client:
+        template = session_pb2.Session(policy=policy)
+        service = CtxwardenSessionService(client, template=template, namespace="stubs" + token)
+        sent = await play(f"stubs-{token}", service, [CtxwardenContextPlugin(service)])
+    stubbed = 0
+    for ours, theirs in zip(sent, plain, strict=True):
+        check_pairs(ours.contents)
+        assert len(ours.contents) == len(theirs.contents)
+        results = [i for i, c in enumerate(theirs.contents) if "function_response" in c["parts"][0]]
+        for i, (content, original) in enumerate(zip(ours.contents, theirs.contents, strict=True)):
+            if i in results[:-2]:
+                (part,) = content["parts"]
+                assert part["function_response"]["name"] == "lookup"
+                stub = part["function_response"]["response"]["result"]
+                assert stub.startswith("[ctxwarden: older tool output omitted"), stub
+                stubbed += 1
+            else:
+                assert content == original
+    assert stubbed > TURNS
+    return {"requests": len(sent), "stubbed_outputs": stubbed}
+
+
+async def main(target: str, scenarios: list[str]) -> dict[str, dict[str, int]]:
+    token = secrets.token_hex(4)
+    plain = await play(f"plain-{token}", InMemorySessionService(), [])
+    out: dict[str, dict[str, int]] = {}
+    for name in scenarios:
+        if name == "stubs":
+            out[name] = await stubs(target, token, plain)
+        else:
+            out[name] = await compaction(target, token, plain, agent_side=name == "agent-summary")
+    return out
+
+
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(sys.argv[1]))))
+    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2:] or ["agent-summary"]))))
