@@ -5,13 +5,14 @@ test extra's environment; frameworks.py makes it from PyPI once)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.frameworks.frameworks import SUITES, python_for
+from tests.frameworks.frameworks import CLIENT, SUITES, python_for
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.frameworks
@@ -24,6 +25,8 @@ def _run(target: str, cwd: Path, *scenarios: str) -> dict[str, Any]:
     proc = subprocess.run(
         [python_for(adk), str(SCRIPT), target, *scenarios],
         cwd=cwd,
+        # This checkout's client first: the ADK virtualenv is shared by every checkout.
+        env={**os.environ, "PYTHONPATH": str(CLIENT)},
         capture_output=True,
         text=True,
         timeout=600,

@@ -158,7 +158,8 @@ def apply_context(
     if context.compacted:
         cut = next((i for i, e in enumerate(events) if e.id in context.kept), len(events))
     shown = [i for i, e in enumerate(events) if e.content is not None and e.content.parts]
-    first = shown[0] if shown else -1
+    said = (i for i in shown if any(not p.thought for p in events[i].content.parts))
+    first = next(said, -1)  # the first event ADK sends, unless it leaves out the history
     wanted: dict[str, list[int]] = {}
     for i in shown:
         if i < cut or i == first or events[i].id in context.outputs:
