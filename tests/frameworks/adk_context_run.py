@@ -19,6 +19,7 @@ and ``CtxwardenContextPlugin``:
   instruction and tools are the plain run's.
 - ``stubs``: ``keep_tool_results=2``: all but the newest two tool outputs are ctxwarden's
   stubs, everything else is the plain run's request.
+- ``units``: ``apply_context`` on hand-made events (no server).
 
 On success it prints one JSON line of counts per scenario.
 """
@@ -35,6 +36,7 @@ from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
+from google.adk.events import Event
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -45,7 +47,11 @@ from google.genai import types
 
 from ctxwarden_client import Client, session_pb2
 from ctxwarden_client.integrations.adk import CtxwardenSessionService
-from ctxwarden_client.integrations.adk_context import CtxwardenContextPlugin
+from ctxwarden_client.integrations.adk_context import (
+    CtxwardenContextPlugin,
+    EffectiveContext,
+    apply_context,
+)
 from ctxwarden_client.v1 import message_pb2 as m
 
 TURNS = 24
@@ -249,12 +255,46 @@ async def stubs(target: str, token: str, plain: list[Sent]) -> dict[str, int]:
     return {"requests": len(sent), "stubbed_outputs": stubbed}
 
 
+def units() -> dict[str, int]:
+    """``apply_context`` on hand-made events: what is not an event's stays where ADK put
+    it; a prefix without a compaction (a memory block) goes before the first event's
+    content; nothing is added when ADK sends none of the history (include_contents
+    "none"); a kept content equal to a compacted one stays."""
+
+    def said(role: str, text: str) -> types.Content:
+        return types.Content(role=role, parts=[types.Part(text=text)])
+
+    events = [
+        Event(author="user" if i % 2 == 0 else "clerk", content=said(role, text))
+        for i, (role, text) in enumerate(
+            [("user", "hi"), ("model", "hello"), ("user", "hi"), ("model", "bye")]
+        )
+    ]
+    contents = [e.content.model_copy() for e in events]
+    added = said("user", "an instruction ADK inserts")
+    prefix = [said("user", "<summary>")]
+    compacted = EffectiveContext(prefix, True, frozenset(e.id for e in events[2:]), {})
+    assert apply_context([added, *contents], events, compacted) == [added, *prefix, *contents[2:]]
+    assert apply_context(contents[2:], events, compacted) == contents[2:]
+    memory = EffectiveContext(prefix, False, frozenset(e.id for e in events), {})
+    assert apply_context([*contents[:3], added, contents[3]], events, memory) == [
+        *prefix,
+        *contents[:3],
+        added,
+        contents[3],
+    ]
+    assert apply_context(contents[1:], events, memory) == contents[1:]
+    return {"cases": 4}
+
+
 async def main(target: str, scenarios: list[str]) -> dict[str, dict[str, int]]:
     token = secrets.token_hex(4)
     plain = await play(f"plain-{token}", InMemorySessionService(), [])
     out: dict[str, dict[str, int]] = {}
     for name in scenarios:
-        if name == "stubs":
+        if name == "units":
+            out[name] = units()
+        elif name == "stubs":
             out[name] = await stubs(target, token, plain)
         else:
             out[name] = await compaction(target, token, plain, agent_side=name == "agent-summary")

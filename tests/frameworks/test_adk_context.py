@@ -44,7 +44,8 @@ def _compacted(counts: dict[str, int]) -> None:
 
 
 def test_agent_side_compaction_and_stubbed_outputs(server_target: str, tmp_path: Path) -> None:
-    counts = _run(server_target, tmp_path, "agent-summary", "stubs")
+    counts = _run(server_target, tmp_path, "units", "agent-summary", "stubs")
+    assert counts["units"]["cases"] == 4
     _compacted(counts["agent-summary"])
     assert counts["stubs"]["stubbed_outputs"] > 24
 

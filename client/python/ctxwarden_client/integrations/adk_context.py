@@ -29,8 +29,9 @@ request's contents to match it:
 So until ctxwarden changes something (a compaction, a truncated or stubbed tool output,
 a memory block) the request is exactly the one ADK built. A content is taken to come
 from an event when it equals that event's content, function-call ids aside (ADK sends
-copies of event contents); contents are matched to events in order. Only public ADK API
-is used.
+copies of event contents), matched in order from the newest; a content ADK derives
+from an event in its own way (another agent's reply, rewritten as "For context: ...")
+matches none and stays. Only public ADK API is used.
 """
 
 from __future__ import annotations
@@ -144,46 +145,51 @@ def _with_output(content: types.Content, text: str) -> types.Content:
     return content.model_copy(update={"parts": parts})
 
 
+def _events_of(contents: Sequence[types.Content], events: Sequence[Event]) -> list[int | None]:
+    """For each content, the index of the event it was made of (None: none of them).
+
+    Matched from the end, each content to the latest event not after the one matched
+    to the content after it: the kept events are the history's tail, so a content that
+    could be a compacted event's or a kept one's is taken for the kept one's."""
+    positions: dict[str, list[int]] = {}
+    for i, event in enumerate(events):
+        if event.content is not None and event.content.parts:
+            positions.setdefault(_key(event.content), []).append(i)
+    found: list[int | None] = [None] * len(contents)
+    j = len(events) - 1
+    for k in range(len(contents) - 1, -1, -1):
+        candidates = positions.get(_key(contents[k]), [])
+        at = bisect.bisect_right(candidates, j) - 1
+        if at >= 0:
+            found[k] = j = candidates[at]
+            j -= 1
+    return found
+
+
 def apply_context(
     contents: Sequence[types.Content], events: Sequence[Event], context: EffectiveContext
 ) -> list[types.Content]:
-    """ADK's ``contents`` (built from ``events``) edited to follow ``context``.
-
-    Walks the contents in order; a content equal to the content of the next (or a
-    later) event of interest is that event's: dropped when the event was
-    compacted, given ctxwarden's tool output when that changed. The prefix goes
-    where the first dropped content was or, with nothing compacted, before the
-    content of the session's first event, when ADK sends it."""
+    """ADK's ``contents`` (built from ``events``) edited to follow ``context``: the
+    contents of compacted events dropped, the prefix where the first of them was (with
+    nothing compacted: before the content of the session's first event, when ADK sends
+    it), changed tool outputs put in; other contents stay as they are."""
     cut = 0
     if context.compacted:
         cut = next((i for i, e in enumerate(events) if e.id in context.kept), len(events))
-    shown = [i for i, e in enumerate(events) if e.content is not None and e.content.parts]
-    said = (i for i in shown if any(not p.thought for p in events[i].content.parts))
-    first = next(said, -1)  # the first event ADK sends, unless it leaves out the history
-    wanted: dict[str, list[int]] = {}
-    for i in shown:
-        if i < cut or i == first or events[i].id in context.outputs:
-            wanted.setdefault(_key(events[i].content), []).append(i)
-    last = max((p[-1] for p in wanted.values()), default=-1)
+    said = (
+        i
+        for i, e in enumerate(events)
+        if e.content is not None and any(not p.thought for p in e.content.parts or [])
+    )
+    first = next(said, -1)
     out: list[types.Content] = []
     prefix_at: int | None = None
-    j = 0
-    for k, content in enumerate(contents):
-        if j > last:
-            out.extend(contents[k:])  # past every event of interest
-            break
-        positions = wanted.get(_key(content), [])
-        at = bisect.bisect_left(positions, j)
-        if at == len(positions):
-            out.append(content)  # not from an event of interest (or added by ADK)
+    for content, i in zip(contents, _events_of(contents, events), strict=True):
+        if i is not None and (i < cut or i == first) and prefix_at is None:
+            prefix_at = len(out)
+        if i is not None and i < cut:
             continue
-        found = positions[at]
-        j = found + 1
-        if found < cut or found == first:
-            prefix_at = len(out) if prefix_at is None else prefix_at
-        if found < cut:
-            continue
-        output = context.outputs.get(events[found].id)
+        output = None if i is None else context.outputs.get(events[i].id)
         out.append(content if output is None else _with_output(content, output))
     if prefix_at is not None:
         out[prefix_at:prefix_at] = context.prefix
