@@ -1,6 +1,6 @@
 """The README's adapter examples run as written against a real server.
 
-The ADK example runs in the ADK suite's own virtualenv (tests/frameworks/frameworks.py:
+The ADK examples run in the ADK suite's own virtualenv (tests/frameworks/frameworks.py:
 google-adk 2.13.0 cannot share the test extra's environment).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.frameworks.frameworks import SUITES, python_for
+from tests.frameworks.frameworks import CLIENT, SUITES, python_for
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -29,7 +29,8 @@ def _run(code: str, target: str, cwd: Path, python: str = sys.executable) -> lis
     proc = subprocess.run(
         [python, "-c", code],
         cwd=cwd,
-        env={**os.environ, "CTXWARDEN_TARGET": target},
+        # This checkout's client first: the ADK virtualenv is shared by every checkout.
+        env={**os.environ, "CTXWARDEN_TARGET": target, "PYTHONPATH": str(CLIENT)},
         capture_output=True,
         text=True,
         timeout=300,
@@ -65,4 +66,13 @@ def test_adk_example(server_target: str, tmp_path: Path) -> None:
     expected = _commented(code)
     (adk,) = [s for s in SUITES if s.name == "adk"]
     code = code.replace('"shop"', f'"shop-{tmp_path.name}"')
+    assert _run(code, server_target, tmp_path, python_for(adk)) == expected
+
+
+@pytest.mark.frameworks
+def test_adk_context_example(server_target: str, tmp_path: Path) -> None:
+    code = _example("adk-context")
+    expected = _commented(code)
+    (adk,) = [s for s in SUITES if s.name == "adk"]
+    code = code.replace('"count"', f'"count-{tmp_path.name}"')
     assert _run(code, server_target, tmp_path, python_for(adk)) == expected

@@ -17,6 +17,7 @@ suites against a server (by default a fresh one on SQLite) and prints the table.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shutil
 import subprocess
@@ -147,28 +148,32 @@ def source_tree(suite: Suite) -> Path:
 
 
 def python_for(suite: Suite) -> str:
-    """The interpreter of the suite: this one, or its own virtualenv's (made once)."""
+    """The interpreter of the suite: this one, or its own virtualenv's (made once; a lock
+    file keeps two test workers from making or installing into it at the same time)."""
     if not suite.venv:
         return sys.executable
     venv = cache_dir() / f"venv-{suite.name}-{suite.version}"
     python = venv / "bin" / "python"
-    if not (venv / ".complete").exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".complete").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", *suite.venv],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            (venv / ".complete").touch()
+        # The client as it is in this checkout (not cached: it changes with the code).
         subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", *suite.venv],
+            [str(python), "-m", "pip", "install", "--quiet", "-e", str(CLIENT)],
             check=True,
             capture_output=True,
             text=True,
         )
-        (venv / ".complete").touch()
-    # The client as it is in this checkout (not cached: it changes with the code).
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "-e", str(CLIENT)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
     return str(python)
 
 

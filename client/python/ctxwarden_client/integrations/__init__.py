@@ -5,7 +5,9 @@ Each module needs its framework (the client's extras install the tested versions
 - :mod:`ctxwarden_client.integrations.openai_agents` (``ctxwarden-client[openai-agents]``):
   ``CtxwardenSession``, an OpenAI Agents SDK session with compaction.
 - :mod:`ctxwarden_client.integrations.adk` (``ctxwarden-client[adk]``):
-  ``CtxwardenSessionService``, a Google ADK session service.
+  ``CtxwardenSessionService``, a Google ADK session service, and
+  :mod:`ctxwarden_client.integrations.adk_context`: ``CtxwardenContextPlugin``, the ADK
+  plugin that sends the model ctxwarden's effective context (compaction included).
 - :mod:`ctxwarden_client.integrations.langchain` (``ctxwarden-client[langchain]``):
   ``CtxwardenChatMessageHistory`` and ``CtxwardenContextMiddleware``.
 

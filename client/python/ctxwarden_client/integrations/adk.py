@@ -22,6 +22,10 @@ ADK's storage revision marker, and ``append_event`` appends with
 ``expected_last_seq`` = that marker, so an append to a session that changed since
 it was read fails with ADK's ``StaleSessionError`` ("modified in storage") and
 stores nothing.
+
+ADK still builds each model request from all of a session's events: for ctxwarden's
+compaction to reach the model, add the plugin of
+:mod:`~ctxwarden_client.integrations.adk_context` to the app.
 """
 
 from __future__ import annotations

@@ -26,10 +26,9 @@ one session works from any event loop (``Runner.run_sync`` makes its own).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from agents.memory.session_settings import (
@@ -42,6 +41,7 @@ from .._errors import AbortedError, FailedPreconditionError, InvalidArgumentErro
 from .._sync_client import Client
 from ..v1 import context_service_pb2 as pb
 from ..v1 import session_pb2
+from ._compaction import Summarizer, compact_with
 from ._store import SessionStore
 from .responses_items import item_to_message, message_to_items, opaque_message
 from .session_ids import session_key
@@ -56,8 +56,6 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _POP_ATTEMPTS = 20
-Summarizer = Callable[[str, str, int], "str | Awaitable[str]"]
-"""``(system, prompt, max_tokens) -> summary``: your LLM, sync or async."""
 
 
 class CtxwardenSession:
@@ -232,24 +230,7 @@ class CtxwardenSession:
             logger.warning("ctxwarden session %s was not compacted", sid, exc_info=True)
 
     async def _compact_with(self, summarizer: Summarizer) -> None:
-        sid = self.ctxwarden_session_id
-        plan = await self._run(lambda: self.client.prepare_compaction(sid))
-        summary = await _answer(summarizer, plan.history_prompt)
-        prefix = ""
-        if plan.split_turn:
-            prefix = await _answer(summarizer, plan.turn_prefix_prompt)
-        await self._run(
-            lambda: self.client.commit_compaction(
-                sid, plan.plan_id, summary, turn_prefix_summary=prefix
-            )
-        )
-
-
-async def _answer(summarizer: Summarizer, prompt: pb.SummaryPrompt) -> str:
-    answer = summarizer(prompt.system, prompt.user, prompt.max_tokens)
-    if inspect.isawaitable(answer):
-        return await answer
-    return answer
+        await compact_with(self.client, self.ctxwarden_session_id, summarizer, self._run)
 
 
 def _plain(item: object) -> dict[str, Any]:
