@@ -33,7 +33,7 @@ from tests.transfer.support import cli
 LINEAGE = {
     # fork (the mark of its leaf): (the mark of its parent's leaf, parent_seq)
     "early": ("main", 8),
-    "beforeCompaction": ("main", 16),
+    "beforeCompaction": ("main", 15),  # its own copy of seq 16, before the compaction
     "afterCompaction": ("main", 16),
     "late": ("main", 24),
     "offLate": ("late", 28),
@@ -137,6 +137,27 @@ def test_every_branch_becomes_a_fork_with_pis_context(
         c.append_messages(fork, [user("one more"), assistant("done")])
         assert len(c.build_model_input(fork).messages) == seen + 2
         assert c.build_model_input(ids["late"]) == before
+
+
+def test_a_fork_off_the_entry_before_a_compaction_never_falls_back_to_it(
+    tree: dict[str, Any], server: ServerProcess, backend_url: str
+) -> None:
+    """A rewind in a fork may fall back to a checkpoint it inherited; the branch
+    that leaves the main line just before the compaction never had that one."""
+    sid = f"pitree-{secrets.token_hex(3)}"
+    _import(tree["file"], backend_url, sid)
+    fork = _ids(sid, tree["marks"])["beforeCompaction"]
+    with Client(server.target) as c:
+        before = c.build_model_input(fork)
+        last = c.get_session(fork).last_seq
+        c.append_messages(fork, [user("more " * 200), assistant("ok " * 200), user("and?")])
+        plan = c.prepare_compaction(fork, keep_recent_tokens=50)
+        prefix = "The turn so far." if plan.split_turn else ""
+        c.commit_compaction(fork, plan.plan_id, "Everything so far.", turn_prefix_summary=prefix)
+        assert c.build_model_input(fork).summary
+        c.rollback_turn(fork, to_seq=last)
+        after = c.build_model_input(fork)
+    assert not after.summary and after.messages == before.messages
 
 
 def _corrupt_leaf(tree: dict[str, Any], mark: str, path: Path) -> str:

@@ -33,7 +33,9 @@ def test_the_last_entry_is_the_session_and_the_other_leaves_fork_in_file_order()
     ]
     assert _shape(entries) == [
         ("e", -1, 0, 0),
-        ("y", 0, 2, 2),
+        # b (seq 2) is followed by the compaction on the main line: a fork after seq 2
+        # would inherit it, so this one leaves at seq 1 and stores its own copy of b.
+        ("y", 0, 2, 1),
         ("z", 1, 3, 3),
         ("w", 0, 3, 2),
     ]

@@ -15,7 +15,8 @@ path order:
   ``at_seq`` the seq of the entry before it.
 
 A fork is stored as ForkSession stores one: the messages up to its branch
-point (``parent_seq``) are its parent's rows, read through the lineage; it
+point (``parent_seq``; see pi_tree for when it is one less) are its parent's
+rows, read through the lineage; it
 holds the messages after it, a copy of the checkpoint in force at the branch
 point (a checkpoint record marked ``inherited``, under the original's ID) and
 the checkpoints of the compactions after it. A fork's ID is ``SESSION_ID.LEAF``
@@ -108,7 +109,7 @@ def read_pi(lines: Sequence[str] | Iterator[str]) -> PiFile:
         raise ValueError("not a pi session file (empty)")
     if int(header.get("version", 1)) < 3:
         raise ValueError("pi session files before version 3: open them in pi once to migrate")
-    found = branches(entries) or [Branch("", (), -1, 0)]
+    found = branches(entries) or [Branch("", (), -1, 0, 0)]
     covered = sum(len(b.path) - b.shared for b in found)
     return PiFile(header, found, len(entries) - covered)
 
@@ -124,8 +125,7 @@ def pi_sessions(
     out = []
     for name, b in zip(names, pi.branches, strict=True):
         parent = names[b.parent] if b.parent >= 0 else ""
-        seq = b.parent_seq if parent else 0
-        out.append(PiSession(name, b.leaf, parent, seq, builder.records(b, name)))
+        out.append(PiSession(name, b.leaf, parent, b.parent_seq, builder.records(b, name)))
     return out
 
 
@@ -198,8 +198,7 @@ class _Builder:
                     create_time_us=max(c.create_time_us, after),
                 )
             )
-        fork = b.parent >= 0
-        parent_seq = b.parent_seq if fork else 0
+        fork, parent_seq = b.parent >= 0, b.parent_seq
         # A fork holds the checkpoint in force at its branch point (a copy) and its own.
         in_force = max((n for n, _, _ in found if n < b.shared), default=-1)
         held = [

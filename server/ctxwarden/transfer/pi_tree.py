@@ -11,7 +11,12 @@ comes after the branch it forks from; the other leaves go in file order.
 
 A seq is the position of an entry on its path counting every entry but
 compactions (those become checkpoints): entries shared by two paths have the
-same seq on both, so a fork's ``parent_seq`` is the seq of its branch point.
+same seq on both, so a fork's ``parent_seq`` is the seq of its branch point,
+with one exception. A checkpoint belongs to the seq it was made after
+(``at_seq``), and a fork made after that seq inherits it; so when the parent's
+path goes on from the branch point with a compaction the fork does not have, the
+fork leaves one seq earlier and stores its copy of the last shared message
+itself (as a rollback into inherited rows does, see store/lineage.py).
 """
 
 from __future__ import annotations
@@ -38,11 +43,8 @@ class Branch:
     """Index of the branch it forks from (in the list of ``branches``); -1: the session."""
     shared: int
     """How many entries at the start of ``path`` it shares with that branch."""
-
-    @property
-    def parent_seq(self) -> int:
-        """The seq of the branch point: the last seq the fork reads from its parent."""
-        return seq_count(self.path[: self.shared])
+    parent_seq: int
+    """The last seq the fork reads from its parent (0 for the session)."""
 
 
 def seq_count(entries: Sequence[Entry]) -> int:
@@ -88,8 +90,16 @@ def branches(entries: Sequence[Entry]) -> list[Branch]:
                 break
         for e in path[shared:]:
             owner[e["id"]] = len(out)
-        out.append(Branch(str(leaf["id"]), tuple(path), parent, shared))
+        parent_seq = seq_count(path[:shared]) if out else 0
+        if out and parent_seq and _compaction_next(out[parent].path, shared):
+            parent_seq -= 1
+        out.append(Branch(str(leaf["id"]), tuple(path), parent, shared, parent_seq))
     return out
+
+
+def _compaction_next(path: tuple[Entry, ...], shared: int) -> bool:
+    """Whether ``path`` goes on after its first ``shared`` entries with a compaction."""
+    return len(path) > shared and path[shared]["type"] == "compaction"
 
 
 def fork_id(session_id: str, leaf: str) -> str:
