@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ctxwarden.transfer.pi_import import pi_sessions, read_pi
 from ctxwarden.transfer.pi_tree import branches, fork_id, seq_count
 
 
@@ -80,3 +81,11 @@ def test_fork_ids() -> None:
     assert fork_id("s1", "x" * 65) == "s1." + hashlib.sha256(b"x" * 65).hexdigest()[:12]
     with pytest.raises(ValueError, match="no valid session ID"):
         fork_id("s" * 250, "0af3eb1d")
+
+
+def test_a_malformed_session_id_is_refused() -> None:
+    pi = read_pi(['{"type":"session","version":3,"id":"x","timestamp":"2026-01-02T03:04:05Z"}'])
+    with pytest.raises(ValueError, match="malformed"):
+        pi_sessions(pi, "no spaces please")
+    [session] = pi_sessions(pi, "ok")
+    assert session.parent_id == "" and next(session.records)["last_seq"] == 0

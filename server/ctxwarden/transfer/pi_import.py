@@ -42,6 +42,7 @@ from ctxwarden.core.session import (
     Session,
     effective_policy,
 )
+from ctxwarden.core.validation import SESSION_ID_RE
 from ctxwarden.store.checkpoint_codec import checkpoint_bytes, checkpoint_row_values
 from ctxwarden.store.codec import (
     message_row_values,
@@ -67,12 +68,7 @@ class PiFile:
     branches: list[Branch]
     """The active branch first, then the others, each after the one it forks from."""
     skipped: int
-    """Entries on no branch (their parentId links form a cycle)."""
-
-    @property
-    def path(self) -> tuple[Entry, ...]:
-        """Root to leaf: the active branch."""
-        return self.branches[0].path
+    """Entries on no branch (their parentId links form a cycle no leaf hangs from)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +114,8 @@ def pi_sessions(
     pi: PiFile, session_id: str, *, system_prompt: str = "", model: str = "", tokenizer: str = ""
 ) -> list[PiSession]:
     """The session (first) and its forks, each after the session it forks from."""
+    if not SESSION_ID_RE.fullmatch(session_id):
+        raise ValueError(f"the session ID {session_id[:270]!r} is malformed")
     names = [session_id, *(fork_id(session_id, b.leaf) for b in pi.branches[1:])]
     if len(set(names)) != len(names):
         raise ValueError("two leaves of the file give the same fork ID")
