@@ -3,10 +3,12 @@
 //   node pi_sessions.mjs write DIR      writes one session file per scenario into DIR
 //   node pi_sessions.mjs context FILE…  opens each file
 //
-// Both print a JSON array, one item per file: {name, file, entries, pathEntries, messages, llm}.
-// messages is buildSessionContext().messages (pi's AgentMessages), llm is what pi sends
-// the model: convertToLlm(messages) without errored or aborted assistant messages (pi-ai's
-// transformMessages skips those when it builds a provider request).
+// Both print a JSON array, one item per file: {name, file, entries, pathEntries, leaf, messages,
+// llm, leaves, marks}. leaf is the entry pi opens the file at (the last one). messages is buildSessionContext().messages (pi's AgentMessages), llm is what
+// pi sends the model: convertToLlm(messages) without errored or aborted assistant messages
+// (pi-ai's transformMessages skips those when it builds a provider request). leaves has one
+// item per leaf of the file's tree, {id, llm}: the file opened again and branched to the leaf
+// (SessionManager.branch), its context as llm above. marks names entries of a scenario.
 import { convertToLlm, SessionManager } from "@mariozechner/pi-coding-agent";
 
 let clock = Date.UTC(2026, 0, 2, 3, 4, 5);
@@ -102,6 +104,73 @@ const scenarios = {
 		sm.branchWithSummary(firsts[1], "Went back to file 1.");
 		turn(sm, 40);
 	},
+	// Branches of every kind: off the main line before and after a compaction (and right
+	// before it), off other branches (forks of forks) before and after a branch's own
+	// compaction, a compaction at the branch point, branch summaries, a second root.
+	tree(sm, mark) {
+		const firsts = [];
+		for (let n = 0; n < 4; n++) firsts.push(turn(sm, n));
+		const endT1 = sm.getBranch()[7].id;
+		const endT3 = sm.getLeafId();
+		const c1 = sm.appendCompaction("Files 0 and 1 were read.", firsts[2], 5000, {
+			readFiles: ["0.py", "1.py"],
+			modifiedFiles: [],
+		});
+		mark("c1", c1);
+		turn(sm, 4);
+		const endT4 = sm.getLeafId();
+		turn(sm, 5);
+		const endT5 = sm.getLeafId();
+		turn(sm, 6);
+		const endT6 = sm.getLeafId();
+
+		sm.branch(endT1); // before the compaction
+		turn(sm, 100);
+		mark("early", sm.getLeafId());
+		sm.branch(endT3); // the entry just before the compaction: not in force there
+		turn(sm, 101);
+		mark("beforeCompaction", sm.getLeafId());
+		sm.branch(c1); // the compaction itself: in force
+		turn(sm, 102);
+		mark("afterCompaction", sm.getLeafId());
+		sm.branch(endT5);
+		turn(sm, 103);
+		const end103 = sm.getLeafId();
+		turn(sm, 104);
+		mark("late", sm.getLeafId());
+		sm.branch(end103); // off the branch "late": a fork of a fork
+		sm.appendThinkingLevelChange("high");
+		turn(sm, 105);
+		sm.appendLabelChange(end103, "retry");
+		mark("offLate", sm.getLeafId());
+		sm.branch(endT4); // a branch with a compaction of its own
+		turn(sm, 106);
+		const end106 = sm.getLeafId();
+		const first107 = turn(sm, 107);
+		const c2 = sm.appendCompaction("Files 4, 106 and 107 were read.", first107, 7000);
+		turn(sm, 108);
+		mark("ownCompaction", sm.getLeafId());
+		sm.branchWithSummary(c2, "Tried file 108; not needed."); // after that compaction
+		turn(sm, 109);
+		mark("afterForkCompaction", sm.getLeafId());
+		sm.branch(end106); // before it
+		turn(sm, 110);
+		mark("beforeForkCompaction", sm.getLeafId());
+		sm.branch(endT6); // a compaction right at the branch point
+		sm.appendCompaction("Files 0-6 were read.", firsts[0], 9000);
+		turn(sm, 111);
+		mark("compactionAtBranchPoint", sm.getLeafId());
+		sm.resetLeaf(); // a second root: shares nothing
+		turn(sm, 112);
+		mark("newRoot", sm.getLeafId());
+		sm.branchWithSummary(firsts[0], "Started over after the first question.");
+		turn(sm, 113);
+		mark("offRoot", sm.getLeafId());
+
+		sm.branch(endT6); // the main line goes on: the file's last entry
+		turn(sm, 7);
+		mark("main", sm.getLeafId());
+	},
 	extras(sm) {
 		turn(sm, 0);
 		sm.appendCustomMessageEntry("reminder", "Remember: tests first.", true, { from: "ext" });
@@ -131,18 +200,35 @@ const scenarios = {
 	},
 };
 
-function describe(name, file, sm) {
-	const ctx = sm.buildSessionContext();
-	const llm = convertToLlm(ctx.messages).filter(
+const toLlm = (messages) =>
+	convertToLlm(messages).filter(
 		(m) => !(m.role === "assistant" && (m.stopReason === "error" || m.stopReason === "aborted")),
 	);
+
+function leaves(file) {
+	const sm = SessionManager.open(file);
+	const entries = sm.getEntries();
+	const parents = new Set(entries.map((e) => e.parentId));
+	return entries
+		.filter((e) => !parents.has(e.id))
+		.map((e) => {
+			sm.branch(e.id);
+			return { id: e.id, llm: toLlm(sm.buildSessionContext().messages) };
+		});
+}
+
+function describe(name, file, sm, marks = {}) {
+	const ctx = sm.buildSessionContext();
 	return {
 		name,
 		file,
 		entries: sm.getEntries().length,
 		pathEntries: sm.getBranch().length,
+		leaf: sm.getLeafId(),
 		messages: ctx.messages,
-		llm,
+		llm: toLlm(ctx.messages),
+		leaves: leaves(file),
+		marks,
 	};
 }
 
@@ -152,8 +238,11 @@ if (command === "write") {
 	const dir = rest[0];
 	for (const [name, build] of Object.entries(scenarios)) {
 		const sm = SessionManager.create(`/projects/${name}`, dir);
-		build(sm);
-		out.push(describe(name, sm.getSessionFile(), sm));
+		const marks = {};
+		build(sm, (mark, id) => {
+			marks[mark] = id;
+		});
+		out.push(describe(name, sm.getSessionFile(), sm, marks));
 	}
 } else if (command === "context") {
 	for (const file of rest) {

@@ -3,11 +3,13 @@
 The files are written by pi's own ``SessionManager`` (``pi_sessions.mjs``, the
 version of ``@mariozechner/pi-coding-agent`` pinned in package.json): tool calls,
 thinking, images, a failed model call, model/thinking/label/info entries, two
-compactions, branches with branch summaries, custom messages, bash executions.
+compactions, branches with branch summaries, a tree of branches (test_pi_forks.py
+checks its lineage), custom messages, bash executions.
 
 * Imported, the session's effective context (``BuildModelInput``) is what pi's
   ``buildSessionContext`` gives for the file, as pi sends it to the model
-  (``convertToLlm``, failed assistant messages left out as pi-ai does).
+  (``convertToLlm``, failed assistant messages left out as pi-ai does), and so is
+  each fork's for the leaf of its branch.
 * Exported again, pi's ``SessionManager`` opens the file and builds exactly the
   same context, message for message (timestamps, usage, summaries included).
 * A session made through the API, exported for pi, gives pi the context
@@ -140,7 +142,7 @@ def test_pi_files_import_and_export(
     node: str, server: ServerProcess, backend_url: str, tmp_path: Path
 ) -> None:
     written = run_pi(node, "write", str(tmp_path))
-    assert [s["name"] for s in written] == ["tools", "compaction", "branches", "extras"]
+    assert [s["name"] for s in written] == ["tools", "compaction", "branches", "tree", "extras"]
     exported = []
     for scenario in written:
         name, sid = scenario["name"], f"pi-{scenario['name']}-{secrets.token_hex(3)}"
@@ -154,12 +156,16 @@ def test_pi_files_import_and_export(
             "--session-id",
             sid,
         )
-        skipped = scenario["entries"] - scenario["pathEntries"]
-        assert f"; {skipped} entries on other branches skipped" in out.stdout, name
-        if name == "branches":
-            assert skipped > 0
+        forks = len(scenario["leaves"]) - 1
+        assert f"; {forks} forks from other branches" in out.stdout, name
+        if name in ("branches", "tree"):
+            assert forks > 2
         mi = _model_input(server.target, sid)
         assert ctxwarden_llm(mi) == pi_llm(scenario["llm"]), name
+        for leaf in scenario["leaves"]:
+            leaf_sid = sid if leaf["id"] == scenario["leaf"] else f"{sid}.{leaf['id']}"
+            got = ctxwarden_llm(_model_input(server.target, leaf_sid))
+            assert got == pi_llm(leaf["llm"]), (name, leaf["id"])
         if name == "compaction":
             assert mi.summary and mi.first_kept_seq > 1
         path = tmp_path / f"{name}.export.jsonl"

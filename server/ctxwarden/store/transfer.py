@@ -6,9 +6,13 @@ seq, so memory stays bounded whatever the history's length.
 
 Import writes a whole session in one transaction: a failure anywhere (a bad
 record, a taken ID, a truncated file) rolls everything back, so no half
-session is ever visible. Messages are inserted in bounded batches as they are
-read. Checkpoint IDs are global keys: a checkpoint whose ID the database
-already holds (a second copy of the same export) gets a new one.
+session is ever visible. Several sessions can be written in one transaction,
+forks among them (a pi file's branches): a fork names a session written
+before it in the same call and stores only what ForkSession would (its own
+messages after ``parent_seq``, a copy of the inherited checkpoint, its own
+checkpoints). Messages are inserted in bounded batches as they are read.
+Checkpoint IDs are global keys: a checkpoint whose ID the database already
+holds (a second copy of the same export) gets a new one.
 """
 
 from __future__ import annotations
@@ -102,17 +106,48 @@ class ImportResult:
     """Source checkpoint ID -> the new ID it got (only IDs already taken)."""
 
 
+@dataclass(frozen=True)
+class Incoming:
+    """One session of an import: its key, its records and, for a fork, what it
+    forks from."""
+
+    key: str
+    records: Iterable[Record]
+    parent_key: str = ""
+    """A fork's parent: a session written before it by the same import."""
+    parent_seq: int = 0
+    """The last seq the fork reads from its parent; its own messages come after."""
+
+
+@dataclass
+class _Written:
+    """What the sessions written so far by one import left for the next ones."""
+
+    last_seq: dict[str, int] = field(default_factory=dict)
+    checkpoints: set[str] = field(default_factory=set)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+
 class _Writer:
-    def __init__(self, conn: AsyncConnection, key: str) -> None:
+    def __init__(self, conn: AsyncConnection, incoming: Incoming, written: _Written) -> None:
         self.conn = conn
-        self.result = ImportResult(key)
+        self.incoming = incoming
+        self.written = written
+        self.result = ImportResult(incoming.key)
         self.pending: list[dict[str, Any]] = []
         self.pending_bytes = 0
         self.compaction_id = ""
 
     async def session(self, record: Mapping[str, Any], quota: TenantQuota) -> None:
-        key = self.result.key
+        key, parent = self.result.key, self.incoming.parent_key
+        parent_seq = self.incoming.parent_seq
         values = session_row(record, key)
+        if parent:
+            if parent not in self.written.last_seq:
+                raise ValueError(f"fork {key!r}: its parent {parent!r} is not imported before it")
+            if not 0 <= parent_seq <= min(self.written.last_seq[parent], int(values["last_seq"])):
+                raise ValueError(f"fork {key!r}: parent_seq {parent_seq} is out of range")
+            values.update(parent_key=parent, parent_seq=parent_seq, fork_seq=parent_seq + 1)
         await quota.claim_session(self.conn, tenant_of(key), int(values["stored_bytes"]))
         # A deleted session of that ID moves out of the way, as on CreateSession.
         retired = await SessionRepository._retire_deleted(
@@ -124,6 +159,7 @@ class _Writer:
         if live.first() is not None:
             raise DuplicateKey(f"session {key!r} exists")
         await self.conn.execute(insert(S).values(**values))
+        self.written.last_seq[key] = int(values["last_seq"])
 
     async def revision(self, record: Mapping[str, Any]) -> None:
         await self.conn.execute(insert(V).values(**revision_row(record, self.result.key)))
@@ -131,15 +167,36 @@ class _Writer:
 
     async def checkpoint(self, record: Mapping[str, Any]) -> None:
         cid = str(record["compaction_id"])
+        if record.get("inherited"):
+            await self._inherited(record, self.written.renamed.get(cid, cid))
+            return
         taken = await self.conn.execute(select(C.c.compaction_id).where(C.c.compaction_id == cid))
         if taken.first() is not None:
-            self.result.renamed_checkpoints[cid] = new = ids.new_id()
+            new = ids.new_id()
+            self.result.renamed_checkpoints[cid] = self.written.renamed[cid] = new
             cid = new
         await self.conn.execute(insert(C).values(**checkpoint_row(record, self.result.key, cid)))
+        self.written.checkpoints.add(cid)
+        self.result.checkpoints += 1
+
+    async def _inherited(self, record: Mapping[str, Any], origin: str) -> None:
+        """A fork's copy of a checkpoint of an ancestor (shows the original's ID)."""
+        if not self.incoming.parent_key or origin not in self.written.checkpoints:
+            raise ValueError(
+                f"session {self.result.key!r}: inherited checkpoint {origin!r} is no "
+                "checkpoint of a session this import wrote before"
+            )
+        values = checkpoint_row(record, self.result.key, ids.new_id())
+        await self.conn.execute(insert(C).values(**values, origin_id=origin))
         self.result.checkpoints += 1
 
     async def message(self, record: Mapping[str, Any]) -> None:
         values = message_row(record, self.result.key)
+        if values["seq"] <= self.incoming.parent_seq:
+            raise ValueError(
+                f"fork {self.result.key!r}: message seq {values['seq']} is not after "
+                f"parent_seq {self.incoming.parent_seq}"
+            )
         self.pending.append(values)
         self.pending_bytes += len(values["data"])
         if len(self.pending) >= BATCH_ROWS or self.pending_bytes >= BATCH_BYTES:
@@ -153,14 +210,47 @@ class _Writer:
 
     async def finish(self) -> None:
         await self.flush()
-        renamed = self.result.renamed_checkpoints.get(self.compaction_id)
+        renamed = self.written.renamed.get(self.compaction_id)
         if renamed:
             await self.conn.execute(
                 update(S).where(S.c.session_id == self.result.key).values(compaction_id=renamed)
             )
 
+    async def write(self, quota: TenantQuota) -> ImportResult:
+        it = iter(self.incoming.records)
+        first = next(it, None)
+        if first is None or first.get("type") != "session":
+            raise ValueError("an import starts with the session record")
+        await self.session(first, quota)
+        for record in it:
+            kind = record.get("type")
+            if kind == "message":
+                await self.message(record)
+            elif kind == "checkpoint":
+                await self.checkpoint(record)
+            elif kind == "revision":
+                await self.revision(record)
+            else:
+                raise ValueError(f"unexpected record type {kind!r}")
+        await self.finish()
+        return self.result
+
 
 @boundary
+async def import_sessions(
+    engine: AsyncEngine, sessions: Iterable[Incoming], *, quota: TenantQuota | None = None
+) -> list[ImportResult]:
+    """Write each session of ``sessions`` (records: a session record first, then
+    its revisions, checkpoints and messages in any order) in one transaction.
+    A fork's parent comes before it. Raises DuplicateKey when a live session
+    has one of the keys, ValueError for records that do not fit together, and
+    whatever a ``records`` raises (nothing is written then)."""
+    quota = quota or TenantQuota()
+    written = _Written()
+    async with engine.begin() as conn:
+        return [await _Writer(conn, s, written).write(quota) for s in sessions]
+
+
 async def import_records(
     engine: AsyncEngine,
     key: str,
@@ -168,27 +258,6 @@ async def import_records(
     *,
     quota: TenantQuota | None = None,
 ) -> ImportResult:
-    """Write the session of ``records`` (a session record first, then its
-    revisions, checkpoints and messages in any order) under ``key``, in one
-    transaction. Raises DuplicateKey when a live session has the key, and
-    whatever ``records`` raises (nothing is written then)."""
-    quota = quota or TenantQuota()
-    async with engine.begin() as conn:
-        writer = _Writer(conn, key)
-        it = iter(records)
-        first = next(it, None)
-        if first is None or first.get("type") != "session":
-            raise ValueError("an import starts with the session record")
-        await writer.session(first, quota)
-        for record in it:
-            kind = record.get("type")
-            if kind == "message":
-                await writer.message(record)
-            elif kind == "checkpoint":
-                await writer.checkpoint(record)
-            elif kind == "revision":
-                await writer.revision(record)
-            else:
-                raise ValueError(f"unexpected record type {kind!r}")
-        await writer.finish()
-        return writer.result
+    """``import_sessions`` of one session that is no fork."""
+    [result] = await import_sessions(engine, [Incoming(key, records)], quota=quota)
+    return result

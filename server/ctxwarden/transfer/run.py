@@ -12,12 +12,19 @@ from typing import IO
 from ctxwarden.core.tenancy import scoped_id
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.errors import StoreError
-from ctxwarden.store.transfer import ImportResult, SessionNotFound, export_records, import_records
+from ctxwarden.store.transfer import (
+    ImportResult,
+    Incoming,
+    SessionNotFound,
+    export_records,
+    import_records,
+    import_sessions,
+)
 from ctxwarden.transfer import native
 from ctxwarden.transfer.native import BadExport, Record
 from ctxwarden.transfer.pi_export import PiExport, pi_entries
 from ctxwarden.transfer.pi_export import dumps as pi_dumps
-from ctxwarden.transfer.pi_import import pi_records, read_pi
+from ctxwarden.transfer.pi_import import PiSession, pi_sessions, read_pi
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,40 +127,80 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+async def import_pi(
+    database_url: str, sessions: list[PiSession], *, tenant: str
+) -> list[ImportResult]:
+    """Write a pi file's session and its forks, in one transaction."""
+    incoming = [
+        Incoming(
+            scoped_id(tenant, s.session_id),
+            s.records,
+            scoped_id(tenant, s.parent_id) if s.parent_id else "",
+            s.parent_seq,
+        )
+        for s in sessions
+    ]
+    engine = make_engine(database_url)
+    try:
+        return await import_sessions(engine, incoming)
+    finally:
+        await engine.dispose()
+
+
+def _counts(result: ImportResult) -> str:
+    return (
+        f"{result.messages} messages, {result.checkpoints} checkpoints, "
+        f"{result.revisions} revisions"
+    )
+
+
+def _pi_lines(pi_file: list[PiSession], results: list[ImportResult], skipped: int) -> list[str]:
+    """What an import of a pi file prints: the session, then one line per fork."""
+    main, *forks = results
+    lines = [f"imported {main.key}: {_counts(main)}; {len(forks)} forks from other branches"]
+    if skipped:
+        lines[0] += f"; {skipped} entries on no branch skipped"
+    keys = {s.session_id: r.key for s, r in zip(pi_file, results, strict=True)}
+    for s, r in zip(pi_file[1:], forks, strict=True):
+        lines.append(
+            f"  fork {r.key} (leaf {s.leaf}) of {keys[s.parent_id]} at seq {s.parent_seq}: "
+            f"{_counts(r)}"
+        )
+    return lines
+
+
 def run_import(args: argparse.Namespace) -> int:
     try:
         with native.open_text(args.file, "r") as f:
             if args.source == "pi":
                 pi = read_pi(f)
-                sid = args.session_id or str(pi.header.get("id", ""))
-                records = pi_records(
+                sessions = pi_sessions(
                     pi,
-                    sid,
+                    args.session_id or str(pi.header.get("id", "")),
                     system_prompt=args.system_prompt,
                     model=args.model,
                     tokenizer=args.tokenizer,
                 )
-                skipped = f"; {pi.skipped} entries on other branches skipped"
+                results = asyncio.run(import_pi(args.database_url, sessions, tenant=args.tenant))
+                lines = _pi_lines(sessions, results, pi.skipped)
             else:
-                records, skipped = native.read(f), ""
-            result = asyncio.run(
-                import_session(
-                    args.database_url, records, tenant=args.tenant, session_id=args.session_id
+                result = asyncio.run(
+                    import_session(
+                        args.database_url,
+                        native.read(f),
+                        tenant=args.tenant,
+                        session_id=args.session_id,
+                    )
                 )
-            )
+                results, lines = [result], [f"imported {result.key}: {_counts(result)}"]
     except (BadExport, ValueError, KeyError, TypeError, StopIteration) as exc:
         print(f"ctxwarden: nothing imported: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except StoreError as exc:
         print(f"ctxwarden: nothing imported: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    renamed = (
-        f"; checkpoint IDs taken, renamed: {result.renamed_checkpoints}"
-        if result.renamed_checkpoints
-        else ""
-    )
-    print(
-        f"imported {result.key}: {result.messages} messages, {result.checkpoints} checkpoints, "
-        f"{result.revisions} revisions{skipped}{renamed}"
-    )
+    renamed = {k: v for r in results for k, v in r.renamed_checkpoints.items()}
+    if renamed:
+        lines[0] += f"; checkpoint IDs taken, renamed: {renamed}"
+    print("\n".join(lines))
     return 0
