@@ -97,7 +97,8 @@ def measure_memory(
     content = len(Conversation(seed).alternating(1)[0].content[0].text.text)
     note = (
         f"{sessions:,} hot sessions x {messages} msgs (~{content} B each): RSS "
-        f"{after / 2**20:,.0f} MiB ({per_session / 1024:,.1f} KiB/session, "
+        f"{after / 2**20:,.0f} MiB, {before / 2**20:,.0f} MiB before "
+        f"({per_session / 1024:,.1f} KiB/session, "
         f"{per_session / messages:,.0f} B/msg)"
     )
     log(f"{backend}: memory: {note}")

@@ -15,7 +15,7 @@ from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.calibration import context_tokens as usage_context_tokens
 from ctxwarden.core.clearing import view_entry
 from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.messages import Message, MessageState, Role
+from ctxwarden.core.messages import Message, MessageState, Role, pack_message
 from ctxwarden.core.model_input import (
     ModelInputView,
     counting_profile,
@@ -253,12 +253,16 @@ class SessionContext:
         self._message_tokens = sum(e.token_count for e in self._entries)
 
     def _entry(self, message: Message) -> ViewEntry:
-        return view_entry(message, self.policy, self.profile, self.cleared_through)
+        """The message's view entry, its long texts compressed for keeping."""
+        entry = view_entry(message, self.policy, self.profile, self.cleared_through)
+        stored = None if entry.stored is None else pack_message(entry.stored)
+        return ViewEntry(pack_message(entry.message), entry.token_count, entry.notice, stored)
 
     def _add(self, message: Message) -> None:
-        self._entries.append(self._entry(message))
+        entry = self._entry(message)
+        self._entries.append(entry)
         if self._by_message_id is not None:
-            self._by_message_id[message.message_id] = message
+            self._by_message_id[message.message_id] = entry.original
         if message.history_only:
             return  # no call, no answer
         if message.role is Role.ASSISTANT:

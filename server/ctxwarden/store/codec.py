@@ -165,7 +165,7 @@ def message_from_row(row: MessageRow | Any) -> Message:
         is_error=body.get("is_error", False),
         state=MessageState(row.state),
         token_count=row.token_count,
-        counted_with=row.counted_with,
+        counted_with=sys.intern(row.counted_with),
         create_time_us=row.create_time_us,
         metadata=body.get("metadata") or EMPTY_METADATA,
         calibration=None if samples is None or ratio is None else (float(ratio), int(samples)),
