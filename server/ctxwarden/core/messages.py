@@ -309,6 +309,21 @@ class Message:
     appended, when the message changed it. Kept for exact replay."""
     visibility: Visibility = Visibility.MODEL
 
+    # A message shown as it is stored is its own view entry (core.view.Entry):
+    # a hot session keeps no second object for most of its messages.
+
+    @property
+    def message(self) -> Message:
+        return self
+
+    @property
+    def original(self) -> Message:
+        return self
+
+    @property
+    def notice(self) -> None:
+        return None
+
     @property
     def history_only(self) -> bool:
         """Stored and listed, but never shown to the model (see Visibility)."""
