@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import enum
-import zlib
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, dataclass, field, replace
 from types import MappingProxyType
+
+from ctxwarden.core.content import PROVIDER_FAMILIES, ContentBlock, ContentKind
+
+__all__ = [
+    "EMPTY_METADATA",
+    "FAILED_STOP_REASONS",
+    "PROVIDER_FAMILIES",
+    "ContentBlock",
+    "ContentKind",
+    "Message",
+    "MessageState",
+    "Role",
+    "StopReason",
+    "Usage",
+    "Visibility",
+    "pack_message",
+]
 
 
 class Role(enum.IntEnum):
@@ -40,242 +56,101 @@ class Visibility(enum.IntEnum):
     """Stored and listed, never in a model input, a summary or a token count."""
 
 
-class ContentKind(enum.IntEnum):
-    TEXT = 1
-    IMAGE = 2
-    THINKING = 3
-    TOOL_CALL = 4
-    PROVIDER = 5
-    """A provider's item that ctxwarden does not model, kept as the provider sent it."""
-
-
-PROVIDER_FAMILIES = ("openai-chat", "openai-responses", "anthropic", "google")
-"""The wire formats a PROVIDER block can belong to: its JSON only makes sense
-in that one (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages,
-Google Gemini)."""
-
-
-PACK_MIN_CHARS = 256
-"""Texts at least this long are kept compressed in a hot session (``pack_message``)."""
-_WBITS = -15
-"""Raw deflate: no header and checksum for a text that never leaves the process."""
-
-
-def _pack(text: str) -> str | bytes:
-    """``text`` compressed when that saves at least an eighth, else as it is."""
-    raw = text.encode("utf-8", "surrogatepass")
-    packed = zlib.compress(raw, 1, _WBITS)
-    return packed if len(packed) <= len(raw) - (len(raw) >> 3) else text
-
-
-def _unpack(text: str | bytes) -> str:
-    if isinstance(text, str):
-        return text
-    return zlib.decompress(text, _WBITS).decode("utf-8", "surrogatepass")
-
-
-_MORE = (
-    "mime_type",
-    "data",
-    "signature",
-    "redacted",
-    "tool_call_id",
-    "tool_name",
-    "arguments_json",
-    "family",
-    "provider_json",
+_LANE = 48
+_LANE_MAX = (1 << _LANE) - 1
+_USAGE_ARGS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
 )
-"""The fields besides kind and text, in the order of ContentBlock's arguments."""
 
 
-class ContentBlock:
-    """One content block. Which fields matter depends on ``kind``.
+class Usage:
+    """Token counts a provider reported for one call. Immutable.
 
-    TEXT uses ``text``; THINKING uses ``text``, ``signature``, ``redacted``;
-    IMAGE uses ``mime_type`` and ``data``; TOOL_CALL uses ``tool_call_id``,
-    ``tool_name`` and ``arguments_json``; PROVIDER uses ``family`` (one of
-    ``PROVIDER_FAMILIES``) and ``provider_json``, the item's JSON (an object
-    or an array) exactly as the provider sent it, sent back verbatim to that
-    wire format only.
-
-    Immutable, and as small as its content allows: a block with only a kind and
-    a text (most of a session's memory) has two slots, any other is a
-    ``_FullBlock`` with a slot for every field. A hot session keeps long texts
-    compressed (``packed``); ``text`` always reads the text itself.
+    A hot session keeps one per assistant message, so the five counts are one
+    int of 48-bit lanes (one object instead of six) whenever they fit, as every
+    valid usage does; a tuple otherwise (validation refuses such a usage).
     """
 
-    __slots__ = ("_text", "kind")
+    __slots__ = ("_counts",)
 
-    kind: ContentKind
-    _text: str | bytes
-    """The text, or its raw deflate (UTF-8) once packed."""
+    _counts: int | tuple[int, ...]
 
-    def __new__(
-        cls,
-        kind: ContentKind,
-        text: str = "",
-        mime_type: str = "",
-        data: bytes = b"",
-        signature: str = "",
-        redacted: bool = False,
-        tool_call_id: str = "",
-        tool_name: str = "",
-        arguments_json: str = "",
-        family: str = "",
-        provider_json: str = "",
-    ) -> ContentBlock:
-        more = (
-            mime_type,
-            data,
-            signature,
-            redacted,
-            tool_call_id,
-            tool_name,
-            arguments_json,
-            family,
-            provider_json,
-        )
-        block = object.__new__(_FullBlock if any(more) else ContentBlock)
-        _set(block, "kind", kind)
-        _set(block, "_text", text)
-        if any(more):
-            for name, value in zip(_MORE, more, strict=True):
-                _set(block, name, value)
-        return block
+    def __init__(
+        self,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        total_tokens: int = 0,
+    ) -> None:
+        # The counts most often 0 in the high lanes keep the int short.
+        counts = (input_tokens, output_tokens, total_tokens, cache_read_tokens, cache_write_tokens)
+        packed: int | tuple[int, ...] = counts
+        if all(type(c) is int and 0 <= c <= _LANE_MAX for c in counts):
+            packed = 0
+            for c in reversed(counts):
+                packed = packed << _LANE | c
+        object.__setattr__(self, "_counts", packed)
 
-    # The defaults of the fields a _FullBlock has slots for (its slots win).
+    def _count(self, lane: int) -> int:
+        counts = self._counts
+        if isinstance(counts, tuple):
+            return counts[lane]
+        return counts >> (_LANE * lane) & _LANE_MAX
 
     @property
-    def mime_type(self) -> str:
-        return ""
+    def input_tokens(self) -> int:
+        return self._count(0)
 
     @property
-    def data(self) -> bytes:
-        return b""
+    def output_tokens(self) -> int:
+        return self._count(1)
 
     @property
-    def signature(self) -> str:
-        return ""
+    def total_tokens(self) -> int:
+        return self._count(2)
 
     @property
-    def redacted(self) -> bool:
-        return False
+    def cache_read_tokens(self) -> int:
+        return self._count(3)
 
     @property
-    def tool_call_id(self) -> str:
-        return ""
+    def cache_write_tokens(self) -> int:
+        return self._count(4)
 
-    @property
-    def tool_name(self) -> str:
-        return ""
-
-    @property
-    def arguments_json(self) -> str:
-        return ""
-
-    @property
-    def family(self) -> str:
-        return ""
-
-    @property
-    def provider_json(self) -> str:
-        return ""
-
-    @property
-    def text(self) -> str:
-        return _unpack(self._text)
-
-    def _fields(self) -> tuple[object, ...]:
+    def _fields(self) -> tuple[int, int, int, int, int]:
         return (
-            self.kind,
-            self.text,
-            self.mime_type,
-            self.data,
-            self.signature,
-            self.redacted,
-            self.tool_call_id,
-            self.tool_name,
-            self.arguments_json,
-            self.family,
-            self.provider_json,
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.total_tokens,
         )
-
-    def packed(self) -> ContentBlock:
-        """This block with its text compressed, when it is long enough to be worth it."""
-        if not isinstance(self._text, str) or len(self._text) < PACK_MIN_CHARS:
-            return self
-        packed = _pack(self._text)
-        if packed is self._text:
-            return self
-        block = object.__new__(type(self))
-        _set(block, "kind", self.kind)
-        _set(block, "_text", packed)
-        if isinstance(self, _FullBlock):
-            for name in _MORE:
-                _set(block, name, getattr(self, name))
-        return block
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ContentBlock):
+        if not isinstance(other, Usage):
             return NotImplemented
-        if self is other:
-            return True
-        if type(self._text) is bytes and type(other._text) is bytes:  # one compressor, one output
-            return self._text == other._text and self._fields()[2:] == other._fields()[2:]
-        return self._fields() == other._fields()
+        return self._counts == other._counts  # one representation per value
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return hash(self._counts)
 
     def __repr__(self) -> str:
-        names = ("kind", "text", *_MORE)
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True))
-        return f"ContentBlock({shown})"
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(_USAGE_ARGS, self._fields(), strict=True))
+        return f"Usage({shown})"
 
-    def __reduce__(self) -> tuple[type[ContentBlock], tuple[object, ...]]:
-        return ContentBlock, self._fields()
+    def __reduce__(self) -> tuple[type[Usage], tuple[int, ...]]:
+        return Usage, self._fields()
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    @staticmethod
-    def of_text(text: str) -> ContentBlock:
-        return ContentBlock(ContentKind.TEXT, text=text)
-
-    @staticmethod
-    def of_provider(family: str, provider_json: str) -> ContentBlock:
-        return ContentBlock(ContentKind.PROVIDER, family=family, provider_json=provider_json)
-
-    @staticmethod
-    def of_tool_call(call_id: str, name: str, arguments_json: str = "{}") -> ContentBlock:
-        return ContentBlock(
-            ContentKind.TOOL_CALL,
-            tool_call_id=call_id,
-            tool_name=name,
-            arguments_json=arguments_json,
-        )
-
-
-class _FullBlock(ContentBlock):
-    """A block with any field besides its kind and text: a slot for each, which
-    stands in front of ContentBlock's property of the same name."""
-
-    __slots__ = _MORE
-
-
-_set = object.__setattr__
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    total_tokens: int = 0
 
 
 EMPTY_METADATA: Mapping[str, str] = MappingProxyType({})
