@@ -181,7 +181,8 @@ class Message:
     """Server-side: the tokenizer spec that computed token_count ("" = unknown)."""
     calibration: tuple[float, int] | None = None
     """Server-side: the session's (ratio, samples) right after this message was
-    appended, when the message changed it. Kept for exact replay."""
+    appended, when the message changed it. Stored for exact replay; a hot
+    session's copy has None (pack_message)."""
     visibility: Visibility = Visibility.MODEL
 
     # A message shown as it is stored is its own view entry (core.view.Entry):
@@ -220,9 +221,12 @@ class Message:
 
 
 def pack_message(message: Message) -> Message:
-    """``message`` with its long texts compressed (the copy a hot session keeps);
-    the same message when nothing is worth compressing."""
+    """The copy of ``message`` a hot session keeps: long texts compressed, and no
+    calibration (only replay reads it, from the stored row); ``message`` itself
+    when that is already so."""
     content = tuple(b.packed() for b in message.content)
-    if all(a is b for a, b in zip(content, message.content, strict=True)):
+    if message.calibration is None and all(
+        a is b for a, b in zip(content, message.content, strict=True)
+    ):
         return message
-    return replace(message, content=content)
+    return replace(message, content=content, calibration=None)
