@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,8 +27,6 @@ from ctxwarden.api.reads import (
 )
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
-from ctxwarden.console.server import ConsoleError, ConsoleServer
-from ctxwarden.console_serve import start_for as start_console_for
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.db import instrument_engine
 from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
@@ -47,6 +46,9 @@ from ctxwarden.store.engine import make_engine, writable_message_bytes
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.repository import Store
 from ctxwarden.store.urls import is_sqlite
+
+if TYPE_CHECKING:
+    from ctxwarden.console.server import ConsoleServer
 
 log = logging.getLogger("ctxwarden")
 
@@ -198,10 +200,15 @@ async def serve(settings: Settings) -> None:
                 raise BadConfig(
                     f"cannot serve metrics on {settings.metrics_listen}: {exc}"
                 ) from exc
-        try:
-            console = await start_console_for(settings, manager, auth)
-        except ConsoleError as exc:
-            raise BadConfig(str(exc)) from exc
+        if settings.console_listen:
+            # The console's web stack (uvicorn, Starlette, Jinja) is loaded only when it is on.
+            from ctxwarden.console.server import ConsoleError
+            from ctxwarden.console_serve import start_for as start_console_for
+
+            try:
+                console = await start_console_for(settings, manager, auth)
+            except ConsoleError as exc:
+                raise BadConfig(str(exc)) from exc
         await _serve_grpc(
             settings, manager, auth, credentials, obs, tracing, metrics_server, console
         )

@@ -11,12 +11,16 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-import jwt
 
 from ctxwarden.core.reasons import ErrorReason
+
+if TYPE_CHECKING:
+    # Imported where JWTs are used: PyJWT loads cryptography (~9 MiB of RSS)
+    # that a server without --jwks never needs.
+    import jwt
 
 TENANT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 READ_METHODS = frozenset(
@@ -81,6 +85,8 @@ class JwtConfig:
 
 
 def load_jwks(path: str) -> jwt.PyJWKSet:
+    import jwt
+
     try:
         return jwt.PyJWKSet.from_json(Path(path).read_text())
     except (OSError, ValueError, jwt.PyJWTError) as exc:
@@ -132,6 +138,8 @@ class Authenticator:
         return tenant
 
     def _jwt(self, token: str, method: str) -> str:
+        import jwt
+
         assert self.jwt is not None
         cfg = self.jwt
         try:
@@ -181,6 +189,8 @@ def _fits(key: jwt.PyJWK, alg: str) -> bool:
 
 def _decode(token: str, candidates: list[jwt.PyJWK], alg: str, cfg: JwtConfig) -> dict[str, Any]:
     """The verified claims, from the first candidate key whose signature check passes."""
+    import jwt
+
     options: Any = {
         "require": ["exp"],
         "verify_aud": bool(cfg.audience),

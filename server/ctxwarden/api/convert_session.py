@@ -12,7 +12,7 @@ from ctxwarden.api.convert_state import dict_to_struct, struct_to_dict
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import ContextPolicy, Session, ToolDefinition
+from ctxwarden.core.session import ContextPolicy, Session, ToolDefinition, shared_tools
 from ctxwarden.core.validation import check_json_object, check_no_nul
 from ctxwarden.v1 import session_pb2 as ses_pb
 
@@ -74,7 +74,9 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
 
 def session_from_pb(s: ses_pb.Session) -> Session:
     """Client-settable fields only; output-only fields are ignored."""
-    tools = tuple(tool_from_pb(t, f"session.tools[{i}]") for i, t in enumerate(s.tools))
+    tools = shared_tools(
+        tuple(tool_from_pb(t, f"session.tools[{i}]") for i, t in enumerate(s.tools))
+    )
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise InvalidArgument(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.session import EffectivePolicy
 from ctxwarden.core.tokens import CountingProfile, Tokenizer
-from ctxwarden.core.view import ViewEntry, make_entry, make_stub
+from ctxwarden.core.view import Entry, ViewEntry, make_entry, make_stub
 
 
 def is_cleared(message: Message, cleared_through: int) -> bool:
@@ -53,7 +53,7 @@ class Clearing:
 
 
 def plan_clearing(
-    entries: Sequence[ViewEntry],
+    entries: Sequence[Entry],
     *,
     cleared_through: int,
     keep: int,

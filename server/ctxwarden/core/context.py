@@ -15,7 +15,7 @@ from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.calibration import context_tokens as usage_context_tokens
 from ctxwarden.core.clearing import view_entry
 from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.messages import Message, MessageState, Role
+from ctxwarden.core.messages import Message, MessageState, Role, pack_message
 from ctxwarden.core.model_input import (
     ModelInputView,
     counting_profile,
@@ -31,11 +31,13 @@ from ctxwarden.core.summary import trim_summary
 from ctxwarden.core.tokens import Tokenizer, count_text
 from ctxwarden.core.view import (
     SYNTHETIC_RESULT_TEXT,
+    Entry,
     View,
     ViewBuilder,
     ViewEntry,
     base_digest,
     build_view,
+    compact,
     make_entry,
     make_stub,
 )
@@ -58,10 +60,10 @@ class SessionContext:
     ) -> None:
         self.checkpoint = checkpoint
         self.tokenizer = tokenizer
-        self._entries: list[ViewEntry] = []
+        self._entries: list[Entry] = []
         # The view so far; valid while _entries is the same list and only grew.
         self._builder: ViewBuilder | None = None
-        self._builder_source: list[ViewEntry] | None = None
+        self._builder_source: list[Entry] | None = None
         # message_id -> stored message, built on first use: most clients never
         # send message_ids, and thousands of hot sessions need not pay for it.
         self._by_message_id: dict[str, Message] | None = None
@@ -137,7 +139,7 @@ class SessionContext:
         return 0
 
     @property
-    def entries(self) -> Sequence[ViewEntry]:
+    def entries(self) -> Sequence[Entry]:
         return self._entries
 
     @property
@@ -162,7 +164,7 @@ class SessionContext:
         return [self._stored(e) for e in self._entries]
 
     @staticmethod
-    def _stored(entry: ViewEntry) -> Message:
+    def _stored(entry: Entry) -> Message:
         return entry.original
 
     def count(self, message: Message) -> int:
@@ -252,13 +254,20 @@ class SessionContext:
             self._add(message)
         self._message_tokens = sum(e.token_count for e in self._entries)
 
-    def _entry(self, message: Message) -> ViewEntry:
-        return view_entry(message, self.policy, self.profile, self.cleared_through)
+    def _entry(self, message: Message) -> Entry:
+        """The message's view entry as kept: long texts compressed, and the message
+        itself when it is shown as stored."""
+        entry = view_entry(message, self.policy, self.profile, self.cleared_through)
+        stored = None if entry.stored is None else pack_message(entry.stored)
+        return compact(
+            ViewEntry(pack_message(entry.message), entry.token_count, entry.notice, stored)
+        )
 
     def _add(self, message: Message) -> None:
-        self._entries.append(self._entry(message))
+        entry = self._entry(message)
+        self._entries.append(entry)
         if self._by_message_id is not None:
-            self._by_message_id[message.message_id] = message
+            self._by_message_id[message.message_id] = entry.original
         if message.history_only:
             return  # no call, no answer
         if message.role is Role.ASSISTANT:
@@ -306,7 +315,7 @@ class SessionContext:
 
     # -- the model input ----------------------------------------------------
 
-    def _stub(self, entry: ViewEntry) -> ViewEntry:
+    def _stub(self, entry: Entry) -> ViewEntry:
         seq = entry.message.seq
         stub = self._stubs.get(seq)
         if stub is None:

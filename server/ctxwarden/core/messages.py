@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field, replace
 from types import MappingProxyType
+
+from ctxwarden.core.content import PROVIDER_FAMILIES, ContentBlock, ContentKind
+
+__all__ = [
+    "EMPTY_METADATA",
+    "FAILED_STOP_REASONS",
+    "PROVIDER_FAMILIES",
+    "ContentBlock",
+    "ContentKind",
+    "Message",
+    "MessageState",
+    "Role",
+    "StopReason",
+    "Usage",
+    "Visibility",
+    "pack_message",
+]
 
 
 class Role(enum.IntEnum):
@@ -39,70 +56,101 @@ class Visibility(enum.IntEnum):
     """Stored and listed, never in a model input, a summary or a token count."""
 
 
-class ContentKind(enum.IntEnum):
-    TEXT = 1
-    IMAGE = 2
-    THINKING = 3
-    TOOL_CALL = 4
-    PROVIDER = 5
-    """A provider's item that ctxwarden does not model, kept as the provider sent it."""
+_LANE = 48
+_LANE_MAX = (1 << _LANE) - 1
+_USAGE_ARGS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
 
 
-PROVIDER_FAMILIES = ("openai-chat", "openai-responses", "anthropic", "google")
-"""The wire formats a PROVIDER block can belong to: its JSON only makes sense
-in that one (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages,
-Google Gemini)."""
+class Usage:
+    """Token counts a provider reported for one call. Immutable.
 
-
-@dataclass(frozen=True, slots=True)
-class ContentBlock:
-    """One content block. Which fields matter depends on ``kind``.
-
-    TEXT uses ``text``; THINKING uses ``text``, ``signature``, ``redacted``;
-    IMAGE uses ``mime_type`` and ``data``; TOOL_CALL uses ``tool_call_id``,
-    ``tool_name`` and ``arguments_json``; PROVIDER uses ``family`` (one of
-    ``PROVIDER_FAMILIES``) and ``provider_json``, the item's JSON (an object
-    or an array) exactly as the provider sent it, sent back verbatim to that
-    wire format only.
+    A hot session keeps one per assistant message, so the five counts are one
+    int of 48-bit lanes (one object instead of six) whenever they fit, as every
+    valid usage does; a tuple otherwise (validation refuses such a usage).
     """
 
-    kind: ContentKind
-    text: str = ""
-    mime_type: str = ""
-    data: bytes = b""
-    signature: str = ""
-    redacted: bool = False
-    tool_call_id: str = ""
-    tool_name: str = ""
-    arguments_json: str = ""
-    family: str = ""
-    provider_json: str = ""
+    __slots__ = ("_counts",)
 
-    @staticmethod
-    def of_text(text: str) -> ContentBlock:
-        return ContentBlock(ContentKind.TEXT, text=text)
+    _counts: int | tuple[int, ...]
 
-    @staticmethod
-    def of_provider(family: str, provider_json: str) -> ContentBlock:
-        return ContentBlock(ContentKind.PROVIDER, family=family, provider_json=provider_json)
+    def __init__(
+        self,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        total_tokens: int = 0,
+    ) -> None:
+        # The counts most often 0 in the high lanes keep the int short.
+        counts = (input_tokens, output_tokens, total_tokens, cache_read_tokens, cache_write_tokens)
+        packed: int | tuple[int, ...] = counts
+        if all(type(c) is int and 0 <= c <= _LANE_MAX for c in counts):
+            packed = 0
+            for c in reversed(counts):
+                packed = packed << _LANE | c
+        object.__setattr__(self, "_counts", packed)
 
-    @staticmethod
-    def of_tool_call(call_id: str, name: str, arguments_json: str = "{}") -> ContentBlock:
-        return ContentBlock(
-            ContentKind.TOOL_CALL,
-            tool_call_id=call_id,
-            tool_name=name,
-            arguments_json=arguments_json,
+    def _count(self, lane: int) -> int:
+        counts = self._counts
+        if isinstance(counts, tuple):
+            return counts[lane]
+        return counts >> (_LANE * lane) & _LANE_MAX
+
+    @property
+    def input_tokens(self) -> int:
+        return self._count(0)
+
+    @property
+    def output_tokens(self) -> int:
+        return self._count(1)
+
+    @property
+    def total_tokens(self) -> int:
+        return self._count(2)
+
+    @property
+    def cache_read_tokens(self) -> int:
+        return self._count(3)
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self._count(4)
+
+    def _fields(self) -> tuple[int, int, int, int, int]:
+        return (
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.total_tokens,
         )
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return self._counts == other._counts  # one representation per value
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    total_tokens: int = 0
+    def __hash__(self) -> int:
+        return hash(self._counts)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(_USAGE_ARGS, self._fields(), strict=True))
+        return f"Usage({shown})"
+
+    def __reduce__(self) -> tuple[type[Usage], tuple[int, ...]]:
+        return Usage, self._fields()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
 EMPTY_METADATA: Mapping[str, str] = MappingProxyType({})
@@ -133,8 +181,24 @@ class Message:
     """Server-side: the tokenizer spec that computed token_count ("" = unknown)."""
     calibration: tuple[float, int] | None = None
     """Server-side: the session's (ratio, samples) right after this message was
-    appended, when the message changed it. Kept for exact replay."""
+    appended, when the message changed it. Stored for exact replay; a hot
+    session's copy has None (pack_message)."""
     visibility: Visibility = Visibility.MODEL
+
+    # A message shown as it is stored is its own view entry (core.view.Entry):
+    # a hot session keeps no second object for most of its messages.
+
+    @property
+    def message(self) -> Message:
+        return self
+
+    @property
+    def original(self) -> Message:
+        return self
+
+    @property
+    def notice(self) -> None:
+        return None
 
     @property
     def history_only(self) -> bool:
@@ -154,3 +218,15 @@ class Message:
     def text(self) -> str:
         """Concatenated text blocks (for tool results: the output)."""
         return "".join(b.text for b in self.content if b.kind is ContentKind.TEXT)
+
+
+def pack_message(message: Message) -> Message:
+    """The copy of ``message`` a hot session keeps: long texts compressed, and no
+    calibration (only replay reads it, from the stored row); ``message`` itself
+    when that is already so."""
+    content = tuple(b.packed() for b in message.content)
+    if message.calibration is None and all(
+        a is b for a, b in zip(content, message.content, strict=True)
+    ):
+        return message
+    return replace(message, content=content, calibration=None)

@@ -26,6 +26,23 @@ class ToolDefinition:
     parameters_json: str = ""
 
 
+_SHARED_TOOLS: dict[tuple[ToolDefinition, ...], tuple[ToolDefinition, ...]] = {}
+_SHARED_TOOLS_MAX = 1024
+"""Distinct tool sets remembered; past this the table starts over."""
+
+
+def shared_tools(tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
+    """An equal tuple of tools already in use, else ``tools``: the hot sessions
+    of one agent hold one copy of its tool definitions."""
+    found = _SHARED_TOOLS.get(tools)
+    if found is not None:
+        return found
+    if len(_SHARED_TOOLS) >= _SHARED_TOOLS_MAX:
+        _SHARED_TOOLS.clear()
+    _SHARED_TOOLS[tools] = tools
+    return tools
+
+
 @dataclass(frozen=True, slots=True)
 class ContextPolicy:
     """As the client set it: 0 or empty means "use the default"."""

@@ -7,7 +7,8 @@ building the model input only sums stored counts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ctxwarden.core.images import image_tokens
@@ -87,13 +88,15 @@ class CountingProfile:
     framing: int = 0
     reply: int = 0
     image_rule: str = "default"
+    key: str = field(init=False, repr=False, compare=False)
+    """Recorded with each count; a different key means "recount". Made once:
+    every hot message points to it."""
 
-    @property
-    def key(self) -> str:
-        """Recorded with each count; a different key means "recount"."""
-        if self.framing == 0 and self.image_rule == "default":
-            return self.tokenizer.spec
-        return f"{self.tokenizer.spec}|{self.framing}|{self.image_rule}"
+    def __post_init__(self) -> None:
+        key = self.tokenizer.spec
+        if self.framing != 0 or self.image_rule != "default":
+            key = f"{key}|{self.framing}|{self.image_rule}"
+        object.__setattr__(self, "key", sys.intern(key))
 
     def message(self, message: Message) -> int:
         return count_message(

@@ -62,6 +62,19 @@ class ViewEntry:
         return self.stored if self.stored is not None else self.message
 
 
+Entry = ViewEntry | Message
+"""A view entry as a hot session keeps it: a message shown as stored (no notice,
+its own token count) stands for its entry."""
+
+
+def compact(entry: ViewEntry) -> Entry:
+    """``entry``, or its message when that says the same."""
+    m = entry.message
+    if entry.stored is None and entry.notice is None and entry.token_count == m.token_count:
+        return m
+    return entry
+
+
 @dataclass(frozen=True, slots=True)
 class View:
     messages: tuple[Message, ...]
@@ -161,10 +174,10 @@ def synthetic_result(call: ContentBlock, token_count: int) -> Message:
 
 
 def build_view(
-    entries: Sequence[ViewEntry],
+    entries: Sequence[Entry],
     synthetic_tokens: int,
     keep_tool_results: int = 0,
-    stub: Callable[[ViewEntry], ViewEntry] | None = None,
+    stub: Callable[[Entry], ViewEntry] | None = None,
 ) -> View:
     """Assemble the messages to send, in order, from the kept active entries.
 
@@ -233,7 +246,7 @@ class ViewBuilder:
             )
         return len(self._open) * self.synthetic_tokens
 
-    def feed(self, entry: ViewEntry) -> None:
+    def feed(self, entry: Entry) -> None:
         self.fed += 1
         message = entry.message
         if message.history_only:

@@ -31,6 +31,7 @@ from ctxwarden.core.session import (
     ContextPolicy,
     Session,
     ToolDefinition,
+    shared_tools,
 )
 from ctxwarden.core.state import decode_state, encode_state
 from ctxwarden.core.tenancy import tenant_of
@@ -165,7 +166,7 @@ def message_from_row(row: MessageRow | Any) -> Message:
         is_error=body.get("is_error", False),
         state=MessageState(row.state),
         token_count=row.token_count,
-        counted_with=row.counted_with,
+        counted_with=sys.intern(row.counted_with),
         create_time_us=row.create_time_us,
         metadata=body.get("metadata") or EMPTY_METADATA,
         calibration=None if samples is None or ratio is None else (float(ratio), int(samples)),
@@ -310,9 +311,11 @@ def session_from_row(row: SessionRow | Any) -> Session:
         project_id=row.project_id,
         title=row.title,
         system_prompt=sys.intern(row.system_prompt),
-        tools=tuple(
-            ToolDefinition(name, sys.intern(description), sys.intern(parameters))
-            for name, description, parameters in json.loads(row.tools_json)
+        tools=shared_tools(
+            tuple(
+                ToolDefinition(name, sys.intern(description), sys.intern(parameters))
+                for name, description, parameters in json.loads(row.tools_json)
+            )
         ),
         model=row.model,
         policy=ContextPolicy(**json.loads(row.policy_json)),

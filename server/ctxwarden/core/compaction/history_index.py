@@ -19,12 +19,12 @@ from weakref import WeakKeyDictionary
 from ctxwarden.core.compaction.planner import covered_digest
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import Message
-from ctxwarden.core.view import ViewEntry
+from ctxwarden.core.view import Entry
 
 
 @dataclass(frozen=True, slots=True)
 class _Digest:
-    entries: list[ViewEntry]
+    entries: list[Entry]
     """The list it was computed on (compared by identity)."""
     covered: int
     """How many of its entries (a prefix) have seq <= at_seq."""
@@ -35,7 +35,7 @@ class _Digest:
 _digests: WeakKeyDictionary[SessionContext, _Digest] = WeakKeyDictionary()
 
 
-def _seq(entry: ViewEntry) -> int:
+def _seq(entry: Entry) -> int:
     return entry.message.seq
 
 
