@@ -14,30 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from tests.support.server import CLI
-from tests.transfer.test_streaming import TEXT_BYTES, _session_file
+from tests.transfer.test_streaming import TEXT_BYTES, _run, _session_file
 
 from bench.common import backend_database, log
 
 MIB = 1 << 20
-
-
-def _run(*args: str) -> tuple[float, int]:
-    """Seconds and peak RSS (bytes) of one CLI command."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{args[0]} failed: {stderr}")
-    return seconds, usage.ru_maxrss * 1024
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -116,7 +116,7 @@ class SessionContext:
             self.tokenizer = tokenizer
         self._refresh_fixed_costs()
         if tokenizer is not None or self.policy != old_policy:
-            self._entries = [self._entry(self._stored(e)) for e in self._entries]
+            self._entries = [self._entry(e.original) for e in self._entries]
             self._message_tokens = sum(e.token_count for e in self._entries)
 
     @property
@@ -161,11 +161,7 @@ class SessionContext:
     @property
     def active_messages(self) -> list[Message]:
         """Kept active messages as stored (untruncated), in seq order."""
-        return [self._stored(e) for e in self._entries]
-
-    @staticmethod
-    def _stored(entry: Entry) -> Message:
-        return entry.original
+        return [e.original for e in self._entries]
 
     def count(self, message: Message) -> int:
         return 0 if message.history_only else self.profile.message(message)  # never seen
@@ -255,8 +251,7 @@ class SessionContext:
         self._message_tokens = sum(e.token_count for e in self._entries)
 
     def _entry(self, message: Message) -> Entry:
-        """The message's view entry as kept: long texts compressed, and the message
-        itself when it is shown as stored."""
+        """The entry as kept: long texts compressed, the message itself if shown as stored."""
         entry = view_entry(message, self.policy, self.profile, self.cleared_through)
         stored = None if entry.stored is None else pack_message(entry.stored)
         return compact(
@@ -305,7 +300,7 @@ class SessionContext:
 
     def apply_rollback(self, seqs: Sequence[int], consecutive_failures: int, now_us: int) -> None:
         gone = set(seqs)
-        self._reset([self._stored(e) for e in self._entries if e.message.seq not in gone])
+        self._reset([e.original for e in self._entries if e.message.seq not in gone])
         self.session = replace(
             self.session,
             context_tokens=self.context_tokens,
@@ -319,7 +314,7 @@ class SessionContext:
         seq = entry.message.seq
         stub = self._stubs.get(seq)
         if stub is None:
-            stub = self._stubs[seq] = make_stub(self._stored(entry), self.profile)
+            stub = self._stubs[seq] = make_stub(entry.original, self.profile)
         return stub
 
     def view_tokens(self) -> int:
