@@ -60,19 +60,20 @@ def test_langchain_example(server_target: str, tmp_path: Path) -> None:
     assert _run(code, server_target, tmp_path) == expected
 
 
-@pytest.mark.frameworks
-def test_adk_example(server_target: str, tmp_path: Path) -> None:
-    code = _example("adk")
+def _run_adk_example(name: str, app: str, server_target: str, tmp_path: Path) -> None:
+    """An ADK example, run in the ADK virtualenv under an app name of its own."""
+    code = _example(name)
     expected = _commented(code)
     (adk,) = [s for s in SUITES if s.name == "adk"]
-    code = code.replace('"shop"', f'"shop-{tmp_path.name}"')
+    code = code.replace(f'"{app}"', f'"{app}-{tmp_path.name}"')
     assert _run(code, server_target, tmp_path, python_for(adk)) == expected
+
+
+@pytest.mark.frameworks
+def test_adk_example(server_target: str, tmp_path: Path) -> None:
+    _run_adk_example("adk", "shop", server_target, tmp_path)
 
 
 @pytest.mark.frameworks
 def test_adk_context_example(server_target: str, tmp_path: Path) -> None:
-    code = _example("adk-context")
-    expected = _commented(code)
-    (adk,) = [s for s in SUITES if s.name == "adk"]
-    code = code.replace('"count"', f'"count-{tmp_path.name}"')
-    assert _run(code, server_target, tmp_path, python_for(adk)) == expected
+    _run_adk_example("adk-context", "count", server_target, tmp_path)

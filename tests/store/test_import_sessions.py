@@ -20,6 +20,7 @@ from ctxwarden.store.tables import C, M, S
 from ctxwarden.store.transfer import Incoming, import_sessions
 from ctxwarden.transfer.pi_format import Entry
 from ctxwarden.transfer.pi_import import PiSession, pi_sessions, read_pi
+from ctxwarden.transfer.run import incoming_of
 
 TIME = "2026-01-02T03:04:05.000Z"
 
@@ -61,15 +62,7 @@ def _pi_file() -> list[str]:
 
 
 def _incoming(tenant: str, sessions: list[PiSession]) -> list[Incoming]:
-    return [
-        Incoming(
-            scoped_id(tenant, s.session_id),
-            s.records,
-            scoped_id(tenant, s.parent_id) if s.parent_id else "",
-            s.parent_seq,
-        )
-        for s in sessions
-    ]
+    return incoming_of(tenant, sessions)
 
 
 async def _rows(url: str, keys: list[str]) -> dict[str, Any]:

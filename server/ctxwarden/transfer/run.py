@@ -127,11 +127,9 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-async def import_pi(
-    database_url: str, sessions: list[PiSession], *, tenant: str
-) -> list[ImportResult]:
-    """Write a pi file's session and its forks, in one transaction."""
-    incoming = [
+def incoming_of(tenant: str, sessions: list[PiSession]) -> list[Incoming]:
+    """A pi file's sessions as the store imports them, IDs scoped to ``tenant``."""
+    return [
         Incoming(
             scoped_id(tenant, s.session_id),
             s.records,
@@ -140,6 +138,13 @@ async def import_pi(
         )
         for s in sessions
     ]
+
+
+async def import_pi(
+    database_url: str, sessions: list[PiSession], *, tenant: str
+) -> list[ImportResult]:
+    """Write a pi file's session and its forks, in one transaction."""
+    incoming = incoming_of(tenant, sessions)
     engine = make_engine(database_url)
     try:
         return await import_sessions(engine, incoming)
