@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import fcntl
 import json
 import math
 import random
@@ -70,10 +71,16 @@ def _pinned_version() -> str:
 
 
 def _installed_version() -> str | None:
-    manifest = PARITY_DIR / "node_modules" / PI_PACKAGE / "package.json"
+    """The installed pi version, or None when the install is missing or incomplete."""
+    package_dir = PARITY_DIR / "node_modules" / PI_PACKAGE
+    manifest = package_dir / "package.json"
     if not manifest.is_file():
         return None
-    return str(json.loads(manifest.read_text(encoding="utf-8"))["version"])
+    meta = json.loads(manifest.read_text(encoding="utf-8"))
+    entry = package_dir / str(meta.get("main", "dist/index.js"))
+    if not entry.is_file():
+        return None
+    return str(meta["version"])
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +93,14 @@ def node() -> str:
     node_bin, npm_bin = shutil.which("node"), shutil.which("npm")
     if node_bin is None or npm_bin is None:
         pytest.fail("the pi parity test needs node and npm on PATH", pytrace=False)
+    # Test files run on several pytest workers: one install at a time, the others wait and reuse it.
+    with (PARITY_DIR / "node_modules.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _install_pinned(npm_bin)
+    return node_bin
+
+
+def _install_pinned(npm_bin: str) -> None:
     if _installed_version() != _pinned_version():
         proc = subprocess.run(
             [npm_bin, "ci", "--no-audit", "--no-fund"],
@@ -103,7 +118,6 @@ def node() -> str:
         installed = _installed_version()
         if installed != _pinned_version():
             pytest.fail(f"npm ci installed {PI_PACKAGE} {installed}, expected the pin")
-    return node_bin
 
 
 def run_pi(node: str, cases: Sequence[tuple[list[Entry], int]]) -> list[PiAnswer]:

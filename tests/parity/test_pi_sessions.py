@@ -175,6 +175,9 @@ def test_pi_files_import_and_export(
     for before, after in zip(written, reopened, strict=True):
         assert after["messages"] == before["messages"], before["name"]
         assert after["llm"] == before["llm"], before["name"]
+        # Every branch goes back as a branch, under its own leaf ID, with pi's context.
+        leaves = {leaf["id"]: leaf["llm"] for leaf in after["leaves"]}
+        assert leaves == {leaf["id"]: leaf["llm"] for leaf in before["leaves"]}, before["name"]
 
 
 def test_a_ctxwarden_session_opens_in_pi(

@@ -61,39 +61,73 @@ async def export_records(engine: AsyncEngine, key: str) -> AsyncIterator[Record]
     """The records of a live session, in file order: session, revisions,
     checkpoints, messages (by seq). Raises SessionNotFound."""
     async with engine.connect() as conn, conn.begin():
-        row = (
-            await conn.execute(select(S).where(S.c.session_id == key, S.c.delete_time_us == 0))
-        ).first()
+        row = await _live(conn, key)
         if row is None:
             raise SessionNotFound(key)
-        yield session_record(dict(row._mapping))
-        revisions = await conn.execute(
-            select(V).where(V.c.session_id == key).order_by(V.c.revision)
-        )
-        for r in revisions.all():
-            yield revision_record(dict(r._mapping))
-        checkpoints = await conn.execute(
-            select(C).where(C.c.session_id == key).order_by(C.c.created_at, C.c.compaction_id)
-        )
-        for r in checkpoints.all():
-            yield checkpoint_record(dict(r._mapping))
-        # A fork's messages: its ancestors' rows it reads (as it sees them), then its own.
-        segments = await chain_of(conn, key)
-        after = 0
-        while True:
-            page = (
+        async for record in _session_records(conn, row):
+            yield record
+
+
+async def export_tree(engine: AsyncEngine, key: str) -> AsyncIterator[Record]:
+    """``export_records`` of a live session, then of each of its live forks (forks
+    of forks too, through deleted ones), each after the session it forks from,
+    all in one read transaction. Each session's records start with its session
+    record. Raises SessionNotFound."""
+    async with engine.connect() as conn, conn.begin():
+        row = await _live(conn, key)
+        if row is None:
+            raise SessionNotFound(key)
+        frontier = [key]
+        async for record in _session_records(conn, row):
+            yield record
+        while frontier:
+            children = (
                 await conn.execute(
-                    select(M)
-                    .where(lineage_where(segments), M.c.seq > after)
-                    .order_by(M.c.seq)
-                    .limit(PAGE)
+                    select(S)
+                    .where(S.c.parent_key.in_(frontier))
+                    .order_by(S.c.create_time_us, S.c.session_id)
                 )
             ).all()
-            for r in page:
-                yield message_record_of(*as_seen(segments, r))
-            if len(page) < PAGE:
-                return
-            after = int(page[-1].seq)
+            frontier = [str(r.session_id) for r in children]
+            for r in children:
+                if int(r.delete_time_us) == 0:
+                    async for record in _session_records(conn, r):
+                        yield record
+
+
+async def _live(conn: AsyncConnection, key: str) -> Any:
+    query = select(S).where(S.c.session_id == key, S.c.delete_time_us == 0)
+    return (await conn.execute(query)).first()
+
+
+async def _session_records(conn: AsyncConnection, row: Any) -> AsyncIterator[Record]:
+    key = str(row.session_id)
+    yield session_record(dict(row._mapping))
+    revisions = await conn.execute(select(V).where(V.c.session_id == key).order_by(V.c.revision))
+    for r in revisions.all():
+        yield revision_record(dict(r._mapping))
+    checkpoints = await conn.execute(
+        select(C).where(C.c.session_id == key).order_by(C.c.created_at, C.c.compaction_id)
+    )
+    for r in checkpoints.all():
+        yield checkpoint_record(dict(r._mapping))
+    # A fork's messages: its ancestors' rows it reads (as it sees them), then its own.
+    segments = await chain_of(conn, key)
+    after = 0
+    while True:
+        page = (
+            await conn.execute(
+                select(M)
+                .where(lineage_where(segments), M.c.seq > after)
+                .order_by(M.c.seq)
+                .limit(PAGE)
+            )
+        ).all()
+        for r in page:
+            yield message_record_of(*as_seen(segments, r))
+        if len(page) < PAGE:
+            return
+        after = int(page[-1].seq)
 
 
 @dataclass

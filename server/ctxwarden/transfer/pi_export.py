@@ -12,10 +12,21 @@ written back as they came (their ``pi.entry`` metadata).
 
 Checkpoints come before messages in a ctxwarden file; they are held (IDs and
 summaries, never messages) until their place in the message stream is reached.
+
+A session with forks (``pi_tree_entries``) becomes one tree: each session's
+branch is made as above, and an entry equal to one already written under the
+same parent (the rows a fork shares with its parent, the checkpoint it
+inherited) is that entry, so a fork's branch leaves its parent's where their
+content first differs. The session's own last entry is written last, so pi
+opens the file at the session; a fork's branch ends at its own leaf. A fork
+that adds nothing after its branch point has no leaf of its own (pi has no
+such branch) and is listed as such.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import uuid
 from collections.abc import Iterable, Iterator
@@ -38,6 +49,14 @@ class PiExport:
     """History-only messages that did not come from pi (pi has no such entry)."""
     entries: int = 0
     notes: list[str] = field(default_factory=list)
+    forks: dict[str, str] = field(default_factory=dict)
+    """Fork session ID -> the ID of its branch's leaf entry."""
+    forks_without_branch: list[str] = field(default_factory=list)
+    """Forks that add no entry after their branch point (or end where another
+    branch goes on): pi has no leaf for them."""
+    fork_entries: int = 0
+    checkpoints: list[Record] = field(default_factory=list)
+    """The valid checkpoints written, by at_seq."""
 
 
 def _entry_id(seq: int, message_id: str, taken: set[str]) -> str:
@@ -69,8 +88,14 @@ def pi_summary(record: Record, pinned_state: str) -> str:
     return body + rest
 
 
-def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
-    """The pi header and entries for the records of one ctxwarden session."""
+def pi_entries(
+    records: Iterable[Record], stats: PiExport, inherited: Iterable[Record] = ()
+) -> Iterator[Entry]:
+    """The pi header and entries for the records of one ctxwarden session.
+
+    ``inherited``: checkpoints of the branch a fork leaves that were made before
+    its branch point; the fork holds only the one in force there, these others
+    put it on the same entries as its parent (pi's context is the same)."""
     it = iter(records)
     session = next(it)
     labels = session.get("labels", {})
@@ -107,6 +132,16 @@ def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
             parent = entry["id"]
             yield entry
 
+    merged = False
+
+    def merge_inherited() -> None:
+        nonlocal merged
+        merged = True
+        own = {c["compaction_id"] for c in pending}
+        pending.extend(c for c in inherited if c["compaction_id"] not in own)
+        pending.sort(key=lambda c: (int(c["at_seq"]), int(c["create_time_us"])))
+        stats.checkpoints = list(pending)
+
     for record in it:
         kind = record["type"]
         if kind == "checkpoint":
@@ -114,10 +149,11 @@ def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
                 stats.superseded += 1
             else:
                 pending.append(record)
-                pending.sort(key=lambda c: int(c["at_seq"]))
             continue
         if kind != "message":
             continue
+        if not merged:
+            merge_inherited()
         if record["state"] != "active":
             stats.rolled_back += 1
             continue
@@ -135,7 +171,105 @@ def pi_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
         parent = entry["id"]
         stats.entries += 1
         yield entry
+    if not merged:
+        merge_inherited()
     yield from compactions(None)
+
+
+class _Tree:
+    """Entries placed by (parent, content): equal content under one parent is one entry."""
+
+    def __init__(self) -> None:
+        self.placed: dict[tuple[str | None, bytes], str] = {}
+        self.taken: set[str] = set()
+        self.parents: set[str | None] = set()
+
+    def place(self, path: Iterable[Entry]) -> Iterator[Entry]:
+        """The entries of one branch not placed yet (IDs and links made global);
+        ``self.leaf`` is the branch's last entry afterwards."""
+        parent: str | None = None
+        global_id: dict[str, str] = {}
+        for entry in path:
+            local = str(entry["id"])
+            content = {k: v for k, v in entry.items() if k not in ("id", "parentId")}
+            if "firstKeptEntryId" in content:
+                kept = str(content["firstKeptEntryId"])
+                content["firstKeptEntryId"] = global_id.get(kept, kept)
+            digest = hashlib.blake2b(dumps(content).encode(), digest_size=16).digest()
+            found = self.placed.get((parent, digest))
+            if found is None:
+                found = local
+                while found in self.taken:
+                    found = uuid.uuid4().hex[:8]
+                self.taken.add(found)
+                self.placed[(parent, digest)] = found
+                self.parents.add(parent)
+                yield {**entry, **content, "id": found, "parentId": parent}
+            global_id[local] = found
+            parent = found
+        self.leaf = parent
+
+
+def _by_session(records: Iterable[Record]) -> Iterator[Iterator[Record]]:
+    """The records of each session in turn (each starts with its session record)."""
+    count = 0
+
+    def session_number(record: Record) -> int:
+        nonlocal count
+        if record["type"] == "session":
+            count += 1
+        return count
+
+    for _, group in itertools.groupby(records, session_number):
+        yield group
+
+
+def pi_tree_entries(records: Iterable[Record], stats: PiExport) -> Iterator[Entry]:
+    """The pi header and entries for a session's records followed by its forks'
+    (each fork after the one it forks from), as one tree."""
+    tree = _Tree()
+    held: Entry | None = None
+    main_leaf: str | None = None
+    leaves: dict[str, str | None] = {}
+    checkpoints: dict[str, list[Record]] = {}  # session ID -> the valid ones written
+    for n, group in enumerate(_by_session(records)):
+        first = next(group)
+        group = itertools.chain([first], group)
+        sid = str(first["session_id"])
+        if n == 0:
+            path = pi_entries(group, stats)
+            yield next(path)  # the header
+            for entry in tree.place(path):
+                if held is not None:
+                    yield held
+                held = entry
+            main_leaf = tree.leaf
+            checkpoints[sid] = stats.checkpoints
+            continue
+        lineage = first.get("lineage", {})
+        parent_seq = int(lineage.get("parent_seq", 0))
+        before = [
+            c
+            for c in checkpoints.get(str(lineage.get("parent_session_id", "")), ())
+            if int(c["at_seq"]) <= parent_seq
+        ]
+        fork_stats = PiExport()
+        path = pi_entries(group, fork_stats, before)
+        next(path)
+        for entry in tree.place(path):
+            stats.fork_entries += 1
+            yield entry
+        leaves[sid] = tree.leaf
+        checkpoints[sid] = fork_stats.checkpoints
+    if held is not None:
+        yield held
+    seen: set[str | None] = {None, main_leaf}
+    for fork, leaf in leaves.items():
+        if leaf in seen or leaf in tree.parents:
+            stats.forks_without_branch.append(fork)
+        else:
+            stats.forks[fork] = str(leaf)
+        seen.add(leaf)
 
 
 def dumps(entry: Entry) -> str:

@@ -17,12 +17,13 @@ from ctxwarden.store.transfer import (
     Incoming,
     SessionNotFound,
     export_records,
+    export_tree,
     import_records,
     import_sessions,
 )
 from ctxwarden.transfer import native
 from ctxwarden.transfer.native import BadExport, Record
-from ctxwarden.transfer.pi_export import PiExport, pi_entries
+from ctxwarden.transfer.pi_export import PiExport, pi_entries, pi_tree_entries
 from ctxwarden.transfer.pi_export import dumps as pi_dumps
 from ctxwarden.transfer.pi_import import PiSession, pi_sessions, read_pi
 
@@ -35,6 +36,11 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     exp.add_argument("session_id")
     exp.add_argument("--tenant", default="", help="the session's tenant (default: none)")
     exp.add_argument("--to", choices=("ctxwarden", "pi"), default="ctxwarden")
+    exp.add_argument(
+        "--no-forks",
+        action="store_true",
+        help="pi: only the session's branch (default: its forks too, as pi branches)",
+    )
     exp.add_argument("-o", "--output", default="-", help="file (.gz: compressed; - stdout)")
 
     imp = sub.add_parser("import", help="read a session file (ctxwarden's or pi's)")
@@ -67,31 +73,46 @@ class _Sync:
 
 
 async def export_session(
-    database_url: str, key: str, out: IO[str], to: str = "ctxwarden"
-) -> dict[str, int]:
-    """Stream one session's records to ``out``; the counts written."""
+    database_url: str, key: str, out: IO[str], to: str = "ctxwarden", forks: bool = True
+) -> list[str]:
+    """Stream one session's records to ``out`` (for pi, with its forks unless
+    ``forks`` is false); what was written, as lines to print."""
     engine = make_engine(database_url)
     try:
-        records = export_records(engine, key)
         loop = asyncio.get_running_loop()
         if to == "pi":
+            records = export_tree(engine, key) if forks else export_records(engine, key)
             stats = PiExport()
+            entries = pi_tree_entries if forks else pi_entries
 
             def write_pi() -> None:
-                for entry in pi_entries(_Sync(records, loop), stats):
+                for entry in entries(_Sync(records, loop), stats):
                     out.write(pi_dumps(entry) + "\n")
 
             await asyncio.to_thread(write_pi)
-            return {
-                "pi entries": stats.entries,
-                "rolled-back messages left out": stats.rolled_back,
-                "superseded checkpoints left out": stats.superseded,
-                "history-only messages left out": stats.history_only,
-            }
+            return _pi_export_lines(stats)
+        records = export_records(engine, key)
         counts = await asyncio.to_thread(native.write, _Sync(records, loop), out)
-        return {f"{kind}s": n for kind, n in counts.items()}
+        return [", ".join(f"{n} {kind}s" for kind, n in counts.items())]
     finally:
         await engine.dispose()
+
+
+def _pi_export_lines(stats: PiExport) -> list[str]:
+    counts = {
+        "pi entries": stats.entries + stats.fork_entries,
+        "forks as branches": len(stats.forks),
+        "rolled-back messages left out": stats.rolled_back,
+        "superseded checkpoints left out": stats.superseded,
+        "history-only messages left out": stats.history_only,
+    }
+    lines = [", ".join(f"{n} {what}" for what, n in counts.items())]
+    lines += [f"  fork {fork}: leaf {leaf}" for fork, leaf in stats.forks.items()]
+    lines += [
+        f"  fork {fork}: no branch of its own (nothing after its branch point)"
+        for fork in stats.forks_without_branch
+    ]
+    return lines
 
 
 async def import_session(
@@ -116,14 +137,16 @@ def run_export(args: argparse.Namespace) -> int:
     key = scoped_id(args.tenant, args.session_id)
     try:
         with native.open_text(args.output, "w") as out:
-            counts = asyncio.run(export_session(args.database_url, key, out, args.to))
+            lines = asyncio.run(
+                export_session(args.database_url, key, out, args.to, not args.no_forks)
+            )
     except SessionNotFound:
         if args.output != "-":
             Path(args.output).unlink(missing_ok=True)
         print(f"ctxwarden: no session {args.session_id!r}", file=sys.stderr)
         return 1
-    summary = ", ".join(f"{n} {what}" for what, n in counts.items())
-    print(f"exported {args.session_id}: {summary}", file=sys.stderr)
+    first, *rest = lines
+    print("\n".join([f"exported {args.session_id}: {first}", *rest]), file=sys.stderr)
     return 0
 
 
