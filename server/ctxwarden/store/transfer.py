@@ -95,6 +95,13 @@ async def export_tree(engine: AsyncEngine, key: str) -> AsyncIterator[Record]:
                         yield record
 
 
+async def has_forks(engine: AsyncEngine, key: str) -> bool:
+    """Whether any session (live or deleted) forks from ``key``."""
+    async with engine.connect() as conn:
+        query = select(S.c.session_id).where(S.c.parent_key == key).limit(1)
+        return (await conn.execute(query)).first() is not None
+
+
 async def _live(conn: AsyncConnection, key: str) -> Any:
     query = select(S).where(S.c.session_id == key, S.c.delete_time_us == 0)
     return (await conn.execute(query)).first()

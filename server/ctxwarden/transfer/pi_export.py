@@ -183,6 +183,8 @@ class _Tree:
         self.placed: dict[tuple[str | None, bytes], str] = {}
         self.taken: set[str] = set()
         self.parents: set[str | None] = set()
+        self.leaf: str | None = None
+        """The last entry of the branch placed last."""
 
     def place(self, path: Iterable[Entry]) -> Iterator[Entry]:
         """The entries of one branch not placed yet (IDs and links made global);

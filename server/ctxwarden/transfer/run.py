@@ -18,6 +18,7 @@ from ctxwarden.store.transfer import (
     SessionNotFound,
     export_records,
     export_tree,
+    has_forks,
     import_records,
     import_sessions,
 )
@@ -81,9 +82,11 @@ async def export_session(
     try:
         loop = asyncio.get_running_loop()
         if to == "pi":
-            records = export_tree(engine, key) if forks else export_records(engine, key)
+            # A tree keeps a fingerprint per entry in memory; a lone session streams.
+            tree = forks and await has_forks(engine, key)
+            records = export_tree(engine, key) if tree else export_records(engine, key)
             stats = PiExport()
-            entries = pi_tree_entries if forks else pi_entries
+            entries = pi_tree_entries if tree else pi_entries
 
             def write_pi() -> None:
                 for entry in entries(_Sync(records, loop), stats):
