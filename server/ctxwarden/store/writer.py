@@ -69,6 +69,28 @@ class Writer:
         await cur.close()
         return count
 
+    def inline(self, sql: str, params: Sequence[Any]) -> str:
+        """MySQL: the statement with its values escaped in, as the driver sends it."""
+        return sql % tuple(self.driver.escape(p) for p in params) if params else sql
+
+    def insert_statements(self, table: TableInsert, rows: Sequence[Sequence[Any]]) -> list[str]:
+        """MySQL: the INSERTs (and completing UPDATEs) of ``rows``, values inlined."""
+        if not rows:
+            return []
+        return mysql_sql.inserts(
+            table.name, table.columns, table.key, rows, self.driver.escape, self.budget
+        )
+
+    async def execute_script(self, statements: Sequence[str], counts: list[int]) -> None:
+        """MySQL: several statements (values inlined) in one round trip, appending
+        each one's row count to ``counts`` as its result is read. The first error
+        raises, and the statements after it are not run."""
+        async with self.driver.cursor() as cur:
+            await cur.execute(";".join(statements))
+            counts.append(int(cur.rowcount))
+            while await cur.nextset():
+                counts.append(int(cur.rowcount))
+
     async def fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
         if self.pg:
             return [tuple(r) for r in await self.driver.fetch(sql, *params)]
