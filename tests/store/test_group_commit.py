@@ -271,3 +271,60 @@ async def test_any_text_round_trips_exactly(repo: Store) -> None:
     for sid, content in zip(sids, TRICKY, strict=True):
         (stored,) = await repo.messages.get_many(sid, [1])
         assert stored.text == content
+
+
+async def test_a_lost_compare_and_set_is_reported_before_a_duplicate_key(repo: Store) -> None:
+    """Another writer appended the same seq and moved the version on: on MySQL the UPDATE
+    and the INSERT go in one round trip and the INSERT's duplicate key raises, but the
+    append lost its compare-and-set (ConcurrentWrite: plan again), not a duplicate."""
+    (sid,) = await _sessions(repo, 1)
+    await repo.messages.append_messages(
+        _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
+    )
+    with pytest.raises(ConcurrentWrite):
+        await repo.messages.append_messages(
+            _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=None
+        )
+    assert await _count(repo, sid) == 1
+    assert await _last_seq(repo, sid) == 1
+
+
+async def test_a_batch_past_one_statement_budget_is_written_whole(
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On MySQL the writers' statement budget drops to its floor (64 KiB): the first INSERT
+    goes with the UPDATE, the others follow one by one, all in the batch's transaction."""
+    monkeypatch.setattr("ctxwarden.store.mysql_sql.DEFAULT_BUDGET", 1)
+    repo = Store(make_engine(backend_url), append_writers=1)
+    try:
+        (sid,) = await _sessions(repo, 1)
+        assert repo.committer is not None
+        operations: list[str] = []
+        repo.committer._observe = lambda operation, seconds, ok: operations.append(operation)
+        big = [
+            Message(
+                role=Role.USER,
+                content=(ContentBlock.of_text(f"{seq} " + "z" * 30_000),),
+                seq=seq,
+                message_id=ids.new_id(),
+                token_count=1,
+                create_time_us=ids.now_us(),
+            )
+            for seq in range(1, 9)
+        ]
+        await repo.messages.append_messages(
+            _advanced(sid, 8), expected_version=0, messages=big, record=None
+        )
+        if backend_url.startswith("mysql"):  # UPDATE + first INSERT, the rest, COMMIT
+            assert operations[0] == "INSERT" and operations[-1] == "COMMIT", operations
+            assert len(operations) > 3, operations
+        stored = await repo.messages.get_many(sid, list(range(1, 9)))
+        assert [m.text for m in stored] == [m.text for m in big]
+        assert await _last_seq(repo, sid) == 8
+        with pytest.raises(ConcurrentWrite):  # the version moved: nothing more is written
+            await repo.messages.append_messages(
+                _advanced(sid, 9), expected_version=0, messages=[_msg(9)], record=None
+            )
+        assert await _count(repo, sid) == 8
+    finally:
+        await repo.close()
