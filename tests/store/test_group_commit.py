@@ -13,9 +13,11 @@ from sqlalchemy import func, select, text, update
 from ctxwarden import ids
 from ctxwarden.core.messages import ContentBlock, Message, Role
 from ctxwarden.core.session import Session
+from ctxwarden.core.tenancy import scoped_id
 from ctxwarden.store.engine import make_engine
-from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, QuotaExceeded
 from ctxwarden.store.models import MessageRow, RequestRow, SessionRow
+from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.repository import RequestRecord, RequestScope, Store
 from tests.support.databases import SERVER_BACKEND_PARAMS, fresh_database
 from tests.support.server import migrate_database
@@ -326,5 +328,37 @@ async def test_a_batch_past_one_statement_budget_is_written_whole(
                 _advanced(sid, 9), expected_version=0, messages=[_msg(9)], record=None
             )
         assert await _count(repo, sid) == 8
+    finally:
+        await repo.close()
+
+
+async def test_a_crossed_quota_is_reported_before_a_duplicate_request(backend_url: str) -> None:
+    """The append crosses the tenant's storage quota and repeats a request ID: on MySQL
+    both statements run in one round trip and the duplicate raises, but the quota was
+    crossed first (QuotaExceeded, as on the other backends), and nothing is written."""
+    tenant = f"t{secrets.token_hex(4)}"
+    repo = Store(make_engine(backend_url), quota=TenantQuota(max_stored_bytes=4_000))
+    try:
+        sid = scoped_id(tenant, f"gc-{ids.new_id()}")
+        await repo.sessions.create(Session(session_id=sid, create_time_us=ids.now_us()), None)
+        scope = RequestScope("AppendMessages", tenant_id=tenant)
+        record = RequestRecord(scope, "req-1", "h", {"ok": 1}, ids.now_us())
+        await repo.messages.append_messages(
+            _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=record
+        )
+        big = Message(
+            role=Role.USER,
+            content=(ContentBlock.of_text("q" * 8_000),),
+            seq=2,
+            message_id=ids.new_id(),
+            token_count=1,
+            create_time_us=ids.now_us(),
+        )
+        with pytest.raises(QuotaExceeded):
+            await repo.messages.append_messages(
+                _advanced(sid, 2), expected_version=1, messages=[big], record=record
+            )
+        assert await _count(repo, sid) == 1
+        assert await _last_seq(repo, sid) == 1
     finally:
         await repo.close()

@@ -331,17 +331,31 @@ class GroupCommitter:
         kind = "INSERT" if len(head) > 1 + bool(added) else "UPDATE"
         try:
             await self._timed(kind, w.execute_script(head, counts))
-        except self._errors:
-            # Another writer's rows explain a duplicate key better than the key does.
-            if counts and counts[0] != len(batch):
-                raise _BatchFailed(ConcurrentWrite(batch[0].session.session_id)) from None
+        except self._errors as exc:
+            # A lost compare-and-set or quota explains a later statement's error (another
+            # writer's rows: a duplicate key) better than that error does; a lost
+            # connection is still a lost connection (the writer reconnects).
+            if classify(exc, self.engine.dialect) != "lost":
+                self._check_counts(batch, added, counts, exc)
             raise
-        if counts[0] != len(batch):
-            raise _BatchFailed(ConcurrentWrite(batch[0].session.session_id))
-        if added and counts[1] != len(added):
-            raise _BatchFailed(QuotaExceeded("stored_bytes", -1, self._sql.max_stored_bytes))
+        self._check_counts(batch, added, counts, None)
         for statement in inserts:
             await self._timed("INSERT", w.execute_script([statement], []))
+
+    def _check_counts(
+        self,
+        batch: Sequence[AppendOp],
+        added: Sequence[tuple[str, int]],
+        counts: Sequence[int],
+        cause: BaseException | None,
+    ) -> None:
+        """Raise for a lost compare-and-set (counts[0]) or quota (counts[1]), as far as
+        the counts were read."""
+        if counts and counts[0] != len(batch):
+            raise _BatchFailed(ConcurrentWrite(batch[0].session.session_id)) from cause
+        if added and len(counts) > 1 and counts[1] != len(added):
+            limit = self._sql.max_stored_bytes
+            raise _BatchFailed(QuotaExceeded("stored_bytes", -1, limit)) from cause
 
     @staticmethod
     def _added(batch: Sequence[AppendOp]) -> list[tuple[str, int]]:
