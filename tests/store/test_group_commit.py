@@ -25,10 +25,10 @@ from tests.support.server import migrate_database
 SESSIONS = 40
 
 
-def _msg(seq: int, message_id: str = "") -> Message:
+def _msg(seq: int, message_id: str = "", text: str = "") -> Message:
     return Message(
         role=Role.USER,
-        content=(ContentBlock.of_text(f"message {seq} " + "y" * 300),),
+        content=(ContentBlock.of_text(text or f"message {seq} " + "y" * 300),),
         seq=seq,
         message_id=message_id or ids.new_id(),
         token_count=80,
@@ -303,17 +303,7 @@ async def test_a_batch_past_one_statement_budget_is_written_whole(
         assert repo.committer is not None
         operations: list[str] = []
         repo.committer._observe = lambda operation, seconds, ok: operations.append(operation)
-        big = [
-            Message(
-                role=Role.USER,
-                content=(ContentBlock.of_text(f"{seq} " + "z" * 30_000),),
-                seq=seq,
-                message_id=ids.new_id(),
-                token_count=1,
-                create_time_us=ids.now_us(),
-            )
-            for seq in range(1, 9)
-        ]
+        big = [_msg(seq, text=f"{seq} " + "z" * 30_000) for seq in range(1, 9)]
         await repo.messages.append_messages(
             _advanced(sid, 8), expected_version=0, messages=big, record=None
         )
@@ -346,14 +336,7 @@ async def test_a_crossed_quota_is_reported_before_a_duplicate_request(backend_ur
         await repo.messages.append_messages(
             _advanced(sid, 1), expected_version=0, messages=[_msg(1)], record=record
         )
-        big = Message(
-            role=Role.USER,
-            content=(ContentBlock.of_text("q" * 8_000),),
-            seq=2,
-            message_id=ids.new_id(),
-            token_count=1,
-            create_time_us=ids.now_us(),
-        )
+        big = _msg(2, text="q" * 8_000)
         with pytest.raises(QuotaExceeded):
             await repo.messages.append_messages(
                 _advanced(sid, 2), expected_version=1, messages=[big], record=record

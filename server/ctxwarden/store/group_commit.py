@@ -5,16 +5,12 @@ plus INSERTs. Done one by one, every append pays its own round trips and its
 own durable commit (an fsync). Here appends queue up while a commit is in
 flight and the next batch writes them all with a few statements and one commit:
 
-* one UPDATE of every session row in the batch, ``version`` checked per row
-  (``CASE session_id WHEN ... THEN expected ...``), so a concurrent writer
-  elsewhere makes the batch see fewer matched rows than it expected;
-* with a storage quota, one conditional UPDATE of the batch's tenant counters;
-* multi-row INSERTs of their messages and idempotency records;
-* COMMIT. Every caller is acknowledged only after its batch committed.
-
-A batch never waits for company: an append that finds a writer idle goes out
-at once, so a lone agent pays no extra latency. Writers hold their own
-connections (no pool checkout, ping or reset per append).
+one UPDATE of every session row, ``version`` checked per row (a concurrent
+writer makes it match fewer rows); with a storage quota, one conditional UPDATE
+of the tenant counters; multi-row INSERTs of messages and idempotency records
+(on MySQL sent with the UPDATEs as one script: one round trip); COMMIT. A caller
+is acknowledged only after its batch committed. A batch never waits for
+company: a lone agent pays no extra latency. Writers hold their own connections.
 
 One member can never fail another: when a batch cannot commit as a whole (a
 session moved on, a duplicate key, a quota, a value the database refuses), it
@@ -269,11 +265,12 @@ class GroupCommitter:
             if w.mysql:
                 await self._write_mysql(w, batch, (statement, params), rows, records)
             else:
-                matched = await self._timed("UPDATE", w.execute(statement, params))
-                if matched != len(batch):
-                    raise _BatchFailed(ConcurrentWrite(batch[0].session.session_id))
-                if sql.quota_enabled:
-                    await self._quota(w, batch)
+                counts = [await self._timed("UPDATE", w.execute(statement, params))]
+                self._check_counts(batch, (), counts, None)
+                added = _tenant_bytes(batch) if sql.quota_enabled else []
+                if added:
+                    counts.append(await self._timed("UPDATE", w.execute(*sql.quota(added))))
+                    self._check_counts(batch, added, counts, None)
                 if rows:
                     await self._timed("INSERT", w.insert_many(sql.messages, rows))
                 if records:
@@ -317,7 +314,7 @@ class GroupCommitter:
         batch, as a bare INSERT + COMMIT. Nothing is committed before the counts
         are checked, so a failed compare-and-set rolls the INSERT back with it."""
         head = [w.inline(*update)]
-        added = self._added(batch) if self._sql.quota_enabled else []
+        added = _tenant_bytes(batch) if self._sql.quota_enabled else []
         if added:
             head.append(w.inline(*self._sql.quota(added)))
         inserts = w.insert_statements(self._sql.messages, rows)
@@ -350,27 +347,12 @@ class GroupCommitter:
         cause: BaseException | None,
     ) -> None:
         """Raise for a lost compare-and-set (counts[0]) or quota (counts[1]), as far as
-        the counts were read."""
+        the counts were read (both write paths check the same way)."""
         if counts and counts[0] != len(batch):
             raise _BatchFailed(ConcurrentWrite(batch[0].session.session_id)) from cause
         if added and len(counts) > 1 and counts[1] != len(added):
             limit = self._sql.max_stored_bytes
             raise _BatchFailed(QuotaExceeded("stored_bytes", -1, limit)) from cause
-
-    @staticmethod
-    def _added(batch: Sequence[AppendOp]) -> list[tuple[str, int]]:
-        added: dict[str, int] = {}
-        for op in batch:
-            added[op.tenant] = added.get(op.tenant, 0) + op.added_bytes
-        return sorted(added.items())
-
-    async def _quota(self, w: Writer, batch: Sequence[AppendOp]) -> None:
-        added = self._added(batch)
-        statement, params = self._sql.quota(added)
-        matched = await self._timed("UPDATE", w.execute(statement, params))
-        if matched != len(added):
-            limit = self._sql.max_stored_bytes
-            raise _BatchFailed(QuotaExceeded("stored_bytes", -1, limit))
 
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
         start = time.perf_counter()
@@ -381,6 +363,14 @@ class GroupCommitter:
             return value
         finally:
             self._observe(operation, time.perf_counter() - start, ok)
+
+
+def _tenant_bytes(batch: Sequence[AppendOp]) -> list[tuple[str, int]]:
+    """The bytes the batch adds per tenant, by tenant."""
+    added: dict[str, int] = {}
+    for op in batch:
+        added[op.tenant] = added.get(op.tenant, 0) + op.added_bytes
+    return sorted(added.items())
 
 
 def _no_observer(operation: str, seconds: float, ok: bool) -> None:

@@ -112,12 +112,8 @@ class Writer:
         if not self.mysql:  # asyncpg pipelines executemany: one round trip per batch
             await self.driver.executemany(table.insert, rows)
             return
-        statements = mysql_sql.inserts(
-            table.name, table.columns, table.key, rows, self.driver.escape, self.budget
-        )
-        async with self.driver.cursor() as cur:
-            for statement in statements:
-                await cur.execute(statement)
+        for statement in self.insert_statements(table, rows):
+            await self.execute_script([statement], [])
 
     async def commit(self) -> None:
         if self.pg:
