@@ -1,38 +1,36 @@
 #!/usr/bin/env bash
 # The system (Debian) packages the test suite needs beyond what scripts/test.sh installs into
-# .venv and node_modules itself.
+# .venv, node_modules and the Go module cache itself, and the toolchains the machine must bring.
 #
-# Usage: scripts/system_packages.sh          print the missing ones, one per line (exit 0)
-#        scripts/system_packages.sh --check  name the missing ones and the apt-get command
-#                                            that installs them on stderr; exit 1 if any
-#        scripts/system_packages.sh --all    print every package the suite needs
+# Usage: scripts/system_packages.sh          print the missing Debian packages, one per line (exit 0)
+#        scripts/system_packages.sh --check  name what is missing (packages and the apt-get
+#                                            command that installs them, toolchains and where
+#                                            they come from) on stderr; exit 1 if anything is
+#        scripts/system_packages.sh --all    print every Debian package the suite needs
 #
-#   python3-venv                           the .venv (Python >= 3.11)
-#   mariadb-server                         mariadbd and mariadb-install-db for the private
-#                                          server of the database outage tests (needed when
-#                                          CTXWARDEN_TEST_MYSQL_URL is set)
-#   postgresql                             initdb and postgres for the private server of the
-#                                          PostgreSQL outage tests (needed when
-#                                          CTXWARDEN_TEST_POSTGRES_URL is set)
-#   galera-4 rsync                         the Galera cluster tests (scripts/galera.sh; needed
-#                                          when CTXWARDEN_TEST_GALERA is set)
-#   golang-go golang-google-grpc-dev       the Go client's tests, offline in GOPATH mode
-#   golang-github-golang-protobuf-1-5-dev  (v1.5: the v1.3 grpc-go pulls in by default
-#   golang-google-protobuf-dev              cannot marshal APIv2 messages)
-#   golang-google-genproto-dev
-#   protoc-gen-go protoc-gen-go-grpc       the Go code freshness check (client/go/gen.sh)
-#   kubectl                                tests/deploy renders the manifests with kustomize
-#                                          (kubectl >= 1.27, from the Kubernetes apt repository)
-#   nodejs npm                             the contract check (buf), the TypeScript client and
-#                                          the pi parity tests (Node >= 20.18.1)
-#   chromium chromium-driver               the web console's browser tests (Playwright drives
-#                                          /usr/bin/chromium; it downloads no browser)
+# Debian packages (scripts/services.sh installs the database ones and starts the servers):
+#   python3-venv                 the .venv (Python >= 3.11)
+#   mariadb-server               the MariaDB server behind CTXWARDEN_TEST_MYSQL_URL, and
+#                                mariadbd/mariadb-install-db for the private servers of the
+#                                database outage tests
+#   postgresql                   the PostgreSQL server behind CTXWARDEN_TEST_POSTGRES_URL, and
+#                                initdb/postgres for the private server of its outage tests
+#   galera-4 rsync               the Galera cluster tests (scripts/galera.sh; with
+#                                CTXWARDEN_TEST_GALERA set)
+#   chromium chromium-driver     the web console's browser tests (Playwright drives
+#                                /usr/bin/chromium; it downloads no browser)
+# Toolchains that come with the machine (not Debian packages; named when missing):
+#   go >= 1.26                   the Go client, in module mode (go.dev/dl; modules from the proxy)
+#   node >= 20.18.1 with npm     the contract check (buf), the TypeScript client, the pi parity
+#                                tests (nodejs.org or NodeSource packages; Debian 12's is 18)
+#   kubectl >= 1.27              tests/deploy renders the manifests with kustomize
+#                                (the Kubernetes apt repository)
 set -euo pipefail
 
-all=(python3-venv mariadb-server postgresql galera-4 rsync golang-go golang-google-grpc-dev
-  golang-github-golang-protobuf-1-5-dev golang-google-protobuf-dev golang-google-genproto-dev
-  protoc-gen-go protoc-gen-go-grpc kubectl nodejs npm chromium chromium-driver)
+all=(python3-venv mariadb-server postgresql galera-4 rsync chromium chromium-driver)
 min_node=20.18.1
+min_go=1.26
+min_kubectl=1.27
 
 mode="${1:-}"
 case "$mode" in
@@ -41,63 +39,59 @@ case "$mode" in
   *) echo "usage: $0 [--check | --all]" >&2; exit 2 ;;
 esac
 
-gocode="${CTXWARDEN_SYS_GOPATH:-/usr/share/gocode}/src"
 need=()
+tools=()
 have() { command -v "$1" >/dev/null 2>&1; }
+at_least() { [[ "$(printf '%s\n' "$1" "$2" | sort -V | head -n1)" == "$1" ]]; }
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 if [[ ! -x "$repo/.venv/bin/python" ]]; then
   "${PYTHON_BIN:-python3}" -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)
 fi
-if [[ -n "${CTXWARDEN_TEST_MYSQL_URL:-}" ]]; then
-  if ! { have mariadbd || [[ -x /usr/sbin/mariadbd ]]; } || ! have mariadb-install-db; then
-    need+=(mariadb-server)
-  fi
+has_mariadb() { { have mariadbd || [[ -x /usr/sbin/mariadbd ]]; } && have mariadb-install-db; }
+if [[ -n "${CTXWARDEN_TEST_MYSQL_URL:-}" || -n "${CTXWARDEN_TEST_GALERA:-}" ]]; then
+  has_mariadb || need+=(mariadb-server)
 fi
 if [[ -n "${CTXWARDEN_TEST_POSTGRES_URL:-}" ]]; then
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 fi
 if [[ -n "${CTXWARDEN_TEST_GALERA:-}" ]]; then
-  if ! { have mariadbd || [[ -x /usr/sbin/mariadbd ]]; } || ! have mariadb-install-db; then
-    [[ " ${need[*]} " == *" mariadb-server "* ]] || need+=(mariadb-server)
-  fi
   [[ -r "${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}" ]] || need+=(galera-4)
   have rsync || need+=(rsync)
 fi
-have go || need+=(golang-go)
-[[ -d "$gocode/google.golang.org/grpc" ]] || need+=(golang-google-grpc-dev)
-# github.com/golang/protobuf v1.5 is built on google.golang.org/protobuf; v1.3 is not.
-grep -qs '"google.golang.org/protobuf/' "$gocode"/github.com/golang/protobuf/proto/*.go ||
-  need+=(golang-github-golang-protobuf-1-5-dev)
-[[ -d "$gocode/google.golang.org/protobuf/proto" ]] || need+=(golang-google-protobuf-dev)
-[[ -d "$gocode/google.golang.org/genproto/googleapis/rpc/errdetails" ]] ||
-  need+=(golang-google-genproto-dev)
-have protoc-gen-go || need+=(protoc-gen-go)
-have protoc-gen-go-grpc || need+=(protoc-gen-go-grpc)
-have kubectl || need+=(kubectl)
-old_node=""
-if ! have node; then
-  need+=(nodejs)
-else
-  node_version="$(node -p 'process.versions.node' 2>/dev/null || echo 0)"
-  if [[ "$(printf '%s\n' "$min_node" "$node_version" | sort -V | head -n1)" != "$min_node" ]]; then
-    need+=(nodejs)
-    old_node="$node_version"
-  fi
-fi
-have npm || need+=(npm)
 [[ -x /usr/bin/chromium ]] || need+=(chromium)
 have chromedriver || need+=(chromium-driver)
+
+if ! have go; then
+  tools+=("go >= $min_go (not found; https://go.dev/dl)")
+else
+  go_version="$(go env GOVERSION 2>/dev/null | sed 's/^go//')"
+  at_least "$min_go" "${go_version:-0}" || tools+=("go >= $min_go (found $go_version)")
+fi
+if ! have node; then
+  tools+=("node >= $min_node (not found; nodejs.org or NodeSource)")
+else
+  node_version="$(node -p 'process.versions.node' 2>/dev/null || echo 0)"
+  at_least "$min_node" "$node_version" || tools+=("node >= $min_node (found $node_version)")
+fi
+have npm || tools+=("npm (comes with node)")
+if ! have kubectl; then
+  tools+=("kubectl >= $min_kubectl (not found; the Kubernetes apt repository)")
+else
+  kubectl_version="$(kubectl version --client 2>/dev/null | sed -n 's/^Client Version: v\([0-9.]*\).*/\1/p')"
+  at_least "$min_kubectl" "${kubectl_version:-0}" ||
+    tools+=("kubectl >= $min_kubectl (found ${kubectl_version:-unknown})")
+fi
 
 if [[ "$mode" != --check ]]; then
   if (( ${#need[@]} )); then printf '%s\n' "${need[@]}"; fi
   exit 0
 fi
-(( ${#need[@]} )) || exit 0
-echo "missing system packages: ${need[*]}" >&2
-if [[ -n "$old_node" ]]; then
-  echo "  (node $old_node is too old: the tests need Node >= $min_node)" >&2
+(( ${#need[@]} + ${#tools[@]} )) || exit 0
+if (( ${#need[@]} )); then
+  echo "missing system packages: ${need[*]}" >&2
+  echo "install them with (as root, after apt-get update), or run scripts/services.sh for the databases:" >&2
+  echo "  apt-get install -y ${need[*]}" >&2
 fi
-echo "install them with (as root, after apt-get update):" >&2
-echo "  apt-get install -y ${need[*]}" >&2
+for tool in "${tools[@]}"; do echo "missing toolchain: $tool" >&2; done
 exit 1

@@ -123,13 +123,13 @@ def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) ->
 def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:
     text = README.read_text().replace(_one_loop_section(), "")  # checked below
     root = README.parent
-    go_src = (root / "client/go/example/agentloop/agentloop.go").read_text()
+    go_src = (root / "client/go/example/quickstart/main.go").read_text()
     ts_src = (root / "client/ts/examples/agent-loop.ts").read_text()
     go_blocks = re.findall(r"```go\n(.*?)```", text, flags=re.S)
     ts_blocks = re.findall(r"```ts\n(.*?)```", text, flags=re.S)
     assert go_blocks and ts_blocks
-    for block in go_blocks:
-        assert block in go_src, block[:80]
+    for block in go_blocks:  # a complete program: the whole file
+        assert block == go_src, block[:80]
 
     def flat(code: str) -> str:  # the example indents the flow inside a function
         return "\n".join(line.strip() for line in code.splitlines())
@@ -176,10 +176,9 @@ def test_one_loop_go_and_ts_excerpts_are_verbatim() -> None:
 
     root = README.parent
     section = _one_loop_section()
-    for lang, path in (
-        ("go", "client/go/example/agentloop/toolloop.go"),
-        ("ts", "client/ts/examples/agent-loop.ts"),
-    ):
+    assert "```go" not in section  # Go's loop is a whole program, linked, not excerpted
+    assert (root / "client/go/example/chatloop/main.go").is_file()
+    for lang, path in (("ts", "client/ts/examples/agent-loop.ts"),):
         (block,) = re.findall(rf"```{lang}\n(.*?)```", section, flags=re.S)
         source = (root / path).read_text()
         lines = block.splitlines()

@@ -6,31 +6,20 @@
 #   --check  regenerate into a temporary directory and fail if the committed
 #            files in ctxwardenv1/ differ (or are missing / extra).
 #
-# Tools (override with environment variables):
-#   PYTHON              interpreter with grpcio-tools (default: <repo>/.venv/bin/python);
-#                       its pinned protoc (pyproject [gen] extra) keeps the output byte-stable
-#   PROTOC_GEN_GO       protoc-gen-go      (default: from PATH; Debian package protoc-gen-go)
-#   PROTOC_GEN_GO_GRPC  protoc-gen-go-grpc (default: from PATH; Debian package protoc-gen-go-grpc)
+# Tools:
+#   protoc              the repo venv's pinned grpcio-tools (pyproject [gen] extra):
+#                       $PYTHON -m grpc_tools.protoc, PYTHON defaulting to <repo>/.venv/bin/python
+#   protoc-gen-go,      the versions pinned in tools.sh, installed by `go install PKG@VERSION`
+#   protoc-gen-go-grpc  from the Go module proxy into a cache (see tools.sh) when missing
+# Pinned protoc and plugins, a sorted proto list and a fixed include path: same
+# inputs, same bytes.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 module="github.com/ctxwarden/ctxwarden/client/go"
 pkg_dir="ctxwardenv1"
-
-PY="${PYTHON:-$repo/.venv/bin/python}"
-GEN_GO="${PROTOC_GEN_GO:-$(command -v protoc-gen-go || true)}"
-GEN_GO_GRPC="${PROTOC_GEN_GO_GRPC:-$(command -v protoc-gen-go-grpc || true)}"
-missing=0
-if ! "$PY" -c "import grpc_tools.protoc" >/dev/null 2>&1; then
-  echo "gen.sh: $PY cannot import grpc_tools (pip install -e '.[gen]' in the repo venv)" >&2
-  missing=1
-fi
-if [[ -z "$GEN_GO" || -z "$GEN_GO_GRPC" ]]; then
-  echo "gen.sh: protoc-gen-go / protoc-gen-go-grpc not found; install them with:" >&2
-  echo "  apt-get install -y protoc-gen-go protoc-gen-go-grpc" >&2
-  missing=1
-fi
-[[ $missing -eq 0 ]] || exit 1
+# shellcheck source=tools.sh
+source "$here/tools.sh"
 
 check=0
 case "${1:-}" in
@@ -38,6 +27,14 @@ case "${1:-}" in
   --check) check=1 ;;
   *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
+
+PY="${PYTHON:-$repo/.venv/bin/python}"
+if ! "$PY" -c "import grpc_tools.protoc" >/dev/null 2>&1; then
+  echo "gen.sh: $PY cannot import grpc_tools (pip install -e '.[gen]' in the repo venv)" >&2
+  exit 1
+fi
+GEN_GO="$(go_tool "$PROTOC_GEN_GO_PKG" "$PROTOC_GEN_GO_VERSION")" || exit 1
+GEN_GO_GRPC="$(go_tool "$PROTOC_GEN_GO_GRPC_PKG" "$PROTOC_GEN_GO_GRPC_VERSION")" || exit 1
 
 out_root="$here"
 if [[ $check -eq 1 ]]; then
@@ -49,7 +46,6 @@ else
 fi
 mkdir -p "$out_root/$pkg_dir"
 
-# Sorted file list and a fixed include path: same inputs, same bytes.
 cd "$repo/protos"
 mapfile -t protos < <(LC_ALL=C ls ctxwarden/v1/*.proto | LC_ALL=C sort)
 # python -m grpc_tools.protoc adds its bundled google/protobuf/*.proto to the include path.

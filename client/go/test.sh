@@ -1,62 +1,58 @@
 #!/usr/bin/env bash
-# Checks and tests the Go client offline, in GOPATH mode, against the Go
-# packages Debian installs under /usr/share/gocode:
-#   gen.sh --check, gofmt, go vet, go test (starts real ctxwarden servers from
-#   <repo>/.venv/bin/ctxwarden or $CTXWARDEN_BIN), go build of the example.
-# Extra arguments go to `go test` (e.g. -race, -v, -run TestRunExample).
+# Checks and tests the Go client in module mode:
+#   gen.sh --check, go.mod/go.sum tidy, gofmt, go vet, go test -race (starts real
+#   ctxwarden servers from <repo>/.venv/bin/ctxwarden or $CTXWARDEN_BIN),
+#   govulncheck, go build of the examples.
+# Extra arguments go to `go test` (e.g. -v, -run TestRunExample).
+#
+# Needs Go (the version of go.mod's go line or newer), gcc for -race, and the Go
+# module proxy (GOPROXY) for the modules of go.sum and the pinned tools of
+# tools.sh, which are installed into a cache on first use.
+#
+# govulncheck reads the Go vulnerability database, https://vuln.go.dev by default.
+#   CTXWARDEN_GOVULNCHECK=auto     (default) when that database cannot be reached, say
+#                                  so ("govulncheck: SKIPPED") and go on; findings fail
+#   CTXWARDEN_GOVULNCHECK=require  an unreachable database fails too
+#   CTXWARDEN_GOVULNCHECK=off      do not run it
+#   CTXWARDEN_GOVULNDB=URL         another database (govulncheck -db: an https mirror,
+#                                  or file:///DIR of a local copy)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-import_path="github.com/ctxwarden/ctxwarden/client/go"
-sys_gopath="${CTXWARDEN_SYS_GOPATH:-/usr/share/gocode}"
-apt_cmd="apt-get install -y golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev golang-google-genproto-dev protoc-gen-go protoc-gen-go-grpc"
+# shellcheck source=tools.sh
+source "$here/tools.sh"
 
 if ! command -v go >/dev/null 2>&1; then
-  echo "test.sh: go is not installed; install the Debian packages with:" >&2
-  echo "  $apt_cmd" >&2
+  echo "test.sh: go is not installed (https://go.dev/doc/install)" >&2
   exit 1
 fi
-missing=()
-for pkg in google.golang.org/grpc google.golang.org/protobuf \
-  google.golang.org/genproto/googleapis/rpc/errdetails github.com/golang/protobuf/proto; do
-  [[ -d "$sys_gopath/src/$pkg" ]] || missing+=("$pkg")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "test.sh: missing Go packages under $sys_gopath/src: ${missing[*]}; install them with:" >&2
-  echo "  $apt_cmd" >&2
+vulncheck="${CTXWARDEN_GOVULNCHECK:-auto}"
+case "$vulncheck" in
+  auto | require | off) ;;
+  *) echo "test.sh: CTXWARDEN_GOVULNCHECK must be auto, require or off, not $vulncheck" >&2; exit 2 ;;
+esac
+export GO111MODULE=on GOWORK=off CGO_ENABLED=1
+cc="$(go env CC)"
+if ! command -v "${cc%% *}" >/dev/null 2>&1; then
+  echo "test.sh: go test -race needs cgo and a C compiler ($cc): apt-get install -y gcc" >&2
   exit 1
 fi
-# grpc-go marshals through github.com/golang/protobuf. Its v1.3 (Debian package
-# golang-github-golang-protobuf-1-3-dev, the default pick of golang-google-grpc-dev)
-# predates the APIv2 runtime and panics on protoc-gen-go v1.2x messages;
-# v1.5 (golang-github-golang-protobuf-1-5-dev) is built on it.
-if ! grep -qs '"google.golang.org/protobuf/' "$sys_gopath"/src/github.com/golang/protobuf/proto/*.go; then
-  echo "test.sh: $sys_gopath has github.com/golang/protobuf v1.3, which cannot marshal the" >&2
-  echo "generated (APIv2) messages; install v1.5 (it replaces v1.3):" >&2
-  echo "  apt-get install -y golang-github-golang-protobuf-1-5-dev" >&2
+cd "$here"
+
+protobuf="$(go list -m -f '{{.Version}}' google.golang.org/protobuf)"
+echo "== $(go version); grpc-go $(go list -m -f '{{.Version}}' google.golang.org/grpc), protobuf $protobuf"
+if [[ "$protobuf" != "$PROTOC_GEN_GO_VERSION" ]]; then
+  echo "test.sh: go.mod has google.golang.org/protobuf $protobuf but tools.sh pins protoc-gen-go" \
+    "$PROTOC_GEN_GO_VERSION: keep them equal (then run gen.sh)" >&2
   exit 1
 fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/gopath/src/$(dirname "$import_path")"
-ln -s "$here" "$work/gopath/src/$import_path"
-
-export GO111MODULE=off GOFLAGS= GOPROXY=off
-export GOPATH="$work/gopath:$sys_gopath"
-if [[ -z "${GOCACHE:-}" && -z "${HOME:-}" && -z "${XDG_CACHE_HOME:-}" ]]; then
-  export GOCACHE="$work/gocache"
-fi
-# grpc-go < 1.40 (Debian ships 1.33) ignores service-config retry policies
-# unless this is set; TestRetryUnavailable exercises Dial's retry policy.
-export GRPC_GO_RETRY=on
-
-echo "== $(go version); grpc-go $(sed -n 's/^const Version = "\(.*\)"/\1/p' "$sys_gopath/src/google.golang.org/grpc/version.go")"
 echo "== gen.sh --check"
 "$here/gen.sh" --check
-
-# Work through the symlink so the go tool sees the import path.
-cd "$work/gopath/src/$import_path"
-echo "== gofmt"
+echo "== go mod tidy -diff"
+if ! go mod tidy -diff; then
+  echo "go.mod / go.sum are not tidy: run go mod tidy in client/go" >&2
+  exit 1
+fi
+echo "== gofmt -l"
 unformatted="$(gofmt -l .)"
 if [[ -n "$unformatted" ]]; then
   echo "gofmt needed:" >&2
@@ -65,8 +61,31 @@ if [[ -n "$unformatted" ]]; then
 fi
 echo "== go vet ./..."
 go vet ./...
-echo "== go test ./..."
-go test -count=1 "$@" ./...
-echo "== go build ./example"
-go build -o "$work/example" ./example
+echo "== go test -race ./..."
+go test -race -count=1 "$@" ./...
+
+if [[ "$vulncheck" == off ]]; then
+  echo "== govulncheck: off (CTXWARDEN_GOVULNCHECK=off)"
+else
+  govulncheck="$(go_tool "$GOVULNCHECK_PKG" "$GOVULNCHECK_VERSION")"
+  db_args=()
+  [[ -n "${CTXWARDEN_GOVULNDB:-}" ]] && db_args=(-db "$CTXWARDEN_GOVULNDB")
+  echo "== govulncheck $GOVULNCHECK_VERSION ${db_args[*]:+${db_args[*]} }./..."
+  errors="$(mktemp)"
+  trap 'rm -f "$errors"' EXIT
+  rc=0
+  "$govulncheck" "${db_args[@]}" ./... 2>"$errors" || rc=$?
+  if [[ $rc -ne 0 ]] && grep -q 'fetching vulnerabilities' "$errors" && [[ "$vulncheck" == auto ]]; then
+    # Exit 1 with this message: the database did not answer (no network to it).
+    echo "govulncheck: SKIPPED: the vulnerability database is unreachable: $(cat "$errors")" >&2
+    echo "  (CTXWARDEN_GOVULNCHECK=require makes this fail; CTXWARDEN_GOVULNDB=URL names another database)" >&2
+  elif [[ $rc -ne 0 ]]; then
+    cat "$errors" >&2
+    echo "govulncheck failed (exit $rc; 3 means vulnerabilities were found)" >&2
+    exit 1
+  fi
+fi
+
+echo "== go build ./example/..."
+go build ./example/...
 echo "ok: Go client checks passed"

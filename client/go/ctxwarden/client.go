@@ -7,7 +7,9 @@ import (
 
 	"github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -25,9 +27,6 @@ const MaxMessageBytes = 64 << 20
 // DefaultServiceConfig retries every ContextService call that fails with
 // UNAVAILABLE (server not reachable yet, connection reset, summariser
 // unavailable): up to 3 attempts with jittered exponential backoff.
-//
-// grpc-go before v1.40 ignores retry policies unless the environment variable
-// GRPC_GO_RETRY=on is set (Debian bookworm ships v1.33).
 //
 // A retried AppendMessages or CreateSession whose first attempt reached the
 // server could apply twice; set request_id (or Message.message_id) on such
@@ -77,6 +76,7 @@ type options struct {
 	serviceConfig string
 	keepalive     keepalive.ClientParameters
 	block         bool
+	apiKey        *apiKeyCredentials
 	extra         []grpc.DialOption
 }
 
@@ -98,21 +98,26 @@ func WithServiceConfig(json string) Option { return func(o *options) { o.service
 // WithKeepalive replaces DefaultKeepalive.
 func WithKeepalive(k keepalive.ClientParameters) Option { return func(o *options) { o.keepalive = k } }
 
-// WithBlock makes Dial wait until the connection is up (or ctx is done).
-// By default Dial returns at once and connects in the background.
+// WithBlock makes Dial wait until the connection is ready (or ctx is done;
+// Dial then fails with ctx's error). By default Dial returns at once and
+// connects in the background.
 func WithBlock() Option { return func(o *options) { o.block = true } }
 
 // WithDialOptions appends raw gRPC dial options (applied after the defaults,
-// so they win), e.g. grpc.WithPerRPCCredentials or more interceptors.
+// so they win), e.g. more interceptors. Dial creates the connection with
+// grpc.NewClient, which ignores grpc.WithBlock, grpc.WithTimeout and
+// grpc.FailOnNonTempDialError: use WithBlock and ctx instead.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.extra = append(o.extra, opts...) }
 }
 
 // Dial connects to a ctxwarden server at target ("host:port" or any gRPC
-// target). Defaults: plaintext (the sidecar listens on loopback), a
-// DefaultTimeout deadline on unary calls without one, DefaultServiceConfig
-// (retry UNAVAILABLE), DefaultKeepalive and MaxMessageBytes limits. ctx bounds
-// the dial only with WithBlock.
+// target, e.g. "dns:///ctxwarden.internal:50051" or "unix:///run/ctxwarden.sock").
+// Defaults: plaintext (the sidecar listens on loopback), a DefaultTimeout
+// deadline on unary calls without one, DefaultServiceConfig (retry
+// UNAVAILABLE), DefaultKeepalive and MaxMessageBytes limits. The connection is
+// made with grpc.NewClient and starts connecting at once, in the background;
+// ctx bounds the dial only with WithBlock.
 func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	o := options{
 		timeout:       DefaultTimeout,
@@ -121,6 +126,9 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.apiKey != nil && o.apiKey.key == "" {
+		return nil, fmt.Errorf("ctxwarden: dial %s: empty API key", target)
 	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithKeepaliveParams(o.keepalive),
@@ -132,9 +140,10 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	if o.creds != nil {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(o.creds))
 	} else {
-		// grpc.WithInsecure is the plaintext option that exists in every grpc-go
-		// release this package supports (credentials/insecure needs v1.34+).
-		dialOpts = append(dialOpts, grpc.WithInsecure()) //nolint:staticcheck
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if o.apiKey != nil {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(o.apiKey))
 	}
 	if o.serviceConfig != "" {
 		dialOpts = append(dialOpts, grpc.WithDefaultServiceConfig(o.serviceConfig))
@@ -142,15 +151,43 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	if o.timeout > 0 {
 		dialOpts = append(dialOpts, grpc.WithChainUnaryInterceptor(defaultDeadline(o.timeout)))
 	}
-	if o.block {
-		dialOpts = append(dialOpts, grpc.WithBlock())
-	}
 	dialOpts = append(dialOpts, o.extra...)
-	conn, err := grpc.DialContext(ctx, target, dialOpts...)
+	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
+		if o.apiKey != nil && o.apiKey.requireTLS && o.creds == nil {
+			return nil, fmt.Errorf("ctxwarden: dial %s: %w (WithAPIKey sends the key over TLS only: "+
+				"add WithTransportCredentials, or use WithInsecureAPIKey on a loopback connection)", target, err)
+		}
 		return nil, fmt.Errorf("ctxwarden: dial %s: %w", target, err)
 	}
+	// Like grpc.Dial did: connect now rather than on the first call.
+	conn.Connect()
+	if o.block {
+		if err := waitReady(ctx, conn); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("ctxwarden: dial %s: %w", target, err)
+		}
+	}
 	return &Client{ContextServiceClient: ctxwardenv1.NewContextServiceClient(conn), conn: conn}, nil
+}
+
+// waitReady waits until conn is ready or ctx is done (then it returns ctx's
+// error). Failed connection attempts are retried with backoff meanwhile.
+func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
+	for {
+		s := conn.GetState()
+		switch s {
+		case connectivity.Ready:
+			return nil
+		case connectivity.Idle:
+			conn.Connect()
+		case connectivity.Shutdown:
+			return fmt.Errorf("connection closed")
+		}
+		if !conn.WaitForStateChange(ctx, s) {
+			return ctx.Err()
+		}
+	}
 }
 
 // defaultDeadline gives a unary call a deadline of d when ctx has none. The

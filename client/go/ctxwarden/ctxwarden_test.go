@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,6 +55,58 @@ func TestErrorReasonWithoutErrorInfo(t *testing.T) {
 		if got := ctxwarden.ErrorReason(err); got != "" {
 			t.Errorf("ErrorReason(%v) = %q, want \"\"", err, got)
 		}
+	}
+}
+
+func TestToolCalls(t *testing.T) {
+	read := ctxwarden.ToolCall("c1", "read", `{"path":"a"}`)
+	grep := ctxwarden.ToolCall("c2", "grep", `{"pattern":"x"}`)
+	m := ctxwarden.Assistant("Let me look.", read, grep)
+	m.Content = append(m.Content, &ctxwardenv1.ContentBlock{Block: &ctxwardenv1.ContentBlock_Text{
+		Text: &ctxwardenv1.TextContent{Text: "after"}}})
+	got := ctxwarden.ToolCalls(m)
+	if len(got) != 2 || got[0] != read || got[1] != grep {
+		t.Errorf("ToolCalls = %v, want [c1 c2] (the message's own calls, in order)", got)
+	}
+	for _, m := range []*ctxwardenv1.Message{nil, ctxwarden.User("hi"), ctxwarden.Assistant("done"), ctxwarden.FailedAssistant("429")} {
+		if got := ctxwarden.ToolCalls(m); got != nil {
+			t.Errorf("ToolCalls(%v) = %v, want nil", m, got)
+		}
+	}
+}
+
+// TestToolCallsOfStoredAnswer reads the calls of a model answer as the server
+// stored it (OpenAI Chat format, two calls).
+func TestToolCallsOfStoredAnswer(t *testing.T) {
+	srv := testserver.Start(t)
+	c := dial(t, srv.Target)
+	ctx := context.Background()
+	s, err := c.CreateSession(ctx, &ctxwardenv1.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := ctxwardenv1.ModelInputFormat_MODEL_INPUT_FORMAT_OPENAI_CHAT
+	if _, err := c.AppendMessages(ctx, &ctxwardenv1.AppendMessagesRequest{SessionId: s.GetSessionId(),
+		Messages: []*ctxwardenv1.Message{ctxwarden.User("read a and b")}}); err != nil {
+		t.Fatal(err)
+	}
+	response := `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,` +
+		`"message":{"role":"assistant","content":null,"tool_calls":[` +
+		`{"id":"call_a","type":"function","function":{"name":"read","arguments":"{\"path\":\"a\"}"}},` +
+		`{"id":"call_b","type":"function","function":{"name":"read","arguments":"{\"path\":\"b\"}"}}]},` +
+		`"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`
+	stored, err := c.AppendModelOutput(ctx, ctxwarden.ModelOutput(s.GetSessionId(), chat, []byte(response)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := ctxwarden.ToolCalls(stored.GetMessages()[0])
+	var got []string
+	for _, call := range calls {
+		got = append(got, call.GetId()+" "+call.GetName()+" "+call.GetArgumentsJson())
+	}
+	want := []string{`call_a read {"path":"a"}`, `call_b read {"path":"b"}`}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ToolCalls(stored answer) = %q, want %q", got, want)
 	}
 }
 
@@ -192,24 +241,7 @@ func TestDefaultDeadline(t *testing.T) {
 	}
 }
 
-// retryOn reports whether this grpc-go honours service-config retry policies:
-// always from v1.40, before that only with GRPC_GO_RETRY=on.
-func retryOn() bool {
-	parts := strings.SplitN(grpc.Version, ".", 3)
-	if len(parts) >= 2 {
-		major, _ := strconv.Atoi(parts[0])
-		minor, _ := strconv.Atoi(parts[1])
-		if major > 1 || minor >= 40 {
-			return true
-		}
-	}
-	return strings.EqualFold(os.Getenv("GRPC_GO_RETRY"), "on")
-}
-
 func TestRetryUnavailable(t *testing.T) {
-	if !retryOn() {
-		t.Skipf("grpc-go %s ignores retry policies unless GRPC_GO_RETRY=on", grpc.Version)
-	}
 	f := &fakeServer{failFirst: 2}
 	c := dial(t, startFake(t, f))
 	s, err := c.GetSession(context.Background(), &ctxwardenv1.GetSessionRequest{SessionId: "s"})
@@ -228,5 +260,35 @@ func TestRetryUnavailable(t *testing.T) {
 	}
 	if n := f2.attempts(); n != 1 {
 		t.Errorf("no retry policy: server saw %d attempts, want 1", n)
+	}
+}
+
+// TestDialBlockGivesUpWithCtx dials a port nobody listens on: WithBlock keeps
+// trying until ctx is done, then Dial fails with ctx's error; without it Dial
+// returns at once and the call fails UNAVAILABLE (after the retries).
+func TestDialBlockGivesUpWithCtx(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := lis.Addr().String()
+	lis.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if c, err := ctxwarden.Dial(ctx, target, ctxwarden.WithBlock()); err == nil {
+		c.Close()
+		t.Fatal("Dial(WithBlock) to a closed port succeeded")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Dial(WithBlock) to a closed port: %v, want context.DeadlineExceeded", err)
+	}
+
+	c, err := ctxwarden.Dial(context.Background(), target)
+	if err != nil {
+		t.Fatalf("Dial without WithBlock: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.GetSession(context.Background(), &ctxwardenv1.GetSessionRequest{SessionId: "s"}); status.Code(err) != codes.Unavailable {
+		t.Errorf("GetSession on a closed port: %v, want UNAVAILABLE", err)
 	}
 }

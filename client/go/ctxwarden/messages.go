@@ -59,3 +59,17 @@ func ToolResult(callID, text string) *ctxwardenv1.Message {
 		Content:    []*ctxwardenv1.ContentBlock{textBlock(text)},
 	}
 }
+
+// ToolCalls returns the tool calls of m, in order: the ToolCall blocks of its
+// content (an assistant message that stopped with STOP_REASON_TOOL_USE, e.g.
+// the one AppendModelOutput stored). It returns nil when m is nil or has none.
+// The calls are m's own: answer each with a ToolResult(call.GetId(), ...).
+func ToolCalls(m *ctxwardenv1.Message) []*ctxwardenv1.ToolCall {
+	var calls []*ctxwardenv1.ToolCall
+	for _, b := range m.GetContent() {
+		if c := b.GetToolCall(); c != nil {
+			calls = append(calls, c)
+		}
+	}
+	return calls
+}

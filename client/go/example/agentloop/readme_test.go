@@ -3,44 +3,40 @@ package agentloop_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// TestReadmeExcerpts checks that every ```go block of client/go/README.md
-// preceded by "<!-- excerpt: PATH -->" appears verbatim in PATH.
-func TestReadmeExcerpts(t *testing.T) {
+// TestReadmePrograms checks that every ```go block of client/go/README.md is
+// a complete program of this module: preceded by "<!-- program: PATH -->"
+// and equal to the whole file PATH (which test.sh builds, vets and tests).
+func TestReadmePrograms(t *testing.T) {
 	root := filepath.Join("..", "..") // client/go; tests run in the package directory
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const marker = "<!-- excerpt: "
-	found := 0
-	rest := string(readme)
-	for {
-		i := strings.Index(rest, marker)
-		if i < 0 {
-			break
+	blocks := regexp.MustCompile("(?s)(?:<!-- program: ([^ ]+) -->\n)?```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("README has no ```go block")
+	}
+	for _, b := range blocks {
+		path, block := b[1], b[2]
+		if path == "" {
+			t.Errorf("a ```go block without a <!-- program: PATH --> line before it:\n%.200s", block)
+			continue
 		}
-		rest = rest[i+len(marker):]
-		path := rest[:strings.Index(rest, " -->")]
-		start := strings.Index(rest, "```go\n")
-		end := strings.Index(rest[start+6:], "\n```")
-		if start < 0 || end < 0 {
-			t.Fatalf("excerpt of %s: no ```go block after the marker", path)
-		}
-		block := rest[start+6 : start+6+end]
 		src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(path)))
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			continue
 		}
-		if !strings.Contains(string(src), block+"\n") {
-			t.Errorf("README excerpt is not in %s verbatim:\n%s", path, block)
+		if block != string(src) {
+			t.Errorf("the README's program %s is not the file verbatim", path)
 		}
-		found++
-	}
-	if found == 0 {
-		t.Fatal("README has no excerpt markers")
+		if !strings.HasPrefix(block, "// ") || !strings.Contains(block, "\npackage main\n") {
+			t.Errorf("the README's program %s is not a documented package main", path)
+		}
 	}
 }

@@ -101,12 +101,10 @@ func (l *ToolLoop) Run(ctx context.Context, c ctxwardenv1.ContextServiceClient, 
 			return sid, answer, nil
 		}
 		var results []toolMessage
-		for _, block := range answer.GetContent() {
-			if tc := block.GetToolCall(); tc != nil {
-				result := RunTool(tc.GetName(), tc.GetArgumentsJson())
-				p("tool %s %s: %d bytes", tc.GetName(), tc.GetArgumentsJson(), len(result))
-				results = append(results, toolMessage{Role: "tool", ToolCallID: tc.GetId(), Content: result})
-			}
+		for _, tc := range ctxwarden.ToolCalls(answer) {
+			result := RunTool(tc.GetName(), tc.GetArgumentsJson())
+			p("tool %s %s: %d bytes", tc.GetName(), tc.GetArgumentsJson(), len(result))
+			results = append(results, toolMessage{Role: "tool", ToolCallID: tc.GetId(), Content: result})
 		}
 		items, err := json.Marshal(results)
 		if err != nil {

@@ -27,7 +27,7 @@ type Server struct {
 
 // Binary returns the ctxwarden executable: $CTXWARDEN_BIN, else
 // <repo>/.venv/bin/ctxwarden, the repo root being found from this file's
-// location (symlinks resolved, so a GOPATH symlink still leads to the repo).
+// location (symlinks resolved).
 func Binary() (string, error) {
 	if bin := os.Getenv("CTXWARDEN_BIN"); bin != "" {
 		return bin, nil
@@ -46,8 +46,9 @@ func Binary() (string, error) {
 
 // Start runs `ctxwarden serve` on a free loopback port with a new SQLite
 // database in a temporary directory, waits for its "listening" line and stops
-// it (SIGTERM, then SIGKILL after 10 s) when the test ends.
-func Start(t testing.TB) *Server {
+// it (SIGTERM, then SIGKILL after 10 s) when the test ends. extraArgs go to
+// `ctxwarden serve` after those (e.g. "--api-keys-file", path).
+func Start(t testing.TB, extraArgs ...string) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -63,9 +64,10 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve",
+	args := append([]string{"serve",
 		"--listen", "127.0.0.1:0",
-		"--database-url", "sqlite:///"+filepath.Join(dir, "ctxwarden.db"))
+		"--database-url", "sqlite:///" + filepath.Join(dir, "ctxwarden.db")}, extraArgs...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = logFile
 	// Our own pipe (not StdoutPipe), so cmd.Wait never closes it under the reader.
 	stdout, w, err := os.Pipe()
