@@ -110,3 +110,58 @@ def seed_session(
     return Seeded(
         session_id, big_seq, tuple(rolled.rolled_back_seqs), compaction.compaction_id, text
     )
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A parent (8 messages, later rolled back to seq 2 and archived), its fork at
+    seq 5 (inherits 1-4, adds 5-6) and a fork of that fork at its end (adds 7)."""
+
+    project: str
+    parent: str
+    fork: str
+    grandchild: str
+
+
+def seed_lineage(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...], run: str) -> Lineage:
+    stub = pb_grpc.ContextServiceStub(channel)
+    project = f"lineage-{run}"
+    parent, fork, grandchild = f"{project}-parent", f"{project}-fork", f"{project}-fork2"
+    stub.CreateSession(
+        pb.CreateSessionRequest(
+            session_id=parent,
+            session=ses.Session(
+                title="Parent", project_id=project, model="gpt-4.1", system_prompt="Be brief."
+            ),
+        ),
+        metadata=metadata,
+        timeout=30,
+    )
+
+    def append(sid: str, *messages: m.Message) -> None:
+        stub.AppendMessages(
+            pb.AppendMessagesRequest(session_id=sid, messages=list(messages)),
+            metadata=metadata,
+            timeout=30,
+        )
+
+    for turn in range(4):
+        append(parent, user(f"parent question {turn} " * 5), assistant(f"parent answer {turn}"))
+    stub.ForkSession(
+        pb.ForkSessionRequest(session_id=parent, at_seq=5, new_session_id=fork),
+        metadata=metadata,
+        timeout=30,
+    )
+    append(fork, user("fork question " * 7), assistant("fork answer"))
+    stub.ForkSession(
+        pb.ForkSessionRequest(session_id=fork, new_session_id=grandchild),
+        metadata=metadata,
+        timeout=30,
+    )
+    append(grandchild, user("grandchild question " * 3))
+    # The parent rewinds past the fork point: the forks still see seqs 3 and 4.
+    stub.RollbackTurn(
+        pb.RollbackTurnRequest(session_id=parent, to_seq=2), metadata=metadata, timeout=30
+    )
+    stub.ArchiveSession(pb.ArchiveSessionRequest(session_id=parent), metadata=metadata, timeout=30)
+    return Lineage(project, parent, fork, grandchild)

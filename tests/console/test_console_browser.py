@@ -5,6 +5,7 @@ every panel against the API. Screenshots are kept in the test's temporary direct
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m
 from tests.console.conftest import KEY_A, KEY_B, ConsoleEnv, bearer
+from tests.console.seed import seed_lineage
 
 VIEWPORT = {"width": 1400, "height": 1000}
 
@@ -162,7 +164,8 @@ def test_session_page_shows_what_the_api_says(
         expect(card.get_by_test_id("cp-summary")).to_contain_text(c.summary[:60])
     expect(page.get_by_test_id("chart-compaction")).to_have_count(len(compactions))
     assert page.get_by_test_id("chart-rollback").count() >= 1
-    expect(page.get_by_test_id("lineage")).to_contain_text("cannot fork yet")
+    expect(page.get_by_test_id("lineage")).to_contain_text("No parent and no forks")
+    expect(page.get_by_test_id("session-head").get_by_test_id("archived")).to_have_count(0)
 
     # The byte-range viewer of the big output, against GetToolOutput.
     with page.expect_navigation():
@@ -239,3 +242,88 @@ def test_other_tenant_and_no_credentials(
         expect(page.locator(f"a[href='/sessions/{console.seeded.session_id}']")).to_have_count(0)
     finally:
         stranger.close()
+
+
+def test_fork_page_shows_inherited_rows_lineage_and_archived(
+    console: ConsoleEnv,
+    channel: grpc.Channel,
+    context: BrowserContext,
+    csp_violations: list[str],
+    tmp_path: Path,
+) -> None:
+    stub = pb_grpc.ContextServiceStub(channel)
+    lineage = seed_lineage(channel, bearer(KEY_A), uuid.uuid4().hex[:8])
+    page = context.new_page()
+    log_in(page, console.session_url(lineage.fork), KEY_A)
+    page.screenshot(path=str(tmp_path / "fork.png"), full_page=True)
+
+    # The timeline: the parent's seqs 1-4 as the fork sees them (the parent rolled 3-8
+    # back later), marked inherited and linked to the parent; then the fork's own.
+    timeline = "[data-testid=timeline] [data-testid=timeline-message]"
+    history = stub.ListMessages(
+        pb.ListMessagesRequest(session_id=lineage.fork, include_rolled_back=True),
+        metadata=bearer(KEY_A),
+    ).messages
+    assert seqs(page, timeline) == [x.seq for x in history] == [1, 2, 3, 4, 5, 6]
+    marks = page.eval_on_selector_all(
+        timeline, "els => els.map(e => [e.dataset.inherited, e.dataset.status])"
+    )
+    assert marks == [["true", "in context"]] * 4 + [["false", "in context"]] * 2
+    expect(page.locator("#m5 [data-testid=inherited]")).to_have_count(0)
+    badge = page.locator("#m3 [data-testid=inherited]")
+    expect(badge).to_have_text(f"inherited from {lineage.parent}")
+
+    # The chart ends where the token bar is.
+    bar_total = page.get_by_test_id("total-tokens").inner_text()
+    last_point = page.locator("[data-testid=chart] rect.hit title").last.text_content() or ""
+    assert last_point.endswith(f": {bar_total.replace(',', '')} tokens")
+
+    # The lineage panel: the (archived) parent and the fork seq, the fork of this fork.
+    panel = page.get_by_test_id("lineage")
+    expect(panel.get_by_test_id("fork-seq")).to_have_text("5")
+    expect(panel.get_by_test_id("parent")).to_have_text(lineage.parent)
+    expect(panel.get_by_test_id("parent-archived")).to_be_visible()
+    expect(panel.get_by_test_id("child")).to_have_text(lineage.grandchild)
+    expect(panel.get_by_test_id("child-fork-seq")).to_have_text("7")
+    expect(page.get_by_test_id("session-head").get_by_test_id("archived")).to_have_count(0)
+
+    # The inherited row's link: the parent's timeline there, where it is rolled back,
+    # and the parent is marked archived, with its fork listed.
+    with page.expect_navigation():
+        badge.click()
+    assert page.url.endswith(f"/sessions/{lineage.parent}?at=3#m3")
+    expect(page.locator("#m3")).to_have_attribute("data-status", "rolled back")
+    expect(page.get_by_test_id("session-head").get_by_test_id("archived")).to_be_visible()
+    expect(page.get_by_test_id("lineage").get_by_test_id("child")).to_have_text(lineage.fork)
+    page.screenshot(path=str(tmp_path / "archived-parent.png"), full_page=True)
+
+    # The fork of the fork: its whole ancestry, linked.
+    page.goto(console.session_url(lineage.grandchild))
+    ancestry = page.get_by_test_id("ancestry").get_by_test_id("ancestor")
+    expect(ancestry).to_have_text([lineage.parent, lineage.fork])
+    inherited = page.eval_on_selector_all(timeline, "els => els.map(e => e.dataset.inherited)")
+    assert inherited == ["true"] * 6 + ["false"]
+
+    # The session list: archived sessions marked, and filtered.
+    page.goto(f"{console.url}/sessions?project={lineage.project}")
+    rows = page.get_by_test_id("session-row")
+    expect(rows).to_have_count(3)
+    expect(page.locator("[data-testid=session-row][data-archived=true]")).to_have_count(1)
+    expect(page.get_by_test_id("sessions").get_by_test_id("archived")).to_have_count(1)
+    for choice, shown in (
+        ("archived", [lineage.parent]),
+        ("live", [lineage.fork, lineage.grandchild]),
+        ("all", [lineage.parent, lineage.fork, lineage.grandchild]),
+    ):
+        page.select_option("[data-testid=archived-filter]", choice)
+        with page.expect_navigation():
+            page.click("[data-testid=search] button")
+        listed = page.eval_on_selector_all(
+            "[data-testid=session-row] td:first-child a",
+            "els => els.map(e => e.textContent)",
+        )
+        assert sorted(listed) == sorted(shown), choice
+        marked = page.locator("[data-testid=session-row][data-archived=true]")
+        expect(marked).to_have_count(1 if lineage.parent in shown else 0)
+    page.screenshot(path=str(tmp_path / "sessions-archived.png"), full_page=True)
+    assert not csp_violations, csp_violations

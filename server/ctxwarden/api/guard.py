@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,8 +80,10 @@ class FailureLimiter:
         burst: float = AUTH_FAILURE_BURST,
         rate: float = AUTH_FAILURE_RATE,
         cooldown: float = AUTH_COOLDOWN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.burst, self.rate, self.cooldown = burst, rate, cooldown
+        self.clock = clock
         self._buckets: dict[str, TokenBucket] = {}
         self._blocked: dict[str, float] = {}
 
@@ -90,7 +92,7 @@ class FailureLimiter:
         until = self._blocked.get(peer)
         if until is None:
             return 0.0
-        left = until - time.monotonic()
+        left = until - self.clock()
         if left <= 0:
             del self._blocked[peer]
             return 0.0
@@ -103,7 +105,7 @@ class FailureLimiter:
                 self._buckets.clear()
                 self._blocked.clear()
             bucket = self._buckets[peer] = TokenBucket(self.rate, self.burst)
-        now = time.monotonic()
+        now = self.clock()
         if bucket.take(now) > 0:
             self._blocked[peer] = now + self.cooldown
 

@@ -19,8 +19,9 @@ class ConsoleConfig:
     """Points of the context-tokens chart (seqs are bucketed beyond)."""
     login_ttl_seconds: float = 8 * 3600.0
     """How long a login (the session cookie) lasts."""
-    max_logins: int = 10_000
-    """Logins kept at once (the oldest go first)."""
+    max_logins_per_tenant: int = 1_000
+    """Logins kept at once per tenant (that tenant's oldest go first; no tenant's
+    logins ever push out another's)."""
     preview_bytes: int = 600
     """Text longer than this is collapsed in the timeline."""
     range_bytes: int = 16 * 1024

@@ -11,14 +11,16 @@ from starlette.requests import Request
 
 from ctxwarden.console.chart import chart
 from ctxwarden.console.config import ConsoleConfig
-from ctxwarden.console.views import context_rows, pretty_json, timeline, token_bar
+from ctxwarden.console.views import Inheritance, context_rows, pretty_json, timeline, token_bar
 from ctxwarden.core.errors import InvalidArgument, NotFound
+from ctxwarden.core.model_input import ModelInputView
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.render import Format
-from ctxwarden.core.search import SESSION_SORTS, SessionQuery
+from ctxwarden.core.search import ARCHIVED_FILTERS, SESSION_SORTS, SessionQuery
+from ctxwarden.core.session import Session
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.validation import check_session_id
-from ctxwarden.service.console import ConsoleReader
+from ctxwarden.service.console import ConsoleReader, Lineage
 
 FORMATS = {
     "openai-chat": Format.OPENAI_CHAT,
@@ -74,6 +76,10 @@ def _session_query(request: Request, tenant: str) -> SessionQuery:
     label = q.get("label", "").strip()
     key, _, value = label.partition("=")
     sort = q.get("sort", "created")
+    archived = q.get("archived", "all")
+    if archived not in ARCHIVED_FILTERS:
+        raise PageNotFound(f"archived must be one of {', '.join(ARCHIVED_FILTERS)}")
+    fork_of = q.get("fork_of", "").strip()
     return SessionQuery(
         tenant=tenant,
         user_id=q.get("user", "").strip(),
@@ -83,7 +89,18 @@ def _session_query(request: Request, tenant: str) -> SessionQuery:
         title=q.get("title", "").strip(),
         sort=sort if sort in SESSION_SORTS else "created",
         descending=q.get("order", "desc") != "asc",
+        archived=archived,
+        parent=internal_id(tenant, fork_of) if fork_of else "",
     )
+
+
+def inheritance(session: Session, lineage: Lineage) -> Inheritance:
+    """What the timeline marks inherited, and the parent its rows link to."""
+    if not lineage.ancestors:
+        return Inheritance()
+    parent = lineage.ancestors[0]
+    link = visible_id(parent.session_id) if parent.session is not None else ""
+    return Inheritance(session.fork_seq, link)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +119,8 @@ class Pages:
             "sessions": [(visible_id(s.session_id), s) for s in hits.sessions],
             "next_cursor": _cursor(hits.cursor),
             "sorts": SESSION_SORTS,
+            "archived_filters": ARCHIVED_FILTERS,
+            "fork_of": request.query_params.get("fork_of", "").strip(),
             "first_page": after is None,
         }
 
@@ -123,21 +142,11 @@ class Pages:
         if current is None:
             current = await self.reader.manager.build_model_input(sid, 0, False, None, 0)
         rendered, rendered_cut = pretty_json(view.rendered_json, cfg.max_rendered_bytes)
-        # The timeline: the newest page by default, or the page at/after/before a seq.
-        at, after, before = _int(request, "at", 1), _int(request, "after"), _int(request, "before")
-        if at is not None:
-            after = at - 1
-        page = await self.reader.history(sid, after, before, cfg.page_size)
-        rows = timeline(page.messages, current, cfg.preview_bytes)
-        # The effective context: its newest page by default (it can be long too).
-        kept = len(view.messages) - view.summary_messages
-        ctx_start = _int(request, "ctx")
-        if ctx_start is None:
-            ctx_start = max(0, kept - cfg.page_size)
-        ctx_start = min(ctx_start, max(0, kept - 1))
-        base = current.tokens.system_tokens + current.tokens.tools_tokens
-        series = await self.reader.context_series(session, base, cfg.chart_points)
+        lineage = await self.reader.lineage(session, tenant, cfg.page_size)
+        inherited = inheritance(session, lineage)
         tokens = current.tokens
+        base = tokens.system_tokens + tokens.tools_tokens
+        series = await self.reader.context_series(session, base, cfg.chart_points)
         return {
             "sid": session_id,
             "session": session,
@@ -148,23 +157,51 @@ class Pages:
             "formats": list(FORMATS),
             "rendered": rendered,
             "rendered_cut": rendered_cut,
-            "rows": rows,
-            "page": page,
-            "first_seq": page.messages[0].seq if page.messages else 0,
-            "last_page_seq": page.messages[-1].seq if page.messages else 0,
+            **await self._timeline(request, sid, current, inherited),
+            **self._context(request, view, inherited),
             "summary": view.summary,
-            "context_rows": context_rows(
-                view, ctx_start, ctx_start + cfg.page_size, cfg.preview_bytes
-            ),
-            "ctx_start": ctx_start,
-            "ctx_kept": kept,
-            "ctx_page": cfg.page_size,
             "general_notices": [n for n in view.notices if n.seq == 0],
             "bar": token_bar(view.tokens),
             "chart": chart(series, tokens.compaction_threshold, tokens.context_window),
             "checkpoints": await self.reader.checkpoints(sid),
             "summary_preview": cfg.preview_bytes * 4,
             "keep": {k: v for k, v in request.query_params.items() if k in ("as_of", "format")},
+            "lineage": lineage,
+            "inherited": inherited,
+        }
+
+    async def _timeline(
+        self, request: Request, sid: str, current: ModelInputView, inherited: Inheritance
+    ) -> dict[str, Any]:
+        """The timeline: the newest page by default, or the page at/after/before a seq."""
+        at, after, before = _int(request, "at", 1), _int(request, "after"), _int(request, "before")
+        if at is not None:
+            after = at - 1
+        page = await self.reader.history(sid, after, before, self.config.page_size)
+        return {
+            "rows": timeline(page.messages, current, self.config.preview_bytes, inherited),
+            "page": page,
+            "first_seq": page.messages[0].seq if page.messages else 0,
+            "last_page_seq": page.messages[-1].seq if page.messages else 0,
+        }
+
+    def _context(
+        self, request: Request, view: ModelInputView, inherited: Inheritance
+    ) -> dict[str, Any]:
+        """The effective context: its newest page by default (it can be long too)."""
+        size = self.config.page_size
+        kept = len(view.messages) - view.summary_messages
+        start = _int(request, "ctx")
+        if start is None:
+            start = max(0, kept - size)
+        start = min(start, max(0, kept - 1))
+        return {
+            "context_rows": context_rows(
+                view, start, start + size, self.config.preview_bytes, inherited
+            ),
+            "ctx_start": start,
+            "ctx_kept": kept,
+            "ctx_page": size,
         }
 
     async def checkpoint(

@@ -7,11 +7,14 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
+from collections.abc import Callable
 
 import uvicorn
 
 from ctxwarden import listen
 from ctxwarden.api.auth import Authenticator
+from ctxwarden.api.guard import FailureLimiter
 from ctxwarden.console.auth import ConsoleAuth, Logins
 from ctxwarden.console.config import ConsoleConfig
 from ctxwarden.console.web import Console
@@ -57,6 +60,7 @@ async def start_console(
     authenticator: Authenticator,
     *,
     allow_unauthenticated: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ConsoleServer:
     try:
         address = listen.parse(config.listen)
@@ -75,7 +79,8 @@ async def start_console(
             "configure --api-keys-file or --jwt-jwks-file, listen on 127.0.0.1, or pass "
             "--insecure-allow-unauthenticated if the network is trusted"
         )
-    auth = ConsoleAuth(authenticator, Logins(config.login_ttl_seconds, config.max_logins))
+    logins = Logins(config.login_ttl_seconds, config.max_logins_per_tenant, clock)
+    auth = ConsoleAuth(authenticator, logins, FailureLimiter(clock=clock))
     app = Console(reader, auth, config).app()
     try:
         sock = _bind(address)

@@ -39,6 +39,23 @@ class Row:
     """For a tool result: the seq of the call it answers, when on this page."""
     big_output: bool = False
     """A tool result over the preview size: the byte-range viewer has it all."""
+    inherited: bool = False
+    """A fork's message from before it forked (stored by an ancestor, or taken over)."""
+    inherited_from: str = ""
+    """With ``inherited``: the parent's visible ID ("" when it has no page: deleted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inheritance:
+    """What a fork inherited: the seqs before ``fork_seq``, from ``parent``."""
+
+    fork_seq: int = 0
+    """0: the session is no fork."""
+    parent: str = ""
+    """The parent's visible ID ("" when it has no page)."""
+
+    def of(self, seq: int) -> bool:
+        return 0 < seq < self.fork_seq
 
 
 def _blocks(m: Message, preview: int, results: dict[str, int]) -> list[Block]:
@@ -90,8 +107,14 @@ def notices_by_seq(notices: Sequence[Notice]) -> dict[int, list[Notice]]:
     return out
 
 
-def timeline(messages: Sequence[Message], view: ModelInputView, preview: int) -> list[Row]:
-    """One row per stored message; tool calls and results on the page paired."""
+def timeline(
+    messages: Sequence[Message],
+    view: ModelInputView,
+    preview: int,
+    inherited: Inheritance = Inheritance(),
+) -> list[Row]:
+    """One row per message of the history (a fork's inherited ones marked); tool
+    calls and results on the page paired."""
     results = {m.tool_call_id: m.seq for m in messages if m.role is Role.TOOL_RESULT}
     calls = {b.tool_call_id: m.seq for m in messages for b in m.tool_calls}
     in_view = {m.seq for m in view.messages if m.seq}
@@ -108,12 +131,20 @@ def timeline(messages: Sequence[Message], view: ModelInputView, preview: int) ->
                 notes.get(m.seq, []),
                 calls.get(m.tool_call_id, 0) if is_result else 0,
                 is_result and len(m.text.encode()) > preview,
+                inherited.of(m.seq),
+                inherited.parent if inherited.of(m.seq) else "",
             )
         )
     return rows
 
 
-def context_rows(view: ModelInputView, start: int, stop: int, preview: int) -> list[Row]:
+def context_rows(
+    view: ModelInputView,
+    start: int,
+    stop: int,
+    preview: int,
+    inherited: Inheritance = Inheritance(),
+) -> list[Row]:
     """Rows of the effective context's messages ``start:stop`` (after the summary)."""
     shown = view.messages[view.summary_messages :][start:stop]
     results = {m.tool_call_id: m.seq for m in shown if m.role is Role.TOOL_RESULT}
@@ -121,7 +152,10 @@ def context_rows(view: ModelInputView, start: int, stop: int, preview: int) -> l
     rows = []
     for m in shown:
         label = "synthetic result" if m.seq == 0 else ROLES.get(m.role, "?")
-        rows.append(Row(m, label, _blocks(m, preview, results), "", notes.get(m.seq, [])))
+        mine = inherited.of(m.seq)
+        blocks = _blocks(m, preview, results)
+        parent = inherited.parent if mine else ""
+        rows.append(Row(m, label, blocks, "", notes.get(m.seq, []), 0, False, mine, parent))
     return rows
 
 

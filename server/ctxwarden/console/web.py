@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -22,12 +24,14 @@ from ctxwarden.console.auth import (
     Caller,
     ConsoleAuth,
     Refused,
+    Throttled,
     new_csrf,
     same,
 )
 from ctxwarden.console.config import ConsoleConfig
 from ctxwarden.console.pages import PageNotFound, Pages
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
+from ctxwarden.core.tenancy import visible_id
 from ctxwarden.service.console import ConsoleReader
 
 log = logging.getLogger("ctxwarden.console")
@@ -80,6 +84,8 @@ class Console:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.filters["n"] = lambda v: f"{int(v):,}"
+        self.templates.filters["visible"] = visible_id
+        self.templates.filters["when"] = _when
 
     def render(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
         html = self.templates.get_template(name).render(auth=self.auth.enabled, **values)
@@ -110,9 +116,12 @@ class Console:
                 caller = self.auth.caller(
                     request.headers.get("authorization", ""),
                     request.cookies.get(LOGIN_COOKIE, ""),
+                    _peer(request),
                 )
             except Refused as exc:
                 return self._refused(request, exc.message)
+            except Throttled as exc:
+                return _throttled(exc)
             token = current_tenant.set(caller.tenant)
             try:
                 return await page(request, caller)
@@ -146,13 +155,16 @@ class Console:
             )
         return self._login_page(request, message, 401)
 
-    def _login_page(self, request: Request, error: str, status: int) -> Response:
+    def _login_page(
+        self, request: Request, error: str, status: int, headers: dict[str, str] | None = None
+    ) -> Response:
         csrf = new_csrf()
         target = request.url.path
         if request.url.query:
             target += "?" + request.url.query
         nxt = request.query_params.get("next", "") if target.startswith("/login") else target
         response = self.render("login.html", status, csrf=csrf, error=error, next=_local(nxt))
+        response.headers.update(headers or {})
         response.set_cookie(
             CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=self.config.tls, path="/"
         )
@@ -193,11 +205,14 @@ class Console:
         form = await self._form(request)
         if form is None or not same(form.get("csrf", ""), request.cookies.get(CSRF_COOKIE, "")):
             return self.render("error.html", 403, title="Forbidden", detail="stale or forged form")
+        key = form.get("api_key", "").strip()
         try:
-            self.auth.tenant_of(form.get("api_key", "").strip())
+            tenant = self.auth.offered(key, _peer(request))
         except Refused as exc:
             return self._login_page(request, exc.message, 401)
-        login_id, _ = self.auth.logins.add(form.get("api_key", "").strip())
+        except Throttled as exc:
+            return self._login_page(request, exc.message, 429, _retry_after(exc))
+        login_id, _ = self.auth.logins.add(tenant, key)
         response = RedirectResponse(_local(form.get("next", "")), 303)
         response.set_cookie(
             LOGIN_COOKIE,
@@ -239,6 +254,24 @@ class Console:
             request, caller.tenant, request.path_params["sid"], request.path_params["seq"]
         )
         return self.render("tool_output.html", caller=caller, **values)
+
+
+def _when(time_us: int) -> str:
+    """A stored time (microseconds since the epoch) for people, in UTC."""
+    return datetime.fromtimestamp(time_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _peer(request: Request) -> str:
+    """The client's address (the port aside), the key failed logins are counted by."""
+    return request.client.host if request.client is not None else ""
+
+
+def _retry_after(exc: Throttled) -> dict[str, str]:
+    return {"retry-after": str(max(1, math.ceil(exc.wait))), "cache-control": "no-store"}
+
+
+def _throttled(exc: Throttled) -> Response:
+    return Response(exc.message + "\n", 429, _retry_after(exc), media_type="text/plain")
 
 
 def _local(target: str) -> str:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 SESSION_SORTS = ("created", "updated", "seq", "tokens")
 """Creation time, last change, last seq, context tokens (ties: the session ID)."""
+ARCHIVED_FILTERS = ("all", "live", "archived")
+"""Every session, those not archived, the archived ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,3 +22,7 @@ class SessionQuery:
     """A substring of the title (case-insensitive)."""
     sort: str = "created"
     descending: bool = True
+    archived: str = "all"
+    """One of ARCHIVED_FILTERS."""
+    parent: str = ""
+    """Only the forks of this session (its internal key; "" for any session)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ctxwarden.core.errors import InvalidArgument, NotFound
 from ctxwarden.core.search import SessionQuery
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
 from ctxwarden.service.console_profile import TokenProfiles
@@ -37,6 +38,25 @@ class ContextSeries:
 
 MAX_CHECKPOINTS = 500
 """Checkpoints the console lists per session (newest first)."""
+MAX_ANCESTORS = 64
+"""Ancestors shown at most (store/lineage.py refuses deeper forks anyway)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ancestor:
+    session_id: str
+    """Internal key."""
+    session: Session | None
+    """None: deleted (its rows stay while forks read them; it has no page)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    ancestors: list[Ancestor]
+    """The parent first, then the parent's parent, and so on."""
+    forks: list[Session]
+    """The session's own forks (not theirs), oldest first."""
+    more_forks: bool
 
 
 class ConsoleReader:
@@ -75,6 +95,21 @@ class ConsoleReader:
             if not token:
                 break
         return out[:MAX_CHECKPOINTS]
+
+    async def lineage(self, session: Session, tenant: str, max_forks: int) -> Lineage:
+        """The session's ancestors (one session row each) and its first forks."""
+        ancestors: list[Ancestor] = []
+        parent = session.parent_session_id
+        while parent and len(ancestors) < MAX_ANCESTORS:
+            try:
+                found: Session | None = await self.runtime.get_session(parent)
+            except (NotFound, InvalidArgument):  # deleted (a retired key when its ID was reused)
+                found = None
+            ancestors.append(Ancestor(parent, found))
+            parent = found.parent_session_id if found is not None else ""
+        query = SessionQuery(tenant, sort="created", descending=False, parent=session.session_id)
+        hits = await self.sessions(query, None, max_forks)
+        return Lineage(ancestors, hits.sessions, hits.cursor is not None)
 
     async def context_series(
         self, session: Session, base_tokens: int, points: int

@@ -1,20 +1,28 @@
 """Read-only queries of the web console: session search, history pages in both
 directions, and the per-seq token profile of a session (aggregated in SQL, so a
-100,000-message session is never read whole)."""
+100,000-message session is never read whole).
+
+A fork's history and profile are its lineage chain's (store/lineage.py): the rows
+it inherited from its ancestors, as it sees them, then its own."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ctxwarden.core.messages import Message, MessageState, Role
+from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.search import SessionQuery
 from ctxwarden.core.session import Session
-from ctxwarden.store.codec import message_from_row, session_from_row
+from ctxwarden.store.codec import session_from_row
 from ctxwarden.store.errors import boundary
+from ctxwarden.store.lineage import Segment, chain_of
+from ctxwarden.store.lineage import messages as seen_messages
+from ctxwarden.store.lineage import where as lineage_where
 from ctxwarden.store.tables import C, M, S
 
 SORT_COLUMNS = {  # core.search.SESSION_SORTS
@@ -84,12 +92,19 @@ class ConsoleReads:
     async def search_sessions(
         self, query: SessionQuery, *, after: tuple[int, str] | None, limit: int
     ) -> SessionHits:
-        """Up to ``limit`` live sessions of the tenant matching ``query``, in its order."""
+        """Up to ``limit`` sessions of the tenant (not deleted) matching ``query``, in its
+        order."""
         column = SORT_COLUMNS.get(query.sort, S.c.create_time_us)
         where: list[ColumnElement[bool]] = [
             S.c.tenant_id == query.tenant,
             S.c.delete_time_us == 0,
         ]
+        if query.archived == "live":
+            where.append(S.c.archive_time_us == 0)
+        elif query.archived == "archived":
+            where.append(S.c.archive_time_us > 0)
+        if query.parent:
+            where.append(S.c.parent_key == query.parent)
         if query.user_id:
             where.append(S.c.user_id == query.user_id)
         if query.project_id:
@@ -130,30 +145,25 @@ class ConsoleReads:
     async def history(
         self, session_id: str, *, after_seq: int | None, before_seq: int | None, limit: int
     ) -> HistoryPage:
-        """Up to ``limit`` stored messages (rolled back included) after ``after_seq``,
-        or else before ``before_seq``, in seq order."""
-        where = [M.c.session_id == session_id]
+        """Up to ``limit`` messages of the session's history (rolled back included;
+        a fork's inherited ones as it sees them) after ``after_seq``, or else before
+        ``before_seq``, in seq order."""
         backwards = after_seq is None
-        if backwards:
-            where.append(M.c.seq < (before_seq if before_seq is not None else 2**62))
-            q = select(M).where(*where).order_by(M.c.seq.desc()).limit(limit + 1)
-        else:
-            where.append(M.c.seq > after_seq)
-            q = select(M).where(*where).order_by(M.c.seq).limit(limit + 1)
         async with self.engine.connect() as conn:
-            rows = list((await conn.execute(q)).all())
-            more = len(rows) > limit
-            rows = rows[:limit]
+            chain = await chain_of(conn, session_id)
             if backwards:
-                rows.reverse()
+                rows = await _rows(conn, chain, None, before_seq, limit + 1)
+            else:
+                rows = await _rows(conn, chain, after_seq, None, limit + 1)
+            more = len(rows) > limit
+            rows = rows[-limit:] if backwards else rows[:limit]
             other = False
-            if rows:
-                edge = (
-                    M.c.seq > rows[-1].seq if backwards else M.c.seq < rows[0].seq
-                )  # is there anything on the other side of the page?
-                probe = select(M.c.seq).where(M.c.session_id == session_id, edge).limit(1)
-                other = (await conn.execute(probe)).first() is not None
-        messages = [message_from_row(r) for r in rows]
+            if rows:  # is there anything on the other side of the page?
+                if backwards:
+                    other = bool(await _rows(conn, chain, rows[-1].seq, None, 1))
+                else:
+                    other = bool(await _rows(conn, chain, None, rows[0].seq, 1))
+        messages = seen_messages(chain, rows)
         if backwards:
             return HistoryPage(messages, more_before=more, more_after=other)
         return HistoryPage(messages, more_before=other, more_after=more)
@@ -174,19 +184,21 @@ class ConsoleReads:
         (bucket i: seqs ``i*width+1 .. (i+1)*width``) for the seqs after ``after_seq``:
         one aggregate read of that range."""
         bucket = ((M.c.seq - 1) // width).label("b")
-        active = M.c.state == int(MessageState.ACTIVE)
-        q = (
-            select(
-                bucket,
-                func.sum(case((active, self._counted(tool_cap)), else_=0)),
-                func.sum(case((active, 0), else_=1)),
-            )
-            .where(M.c.session_id == session_id, M.c.seq > after_seq)
-            .group_by(bucket)
-        )
         tokens: dict[int, int] = {}
         rolled: dict[int, int] = {}
         async with self.engine.connect() as conn:
+            chain = await chain_of(conn, session_id)
+            # Active as the session sees it (a fork: as its parent was when it forked).
+            active = lineage_where(chain, active_only=True, lo=after_seq + 1)
+            q = (
+                select(
+                    bucket,
+                    func.sum(case((active, self._counted(tool_cap)), else_=0)),
+                    func.sum(case((active, 0), else_=1)),
+                )
+                .where(lineage_where(chain, lo=after_seq + 1))
+                .group_by(bucket)
+            )
             for b, t, r in await conn.execute(q):
                 tokens[int(b)] = int(t or 0)
                 if r:
@@ -198,13 +210,11 @@ class ConsoleReads:
         self, session_id: str, after_seq: int, to_seq: int, tool_cap: int
     ) -> int:
         """Active message tokens of the seqs ``after_seq < seq <= to_seq``."""
-        q = select(func.coalesce(func.sum(self._counted(tool_cap)), 0)).where(
-            M.c.session_id == session_id,
-            M.c.state == int(MessageState.ACTIVE),
-            M.c.seq > after_seq,
-            M.c.seq <= to_seq,
-        )
         async with self.engine.connect() as conn:
+            chain = await chain_of(conn, session_id)
+            q = select(func.coalesce(func.sum(self._counted(tool_cap)), 0)).where(
+                lineage_where(chain, active_only=True, lo=after_seq + 1, hi=to_seq)
+            )
             return int((await conn.execute(q)).scalar_one())
 
     @boundary
@@ -223,3 +233,32 @@ class ConsoleReads:
             )
             for r in rows
         ]
+
+
+async def _rows(
+    conn: AsyncConnection,
+    chain: Sequence[Segment],
+    after_seq: int | None,
+    before_seq: int | None,
+    want: int,
+) -> list[Any]:
+    """Up to ``want`` rows of the chain in seq order: the first ones after
+    ``after_seq``, or (``after_seq`` None) the last ones before ``before_seq``.
+
+    The segments' seq ranges do not overlap: each is read in turn, nearest the
+    bound first, by its primary key, until ``want`` rows are found."""
+    backwards = after_seq is None
+    out: list[Any] = []
+    for segment in sorted(chain, key=lambda seg: seg.lo, reverse=backwards):
+        if after_seq is None:
+            bound = M.c.seq < (before_seq if before_seq is not None else 2**62)
+            order = M.c.seq.desc()
+        else:
+            bound, order = M.c.seq > after_seq, M.c.seq.asc()
+        q = select(M).where(lineage_where([segment]), bound).order_by(order)
+        out += (await conn.execute(q.limit(want - len(out)))).all()
+        if len(out) >= want:
+            break
+    if backwards:
+        out.reverse()
+    return out
