@@ -28,7 +28,7 @@ from tests.support.server import ServerProcess, migrate_database
 
 BACKENDS = ("sqlite", "mysql")
 ALL_BACKENDS = (*BACKENDS, "postgres")
-ON_ALL_BACKENDS = ("store", "e2e")
+ON_ALL_BACKENDS = ("store", "e2e", "model")
 """The suites that also run on PostgreSQL (the rest would add minutes to CI and
 exercise no store code of their own)."""
 
