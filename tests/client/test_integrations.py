@@ -9,6 +9,7 @@ pop and clear keep the history, and the session keys are reversible.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -41,6 +42,15 @@ ITEMS: list[dict[str, Any]] = [
         "type": "reasoning",
         "id": "rs_1",
         "summary": [{"type": "summary_text", "text": "Look at the file."}],
+        "encrypted_content": "opaque",
+    },
+    {
+        "type": "reasoning",
+        "id": "rs_2",
+        "summary": [
+            {"type": "summary_text", "text": "**Plan**\n\nRead it."},
+            {"type": "summary_text", "text": "Then answer."},
+        ],
         "encrypted_content": "opaque",
     },
     {"type": "function_call", "call_id": "call_1", "name": "read", "arguments": '{"path":"a.py"}'},
@@ -78,6 +88,17 @@ def test_items_are_mapped_as_the_server_ingest_maps_them(client: Client) -> None
         assert _blocks(ours) == _blocks(stored[0]), item
         assert ours.tool_call_id == stored[0].tool_call_id
         assert message_to_items(ours) == [item]
+
+
+def test_reasoning_appended_by_the_server_reads_back_verbatim(client: Client) -> None:
+    """Without the adapter's envelope (AppendModelOutput made the message), a reasoning
+    item comes back as ctxwarden's renderer sends it back: verbatim, parts and all."""
+    for item in (i for i in ITEMS if i.get("type") == "reasoning"):
+        sid = client.create_session().session_id
+        (stored,) = client.append_model_output(sid, RESPONSES, items_json=[item]).messages
+        assert message_to_items(stored) == [item]
+        rendered = client.build_model_input(sid, format=RESPONSES).rendered_json
+        assert json.loads(rendered)["input"] == [item]
 
 
 def test_get_items_is_the_effective_context_after_compaction(client: Client) -> None:

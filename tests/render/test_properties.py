@@ -42,8 +42,8 @@ def _rendered_ids(value: object) -> list[str]:
     """Every tool-call id in a rendered body."""
     if isinstance(value, list):
         return [i for v in value for i in _rendered_ids(v)]
-    if not isinstance(value, dict):
-        return []
+    if not isinstance(value, dict) or value.get("type") == "reasoning":
+        return []  # a Responses reasoning item's id is the provider's item id
     found = [
         v
         for k, v in value.items()

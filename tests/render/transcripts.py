@@ -190,7 +190,10 @@ _media_kept = st.one_of(_media, _providers("user"))
 _thinking = st.builds(
     thinking,
     t=_texts,
-    signature=st.sampled_from(["", "c2lnbmF0dXJl", "c2ln", "not base64!"]),
+    signature=st.sampled_from(
+        # base64 (Anthropic, Gemini), none, neither, an OpenAI Responses reasoning item
+        ["", "c2lnbmF0dXJl", "c2ln", "not base64!", '{"id":"rs_1","encrypted_content":"RU5D"}']
+    ),
     redacted=st.booleans(),
 )
 _tool_ids = st.one_of(

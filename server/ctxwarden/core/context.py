@@ -166,6 +166,10 @@ class SessionContext:
     def count(self, message: Message) -> int:
         return 0 if message.history_only else self.profile.message(message)  # never seen
 
+    def open_calls(self) -> list[tuple[str, str]]:
+        """(id, name) of the active tool calls still waiting for a result, in call order."""
+        return [(call_id, c.name) for call_id, c in self._calls.items() if not c.answered]
+
     # -- append -----------------------------------------------------------
 
     def find_duplicate(self, message_id: str) -> Message | None:

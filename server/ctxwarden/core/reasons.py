@@ -94,6 +94,8 @@ class ErrorReason(enum.StrEnum):
     """Compact's trigger is unknown."""
     INVALID_MODEL_OUTPUT = "INVALID_MODEL_OUTPUT"
     """A provider response or input items to read are malformed or hold unsupported content."""
+    PROVIDER_ERROR_OUTPUT = "PROVIDER_ERROR_OUTPUT"
+    """AppendModelOutput was given a provider's error body: record it with RollbackTurn."""
     REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
     """A request_id was already used for a different request."""
     WRITE_REJECTED = "WRITE_REJECTED"

@@ -17,6 +17,7 @@ from ctxwarden.core.messages import (
 )
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
+from ctxwarden.core.surrogates import escapes_surrogate, has_lone_surrogate, has_surrogate
 
 MAX_SESSION_ID_LENGTH = 255
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")
@@ -88,17 +89,20 @@ def load_json(text: str, field: str, max_depth: int = 0) -> object:
     depth = json_depth(value)
     if depth > limit:
         raise _too_deep(field, depth, limit)
-    if _ESCAPED_SURROGATE.search(text) and _has_lone_surrogate(value):
-        raise InvalidArgument(
-            f"{field} escapes a lone surrogate (\\ud800-\\udfff), which is not a character "
-            "and cannot be encoded as UTF-8; send the character itself or a surrogate pair",
-            reason=ErrorReason.INVALID_JSON,
-            field=field,
-        )
+    if escapes_surrogate(text) and has_lone_surrogate(value):
+        raise _lone_surrogate(field, ErrorReason.INVALID_JSON)
     return value
 
 
-_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+def _lone_surrogate(field: str, reason: ErrorReason) -> InvalidArgument:
+    return InvalidArgument(
+        f"{field} holds a lone surrogate (\\ud800-\\udfff, escaped or decoded), which is not "
+        "a character and cannot be encoded as UTF-8; send the character itself or a surrogate "
+        "pair",
+        reason=reason,
+        field=field,
+    )
+
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting accepted in tool arguments and tool parameter schemas. Every
@@ -129,29 +133,6 @@ def json_depth(value: object) -> int:
             deepest = max(deepest, depth)
             stack.extend((v, depth + 1) for v in item)
     return deepest
-
-
-def _has_lone_surrogate(value: object) -> bool:
-    """Whether a decoded JSON value holds a string with an unpaired surrogate.
-
-    JSON allows "\\ud800" and json.loads decodes it to a str that no UTF-8
-    encoder accepts: rendering, compaction prompts and file lists built from it
-    would fail for the session from then on.
-    """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 MAX_USAGE_TOKENS = 100_000_000
@@ -190,11 +171,13 @@ def check_message(message: Message, field: str) -> None:
 
 
 def _check_message_strings(message: Message, field: str) -> None:
+    """No NUL and no surrogate in any string to store (AppendModelOutput's messages
+    are built from decoded and re-serialised JSON: what is stored is checked)."""
     for name in ("model", "provider", "error_message", "tool_call_id", "tool_name"):
-        check_no_nul(getattr(message, name), f"{field}.{name}")
+        _check_chars(getattr(message, name), f"{field}.{name}")
     for key, value in message.metadata.items():
-        check_no_nul(key, f"{field}.metadata")
-        check_no_nul(value, f"{field}.metadata[{key!r}]")
+        _check_chars(key, f"{field}.metadata")
+        _check_chars(value, f"{field}.metadata[{key!r}]")
     for i, block in enumerate(message.content):
         for name in (
             "text",
@@ -205,7 +188,15 @@ def _check_message_strings(message: Message, field: str) -> None:
             "family",
             "provider_json",
         ):
-            check_no_nul(getattr(block, name), f"{field}.content[{i}].{name}")
+            _check_chars(getattr(block, name), f"{field}.content[{i}].{name}")
+
+
+def _check_chars(value: str, field: str) -> None:
+    check_no_nul(value, field)
+    if has_surrogate(value):
+        json_field = field.endswith(("arguments_json", "provider_json"))
+        reason = ErrorReason.INVALID_JSON if json_field else ErrorReason.INVALID_CONTENT
+        raise _lone_surrogate(field, reason)
 
 
 def _check_blocks(message: Message, field: str) -> None:

@@ -41,6 +41,11 @@ def _chars(messages: Sequence[Message]) -> int:
     return sum(len(b.text) + len(b.arguments_json) for m in messages for b in m.content)
 
 
+def _scope(session_id: str) -> RequestScope:
+    """The idempotency scope of appends (AppendMessages, StreamMessages, AppendModelOutput)."""
+    return RequestScope("AppendMessages", session_id, tenant_of(session_id))
+
+
 BIG_WORK_CHARS = 64 * 1024
 """Tokenizing more text than this runs in a worker thread, off the event loop."""
 
@@ -83,7 +88,7 @@ class Messages:
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
-        scope = RequestScope("AppendMessages", session_id, tenant_of(session_id))
+        scope = _scope(session_id)
         async with self.rt.hot.lock(session_id):
             state = _Attempt(await self.rt.context_locked(session_id), delta)
             for first in (True, False, False):
@@ -221,6 +226,15 @@ class Messages:
         if _chars(messages) > BIG_WORK_CHARS:
             return await asyncio.to_thread(plan)
         return plan()
+
+    async def replayed(self, session_id: str, key: IdempotencyKey) -> AppendResult | None:
+        """The answer of the applied append with ``key``, from the request log
+        (None when no request with its request_id was applied)."""
+        stored = await self.rt.replay(_scope(session_id), key)
+        if stored is None:
+            return None
+        ctx = await self.rt.context(session_id)
+        return await self._stored_append(ctx, session_id, stored.outcome)
 
     async def _stored_append(
         self, ctx: SessionContext, session_id: str, outcome: dict[str, Any]

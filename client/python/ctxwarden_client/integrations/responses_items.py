@@ -11,8 +11,9 @@ message per item, so that an item comes back exactly as it went in:
 - ``function_call`` an assistant message with one tool call (``call_id``, ``name``,
   ``arguments`` as sent); ``function_call_output`` a tool result;
 - ``reasoning`` one thinking block: the summary texts joined by a blank line, the
-  item's ``id`` and ``encrypted_content`` in the signature as ctxwarden's ingest
-  writes it (``{"id":...,"encrypted_content":...}``);
+  item's ``id``, ``encrypted_content`` and (with several parts) the parts' lengths
+  in the signature as ctxwarden's ingest writes it
+  (``{"id":...,"encrypted_content":...,"summary":[...]}``);
 - every other item (``system`` and ``developer`` messages, built-in tool calls,
   ``compaction`` items, foreign dicts such as encrypted envelopes) is an assistant
   message holding the item verbatim in one PROVIDER block, which ctxwarden renders
@@ -165,7 +166,11 @@ def _reasoning(item: Mapping[str, Any]) -> m.Message | None:
     encrypted = item.get("encrypted_content")
     if encrypted is not None and not isinstance(encrypted, str):
         return None
-    signature = {"id": item["id"], **({"encrypted_content": encrypted} if encrypted else {})}
+    signature: dict[str, object] = {"id": item["id"]}
+    if encrypted:
+        signature["encrypted_content"] = encrypted
+    if len(texts) > 1 or (texts and not texts[0]):  # where the parts begin, as ingest keeps it
+        signature["summary"] = [len(t) for t in texts]
     envelope = _without(item, "id", "summary")
     if encrypted:
         del envelope["encrypted_content"]
@@ -214,7 +219,7 @@ def _split(text: str, lengths: list[int]) -> list[str] | None:
     return out if pos - 2 == len(text) or (not lengths and not text) else None
 
 
-def _signature(signature: str) -> dict[str, str] | None:
+def _signature(signature: str) -> dict[str, Any] | None:
     try:
         value = json.loads(signature)
     except ValueError:
@@ -294,13 +299,39 @@ def _canonical(message: m.Message) -> list[Item]:
                 }
             )
         elif kind == "thinking" and (signature := _signature(block.thinking.signature)):
-            text = block.thinking.thinking
-            summary = [{"type": "summary_text", "text": text}] if text else []
-            items.append({"type": "reasoning", **signature, "summary": summary})
+            items.append(_canonical_reasoning(block.thinking.thinking, signature))
         elif kind == "provider" and block.provider.family == FAMILY:
             value = json.loads(block.provider.json)
             items.extend(value if isinstance(value, list) else [value])
     return items
+
+
+def _reasoning_parts(text: str, lengths: object) -> list[str] | None:
+    """``text`` cut where a reasoning signature's part ``lengths`` say (None: no fit)."""
+    if not isinstance(lengths, list) or not all(isinstance(n, int) for n in lengths):
+        return None
+    parts = _split(text, lengths)
+    if parts is None or "\n\n".join(parts) != text:
+        return None
+    return parts
+
+
+def _canonical_reasoning(text: str, signature: Mapping[str, Any]) -> Item:
+    """A reasoning item as ctxwarden's renderer rebuilds it from its thinking block: the
+    signature's ``summary`` (or ``content``) part lengths cut the text into its parts."""
+    item: Item = {"type": "reasoning", "id": signature["id"]}
+    content = _reasoning_parts(text, signature.get("content"))
+    if content is not None:
+        item["summary"] = []
+        item["content"] = [{"type": "reasoning_text", "text": t} for t in content]
+    else:
+        summary = _reasoning_parts(text, signature.get("summary"))
+        if summary is None:
+            summary = [text] if text else []
+        item["summary"] = [{"type": "summary_text", "text": t} for t in summary]
+    if signature.get("encrypted_content"):
+        item["encrypted_content"] = signature["encrypted_content"]
+    return item
 
 
 def message_to_items(message: m.Message) -> list[Item]:

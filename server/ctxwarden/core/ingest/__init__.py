@@ -27,8 +27,11 @@ sent, which rendering for that format sends back verbatim in its place.
 Rendering what ``ingest_items`` read gives back what was read with such items
 included.
 
-Bad input raises ``InvalidArgument`` (reason INVALID_MODEL_OUTPUT) whose
-``field`` is the JSON path of the offending value, e.g.
+A provider's error body given as a response (``{"error": ...}``) raises
+``InvalidArgument`` with reason PROVIDER_ERROR_OUTPUT, whose message points to
+RollbackTurn's ``provider_error``. Other bad input raises ``InvalidArgument``
+(reason INVALID_MODEL_OUTPUT) whose ``field`` is the JSON path of the
+offending value, e.g.
 ``response_json.choices[0].message.tool_calls[1].function.arguments``: known
 items of the wrong shape, items without a type, system messages among the
 items, and what has no place to be kept in its format (e.g. Chat audio output
@@ -37,10 +40,11 @@ or annotations). Each provider module lists what it keeps and rejects.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.ingest import anthropic, gemini, openai_chat, openai_responses
+from ctxwarden.core.ingest._error_body import refuse_error_body
 from ctxwarden.core.ingest._messages import IngestedTurn
 from ctxwarden.core.ingest.openai_responses import parse_reasoning_signature, reasoning_signature
 from ctxwarden.core.messages import Message
@@ -78,12 +82,29 @@ def _readers(fmt: Format) -> tuple[_ResponseReader, _ItemsReader]:
 
 
 def ingest_response(fmt: Format, body: object, *, field: str = "response_json") -> IngestedTurn:
-    """One provider call's answer (a body, or a list of streamed event payloads)."""
-    return _readers(fmt)[0](body, field)
+    """One provider call's answer (a body, or a list of streamed event payloads).
+
+    A provider's error body (``{"error": ...}``) is refused with reason
+    PROVIDER_ERROR_OUTPUT: RollbackTurn's ``provider_error`` takes it."""
+    reader = _readers(fmt)[0]
+    refuse_error_body(body, field)
+    return reader(body, field)
 
 
 def ingest_items(
-    fmt: Format, items: object, *, model: str = "", field: str = "items_json"
+    fmt: Format,
+    items: object,
+    *,
+    model: str = "",
+    field: str = "items_json",
+    open_calls: Sequence[tuple[str, str]] = (),
 ) -> tuple[Message, ...]:
-    """A JSON array of input items; assistant messages get ``model``."""
-    return _readers(fmt)[1](items, field, model)
+    """A JSON array of input items; assistant messages get ``model``.
+
+    ``open_calls`` are the session's tool calls still waiting for a result,
+    (id, name) in call order: Gemini pairs a functionResponse without an id
+    with the one of its name."""
+    reader = _readers(fmt)[1]
+    if Format(fmt) is Format.GEMINI:
+        return gemini.ingest_items(items, field, model, open_calls)
+    return reader(items, field, model)

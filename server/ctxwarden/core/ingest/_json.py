@@ -11,6 +11,7 @@ from typing import Any
 
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.surrogates import escapes_surrogate, has_lone_surrogate
 
 JsonObject = dict[str, Any]
 
@@ -165,7 +166,8 @@ def _no_constants(name: str) -> object:
 
 
 def arguments_json(text: str, path: str) -> str:
-    """Tool-call arguments given as JSON text: kept byte for byte, if an object."""
+    """Tool-call arguments given as JSON text: kept byte for byte, if an object
+    (the document was checked for lone surrogates; this JSON inside it is too)."""
     if not text.strip():
         return "{}"
     try:
@@ -174,6 +176,12 @@ def arguments_json(text: str, path: str) -> str:
         raise bad(path, f"tool-call arguments are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise bad(path, f"tool-call arguments must be a JSON object, got {_kind(value)}")
+    if escapes_surrogate(text) and has_lone_surrogate(value):
+        raise bad(
+            path,
+            "tool-call arguments escape a lone surrogate (\\ud800-\\udfff), which is not a "
+            "character and cannot be encoded as UTF-8; send the character or a surrogate pair",
+        )
     return text
 
 

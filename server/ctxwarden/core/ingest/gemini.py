@@ -16,7 +16,10 @@ google-genai SDK's ``to_json_dict()``; bytes in standard or URL-safe base64.
   UNSPECIFIED (ABORTED when a stream ended without one); every other reason
   (safety, recitation, malformed function call, ...) ERROR with the reason
   and ``finishMessage``. No candidate (a blocked prompt) is an ERROR message
-  without content naming ``promptFeedback.blockReason``.
+  without content naming ``promptFeedback.blockReason``. A document with none
+  of a response's fields (``candidates``, ``promptFeedback``,
+  ``usageMetadata``, ``modelVersion``, ``responseId``; a stream: in no chunk),
+  e.g. another provider's response, is refused.
 - Usage: input is ``promptTokenCount`` less ``cachedContentTokenCount``,
   output ``candidatesTokenCount`` plus ``thoughtsTokenCount``.
 - Streamed chunks are joined as google-genai's chat joins them, by appending
@@ -27,8 +30,11 @@ google-genai SDK's ``to_json_dict()``; bytes in standard or URL-safe base64.
   each response a tool result of its own, in part order) and ``model``. A
   response's ``{"output": text}`` or ``{"error": text}`` (an error result) is
   its text; any other response is kept as its JSON text. Images in its
-  ``parts`` are the result's images. A response without an id answers the
-  earliest unanswered call of its name among the contents.
+  ``parts`` are the result's images. A response without an id (the API's
+  usual form) answers the earliest unanswered call of its name among the
+  contents, else the session's open call of its name (``open_calls``: the
+  calls still waiting for a result), as the API pairs them; two open calls of
+  that name are ambiguous, and refused (send ids).
 - Parts ctxwarden does not model (``executableCode``,
   ``codeExecutionResult``, ``fileData``, ``toolCall``, ``toolResponse``, and
   images in model output) are PROVIDER blocks of family ``google``: the
@@ -40,10 +46,11 @@ google-genai SDK's ``to_json_dict()``; bytes in standard or URL-safe base64.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.ingest._common import text_block, tool_result
 from ctxwarden.core.ingest._json import Obj, as_arr, as_obj, bad, dumps, unsupported
 from ctxwarden.core.ingest._messages import (
@@ -165,10 +172,32 @@ def _text_only(part: Obj, *, signed: bool = False) -> bool:
     return set(part.value) <= allowed
 
 
+_FIELDS = ("candidates", "promptFeedback", "usageMetadata", "modelVersion", "responseId")
+"""A GenerateContentResponse carries at least one of these (a blocked prompt
+has no candidates, but promptFeedback)."""
+
+
+def _is_gemini(response: Obj) -> bool:
+    return any(response.has(key) for key in _FIELDS)
+
+
+def _not_gemini(path: str, document: object) -> InvalidArgument:
+    keys = sorted(document) if isinstance(document, dict) else []
+    shown = ", ".join(keys[:10]) + (", ..." if len(keys) > 10 else "") if keys else "nothing"
+    return bad(
+        path,
+        f"this is no Gemini GenerateContentResponse: it has none of {', '.join(_FIELDS)} "
+        f"(it has {shown}). Another provider's response goes with that provider's format "
+        "(AppendModelOutput.format)",
+    )
+
+
 def ingest_response(body: object, path: str) -> IngestedTurn:
     if isinstance(body, list):
         return _stream(body, path)
     response = as_obj(body, path, camel=True)
+    if not _is_gemini(response):
+        raise _not_gemini(path, body)
     candidate = _Candidate()
     found = _candidate(response, candidate)
     return _turn(
@@ -188,6 +217,8 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
     response_id = model = ""
     usage: Obj | None = None
     last: Obj | None = None
+    if chunks.value and not any(_is_gemini(chunk) for chunk in chunks.objs()):
+        raise _not_gemini(path, chunks.value[0])
     for chunk in chunks.objs():
         last = chunk
         found = _candidate(chunk, candidate) or found
@@ -209,10 +240,13 @@ def _stream(body: list[Any], path: str) -> IngestedTurn:
 
 @dataclass(slots=True)
 class _Calls:
-    """The function calls of the contents, to name and pair their responses."""
+    """The function calls responses answer: those of the contents (to name and
+    pair their responses), then the session's open calls."""
 
     names: dict[str, str] = field(default_factory=dict)
     unanswered: list[tuple[str, str]] = field(default_factory=list)  # (id, name)
+    open: list[tuple[str, str]] = field(default_factory=list)
+    """The session's open calls (id, name) no response of these contents answered yet."""
 
     def add(self, block: ContentBlock) -> None:
         self.names[block.tool_call_id] = block.tool_name
@@ -226,12 +260,33 @@ class _Calls:
                 del self.unanswered[i]
                 return call
         if given:
+            self.open = [c for c in self.open if c[0] != given]
             return given
+        return self._open_call(response, name)
+
+    def _open_call(self, response: Obj, name: str) -> str:
+        """The session's one open call named ``name``, for a response without an id."""
+        matches = [call for call, call_name in self.open if call_name == name]
+        if len(matches) == 1:
+            self.open = [c for c in self.open if c[0] != matches[0]]
+            return matches[0]
+        if matches:
+            shown = ", ".join(matches[:_SHOWN_IDS]) + (", ..." if len(matches) > _SHOWN_IDS else "")
+            raise bad(
+                response.at("id"),
+                f"a functionResponse without an id answers the open call named {name!r}, and "
+                f"the session has {len(matches)} ({shown}): send the id of the call it answers "
+                "in functionResponse.id (the tool call id AppendModelOutput returned for it)",
+            )
         raise bad(
             response.at("id"),
             f"a functionResponse without an id must answer a functionCall named {name!r} "
-            "among these contents",
+            "among these contents or among the session's open calls (tool calls still "
+            "waiting for a result); there is none",
         )
+
+
+_SHOWN_IDS = 5
 
 
 def _function_response(part: Obj, calls: _Calls) -> Message:
@@ -297,9 +352,13 @@ def _user(parts: list[Obj], calls: _Calls) -> Iterator[ContentBlock | Message]:
             raise bad(part.at(kind), "a functionCall part belongs in a model content")
 
 
-def ingest_items(items: object, path: str, model: str) -> tuple[Message, ...]:
+def ingest_items(
+    items: object, path: str, model: str, open_calls: Sequence[tuple[str, str]] = ()
+) -> tuple[Message, ...]:
+    """``open_calls``: the session's tool calls waiting for a result, (id, name) in
+    call order; a response without an id answers the one of its name."""
     messages: list[Message] = []
-    calls = _Calls()
+    calls = _Calls(open=list(open_calls))
     for content in as_arr(items, path, camel=True).objs():
         role = content.opt_str("role") or "user"
         parts = list(content.opt_arr("parts").objs())

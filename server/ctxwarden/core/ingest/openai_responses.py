@@ -4,10 +4,11 @@
   ``refusal`` as text), a ``function_call`` a tool call (``call_id``, name,
   arguments as the JSON text sent), a ``reasoning`` item one thinking block:
   its summary texts joined by a blank line (the ``reasoning_text`` content
-  when there is no summary), with the item's ``id`` and ``encrypted_content``
-  kept in the block's signature as compact JSON
-  ``{"id": ..., "encrypted_content": ...}`` (see ``reasoning_signature``),
-  which is what sending the item back needs.
+  when there is no summary), with the item's ``id``, ``encrypted_content``
+  and where its parts begin kept in the block's signature as compact JSON
+  ``{"id": ..., "encrypted_content": ...}`` (see
+  ``ctxwarden.core.responses_reasoning``), which is what sending the item
+  back verbatim takes.
 - Status: ``completed`` is TOOL_USE when there are function calls, else
   STOP; ``incomplete`` is LENGTH for ``max_output_tokens`` and ERROR for
   ``content_filter``; ``failed`` is ERROR with the error's message;
@@ -30,10 +31,11 @@
 - Items ctxwarden does not model (built-in tool calls such as
   ``web_search_call``, their outputs, and any other item type; an assistant
   message with annotations or other content; a reasoning item with other
-  summary or content types) are PROVIDER blocks of family
-  ``openai-responses``, the item's JSON as sent, in the assistant message
-  in their place; user and tool-output content parts of other types (files,
-  images by URL or file id, ...) are PROVIDER blocks in that content.
+  summary or content types, or with both a summary and content) are PROVIDER
+  blocks of family ``openai-responses``, the item's JSON as sent, in the
+  assistant message in their place; user and tool-output content parts of
+  other types (files, images by URL or file id, ...) are PROVIDER blocks in
+  that content.
 - Rejected: ``system`` and ``developer`` messages (the system prompt is the
   session's), output messages of another role, and known items of the wrong
   shape.
@@ -41,7 +43,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ctxwarden.core.ingest._common import (
@@ -51,10 +52,15 @@ from ctxwarden.core.ingest._common import (
     thinking_block,
     tool_result,
 )
-from ctxwarden.core.ingest._json import Obj, arguments_json, as_arr, as_obj, bad, dumps
+from ctxwarden.core.ingest._json import Obj, arguments_json, as_arr, as_obj, bad
 from ctxwarden.core.ingest._messages import IngestedTurn, assistant_message, bad_role, turn_of
 from ctxwarden.core.ingest.openai_responses_stream import assemble
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role, StopReason, Usage
+from ctxwarden.core.responses_reasoning import (
+    SEPARATOR,
+    parse_reasoning_signature,
+    reasoning_signature,
+)
 
 PROVIDER = "openai"
 FAMILY = "openai-responses"
@@ -65,44 +71,20 @@ def _kept(o: Obj) -> ContentBlock:
     return provider_block(FAMILY, o.value)
 
 
-def reasoning_signature(item_id: str, encrypted_content: str = "") -> str:
-    """The THINKING block signature that keeps a reasoning item's id and
-    encrypted content: ``{"id":...,"encrypted_content":...}`` (the latter
-    only when there is one)."""
-    value = {"id": item_id}
-    if encrypted_content:
-        value["encrypted_content"] = encrypted_content
-    return dumps(value)
-
-
-def parse_reasoning_signature(signature: str) -> tuple[str, str] | None:
-    """(item id, encrypted content) of a ``reasoning_signature``; None when
-    ``signature`` is not one (e.g. another provider's signature)."""
-    try:
-        value = json.loads(signature)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("id"), str):
-        return None
-    encrypted = value.get("encrypted_content", "")
-    if not isinstance(encrypted, str) or set(value) - {"id", "encrypted_content"}:
-        return None
-    return value["id"], encrypted
-
-
 def _reasoning(item: Obj) -> ContentBlock:
-    texts = []
+    summary, content = [], []
     for part in item.opt_arr("summary").objs():
         if part.kind() != "summary_text":
             return _kept(item)
-        texts.append(part.string("text"))
-    if not texts:
-        for part in item.opt_arr("content").objs():
-            if part.kind() != "reasoning_text":
-                return _kept(item)
-            texts.append(part.string("text"))
-    signature = reasoning_signature(item.nonempty_str("id"), item.opt_str("encrypted_content"))
-    return thinking_block("\n\n".join(texts), signature)
+        summary.append(part.string("text"))
+    for part in item.opt_arr("content").objs():
+        if part.kind() != "reasoning_text" or summary:
+            return _kept(item)
+        content.append(part.string("text"))
+    signature = reasoning_signature(
+        item.nonempty_str("id"), item.opt_str("encrypted_content"), summary=summary, content=content
+    )
+    return thinking_block(SEPARATOR.join(summary or content), signature)
 
 
 def _function_call(item: Obj) -> ContentBlock:

@@ -7,8 +7,12 @@
   EasyInputMessageParam; an ``output_text`` part list is only valid on a
   ResponseOutputMessageParam, which needs the provider's message id and
   status), each tool call a ``function_call`` item.
-- Reasoning items need the provider's ``rs_`` item id, which ctxwarden does
-  not keep: thinking is dropped with a THINKING_DROPPED notice.
+- A thinking block that holds a Responses reasoning item (what ingest reads
+  one into: its ``rs_`` id, encrypted content and summary, see
+  ``ctxwarden.core.responses_reasoning``) goes back as that item, verbatim, in
+  its place (before the call it led to): a stateless loop (``store: false``)
+  keeps its reasoning between tool calls. Other thinking (another provider's)
+  is dropped with a THINKING_DROPPED notice.
 - A tool result is a ``function_call_output`` whose ``output`` is the text, or,
   when it has images, a list of ``input_text`` and ``input_image`` items (the
   API takes images in tool output, so nothing moves).
@@ -32,6 +36,7 @@ from ctxwarden.core.render._common import (
     drop_thinking,
     tool_entry,
 )
+from ctxwarden.core.responses_reasoning import reasoning_item
 from ctxwarden.core.session import ToolDefinition
 
 PROVIDER = "OpenAI Responses"
@@ -65,13 +70,17 @@ def _assistant(message: Message, job: Job) -> list[JsonObject]:
                 }
             )
         elif block.kind is ContentKind.THINKING:
-            thinking += 1
+            item = reasoning_item(block.text, block.signature)
+            if item is None:
+                thinking += 1
+            else:
+                items.append(item)
         elif block.kind is ContentKind.PROVIDER:
             items.extend(_MEDIA.provider_items(block, message.seq, job.notes))
     drop_thinking(
         message,
         thinking,
-        f"{PROVIDER} reasoning items need the provider's item id, which is not stored",
+        f"not an {PROVIDER} reasoning item (its signature holds no reasoning item id)",
         job.notes,
     )
     return items
