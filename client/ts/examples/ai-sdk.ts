@@ -1,7 +1,7 @@
 /**
  * A Vercel AI SDK tool loop whose context ctxwarden keeps (README "Vercel AI
  * SDK"). `model` is any AI SDK language model (e.g. `openai("gpt-4o")` from
- * `@ai-sdk/openai`, or, in the tests, the SDK's MockLanguageModelV4). The
+ * `@ai-sdk/openai`, or, in the tests, the SDK's MockLanguageModelV3). The
  * region between the markers is the README's example.
  */
 import { generateText, stepCountIs, tool, type LanguageModel } from "ai";

@@ -1,8 +1,8 @@
 /**
  * An @openai/agents agent whose conversation ctxwarden keeps (README
  * "OpenAI Agents SDK"). `model` is any Agents SDK model: a model name with
- * the OpenAI provider of `@openai/agents`, or, in the tests, the SDK's
- * ScriptedModel. The region between the markers is the README's example.
+ * the OpenAI provider of `@openai/agents`, or, in the tests, a
+ * scripted model (test/scripted-model.ts). The region between the markers is the README's example.
  */
 import { Agent, run, type AgentInputItem, type Model } from "@openai/agents-core";
 

@@ -22,6 +22,8 @@
  * types come from `ai` (an optional peer dependency): this module loads none
  * of it at run time.
  */
+import { isDeepStrictEqual } from "node:util";
+
 import type { CallOptions, Client } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import type { FilePart, ImagePart, LanguageModelUsage, ModelMessage, ToolResultPart } from "ai";
@@ -128,16 +130,24 @@ function toolResultMessage(part: ToolResultPart): Message {
       content.push(text(output.reason ?? "The tool call was denied."));
       break;
     case "content":
-      for (const [i, item] of output.value.entries()) {
+      for (const [i, value] of output.value.entries()) {
+        // Typed loosely: the file shapes differ between ai 6 (file-data,
+        // image-data, media: base64 text) and ai 7 (file: tagged FileData;
+        // the ai 6 shapes deprecated but accepted).
+        const item = value as { type: string; text?: string; data?: unknown; mediaType?: string; filename?: string };
         if (item.type === "text") {
-          content.push(text(item.text));
-        } else if (item.type === "file") {
+          content.push(text(item.text ?? ""));
+        } else if (
+          (item.type === "file" || item.type === "file-data" || item.type === "image-data" || item.type === "media") &&
+          item.data !== undefined
+        ) {
           if (item.filename !== undefined) {
             metadata[`${AI_SDK_FILENAME}${i}`] = item.filename;
           }
-          content.push(fileBlock(item.mediaType, bytesOf(item.data as unknown as DataLike, "tool result file")));
+          const mediaType = item.mediaType ?? (item.type === "image-data" ? "image/png" : "application/octet-stream");
+          content.push(fileBlock(mediaType, bytesOf(item.data as DataLike, "tool result file")));
         } else {
-          throw new Error(`tool result ${part.toolCallId}: content of type ${(item as { type: string }).type} cannot be stored`);
+          throw new Error(`tool result ${part.toolCallId}: content of type ${item.type} cannot be stored`);
         }
       }
       break;
@@ -273,14 +283,14 @@ function toolResultPart(message: Message): ToolResultPart {
           return [{ type: "text" as const, text: b.block.value.text }];
         }
         if (b.block.case === "image") {
+          // image-data / file-data (base64): the shapes both ai 6 and ai 7 accept.
           const filename = message.metadata[`${AI_SDK_FILENAME}${i}`];
+          const { mimeType, data } = b.block.value;
+          const base64 = Buffer.from(data).toString("base64");
           return [
-            {
-              type: "file" as const,
-              data: { type: "data" as const, data: b.block.value.data },
-              mediaType: b.block.value.mimeType,
-              ...(filename !== undefined ? { filename } : {}),
-            },
+            mimeType.startsWith("image/") && filename === undefined
+              ? { type: "image-data" as const, data: base64, mediaType: mimeType }
+              : { type: "file-data" as const, data: base64, mediaType: mimeType, ...(filename !== undefined ? { filename } : {}) },
           ];
         }
         return [];
@@ -401,14 +411,21 @@ export interface CtxwardenStepsOptions {
   callOptions?: CallOptions;
 }
 
-/** What prepareStep reads of its argument. */
+/**
+ * What prepareStep reads of its argument: ai 7 passes `initialMessages`; ai 6
+ * passes only `messages`, which on the first step are the initial messages.
+ */
 export interface PrepareStepInput {
   stepNumber: number;
-  initialMessages: ModelMessage[];
+  messages: ModelMessage[];
+  initialMessages?: ModelMessage[];
 }
 
 /** What onStepFinish reads of a step. */
 export interface StepFinish {
+  /** The step's index in its call (both ai 6 and ai 7 pass it). */
+  stepNumber?: number;
+  /** ai 7: this step's messages; ai 6: every response message of the call so far. */
   response: { messages: ModelMessage[] };
   usage?: LanguageModelUsage;
   model?: { provider: string; modelId: string };
@@ -434,14 +451,23 @@ const STOP_REASONS: Record<string, StopReason> = {
  * A prepareStep / onStepFinish pair that keeps an AI SDK tool loop's context
  * in the ctxwarden session `sessionId`. Spread it into generateText or
  * streamText: `generateText({ model, tools, messages: newMessages, ...steps })`.
+ * Works with `ai` 6 and 7. A pair serves one call at a time (it tracks the
+ * running call's steps); concurrent calls need a pair each.
  */
 export function ctxwardenSteps(client: AiSdkClient, opts: CtxwardenStepsOptions): CtxwardenSteps {
   const cache = opts.inputCache ?? new InputCache(client, { capacity: 1 });
   const { sessionId, callOptions } = opts;
+  // The response messages of the current generateText/streamText call that
+  // were appended already: ai 6 hands every step the call's response
+  // messages so far, ai 7 only the step's own.
+  let appended: ModelMessage[] = [];
   return {
-    async prepareStep({ stepNumber, initialMessages }) {
+    async prepareStep({ stepNumber, messages: stepMessages, initialMessages }) {
+      if (stepNumber === 0) {
+        appended = [];
+      }
       if (stepNumber === 0 && opts.appendInitialMessages !== false) {
-        const fresh = toCtxwardenMessages(initialMessages.filter((m) => m.role !== "system"));
+        const fresh = toCtxwardenMessages((initialMessages ?? stepMessages).filter((m) => m.role !== "system"));
         if (fresh.length > 0) {
           await client.appendMessages({ sessionId, messages: fresh }, callOptions);
         }
@@ -460,7 +486,15 @@ export function ctxwardenSteps(client: AiSdkClient, opts: CtxwardenStepsOptions)
       return input.systemPrompt === "" ? { messages } : { system: input.systemPrompt, messages };
     },
     async onStepFinish(step) {
-      const messages = toCtxwardenMessages(step.response.messages);
+      if (step.stepNumber === 0) {
+        appended = [];
+      }
+      const all = step.response.messages;
+      const cumulative =
+        appended.length > 0 && all.length > appended.length && appended.every((m, i) => isDeepStrictEqual(m, all[i]));
+      const produced = cumulative ? all.slice(appended.length) : all;
+      appended = [...appended, ...produced];
+      const messages = toCtxwardenMessages(produced);
       const answer = messages.find((m) => m.role === Role.ASSISTANT);
       if (answer !== undefined) {
         const usage = step.usage;

@@ -4,7 +4,7 @@
  *
  *     import { createClient, user } from "@ctxwarden/client";
  *
- *     const client = createClient("127.0.0.1:50051");
+ *     const client = createClient("127.0.0.1:50051"); // { apiKey } for a server that requires one
  *     const session = await client.createSession({ session: { systemPrompt: "Be terse." } });
  *     await client.appendMessages({ sessionId: session.sessionId, messages: [user("hello")] });
  *     const input = await client.buildModelInput({ sessionId: session.sessionId });
@@ -27,6 +27,7 @@ import {
   type Transport,
 } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
+import type { SecureClientSessionOptions } from "node:http2";
 
 import { ContextService, type ListSessionsRequestSchema } from "./gen/ctxwarden/v1/context_service_pb.js";
 import type { ListMemoriesRequestSchema, Memory } from "./gen/ctxwarden/v1/memory_pb.js";
@@ -130,6 +131,29 @@ export interface ClientOptions {
   retry?: RetryOptions | false;
   /** More interceptors, run inside the retry interceptor (once per attempt). */
   interceptors?: Interceptor[];
+  /**
+   * API key sent with every call as `authorization: Bearer <apiKey>`: a key of
+   * the server's `--api-keys-file` (or a JWT the server's `--jwt-jwks-file`
+   * accepts). Without it, a server that requires credentials rejects calls
+   * with `Code.Unauthenticated`. The key goes over TLS (an `https://` target)
+   * or, in plaintext, only to a loopback host (127.0.0.0/8, `::1`,
+   * `localhost`): for a plaintext target elsewhere `createClient` throws
+   * unless `allowInsecureApiKey` is set.
+   */
+  apiKey?: string;
+  /**
+   * Send `apiKey` over plaintext HTTP/2 to a host that is not loopback
+   * (readable by anyone on the path; e.g. a sidecar reached over a private
+   * pod network). Default false.
+   */
+  allowInsecureApiKey?: boolean;
+  /**
+   * TLS settings of an `https://` target (Node's `http2.connect` options):
+   * `ca` to trust a private CA, `cert` and `key` for a client certificate
+   * (a server started with `--tls-client-ca`), `servername`. Without them
+   * the system's CAs are trusted.
+   */
+  tls?: Pick<SecureClientSessionOptions, "ca" | "cert" | "key" | "passphrase" | "pfx" | "servername" | "rejectUnauthorized">;
   /** HTTP/2 keep-alive settings (see Connect's Http2SessionOptions). */
   pingIntervalMs?: number;
   /** Close the connection after it was idle this long (default 15 min). */
@@ -139,23 +163,42 @@ export interface ClientOptions {
 /**
  * Returns the typed ctxwarden client for `target`: `host:port` (plaintext
  * HTTP/2, like the server's default listener) or a full `http://` /
- * `https://` URL. Call `close()` when done.
+ * `https://` URL (`https://` is gRPC over TLS). Call `close()` when done.
  */
 export function createClient(
   target: string = DEFAULT_TARGET,
   opts: ClientOptions = {},
 ): CtxwardenClient {
   const baseUrl = /^https?:\/\//.test(target) ? target.replace(/\/+$/, "") : `http://${target}`;
+  const url = new URL(baseUrl);
+  if (opts.apiKey !== undefined) {
+    if (opts.apiKey.trim() === "" || opts.apiKey !== opts.apiKey.trim()) {
+      // The server strips the token: a key with outer whitespace could never match.
+      throw new Error("createClient: apiKey must be non-empty, without leading or trailing whitespace");
+    }
+    if (url.protocol === "http:" && !isLoopbackHost(url.hostname) && opts.allowInsecureApiKey !== true) {
+      throw new Error(
+        `createClient: the apiKey would go in plaintext to ${url.host}: use an https:// target (TLS), ` +
+          "or set allowInsecureApiKey if that network is trusted",
+      );
+    }
+  }
+  if (opts.tls !== undefined && url.protocol !== "https:") {
+    throw new Error(`createClient: tls options need an https:// target, not ${baseUrl}`);
+  }
   const sessionOptions = {
     ...(opts.pingIntervalMs !== undefined ? { pingIntervalMs: opts.pingIntervalMs } : {}),
     ...(opts.idleConnectionTimeoutMs !== undefined
       ? { idleConnectionTimeoutMs: opts.idleConnectionTimeoutMs }
       : {}),
   };
-  const sessionManager = new Http2SessionManager(baseUrl, sessionOptions);
+  const sessionManager = new Http2SessionManager(baseUrl, sessionOptions, opts.tls);
   const interceptors: Interceptor[] = [];
   if (opts.retry !== false) {
     interceptors.push(retryUnavailable(opts.retry ?? {}));
+  }
+  if (opts.apiKey !== undefined) {
+    interceptors.push(bearerToken(opts.apiKey));
   }
   interceptors.push(...(opts.interceptors ?? []));
   const transport = createGrpcTransport({
@@ -172,6 +215,35 @@ export function createClient(
       sessionManager.abort();
     },
   });
+}
+
+// ---------------------------------------------------------------------------
+// Authentication
+
+/**
+ * An interceptor that sends `authorization: Bearer <token>` with every call:
+ * what `createClient`'s `apiKey` option installs. Use it directly with a
+ * transport of your own, or write a similar one for a token that changes
+ * (e.g. a JWT refreshed before it expires).
+ */
+export function bearerToken(token: string): Interceptor {
+  const value = `Bearer ${token}`;
+  return (next) => async (req) => {
+    req.header.set("authorization", value);
+    return await next(req);
+  };
+}
+
+/** Whether `hostname` (as `URL.hostname` gives it) is a loopback address or localhost. */
+export function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.toLowerCase().replace(/^\[(.*)\]$/, "$1").replace(/\.$/, "");
+  return (
+    host === "localhost" ||
+    host === "::1" ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host) ||
+    /^::ffff:127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host) ||
+    /^::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}$/.test(host)
+  );
 }
 
 // ---------------------------------------------------------------------------

@@ -15,7 +15,8 @@
  * agent sees. What comes back is therefore the model's view of the history,
  * not a byte-exact copy of the items added: item IDs and provider metadata
  * the Responses input does not carry are not kept, a compacted history starts
- * with its summary, and reasoning is sent back only to the model that made it.
+ * with its summary, and reasoning items come back as OpenAI sent them (id,
+ * summary, encrypted content).
  *
  * Only types come from `@openai/agents-core` (an optional peer dependency):
  * this module loads none of it at run time.

@@ -6,8 +6,8 @@ import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 
 import { setTracingDisabled } from "@openai/agents-core";
-import { ScriptedModel, assistantMessage } from "@openai/agents-core/testing";
-import { MockLanguageModelV4 } from "ai/test";
+import { ScriptedModel, assistantMessage } from "./scripted-model.js";
+import { MockLanguageModelV3 } from "ai/test";
 
 import { Role, createClient, type CtxwardenClient } from "../src/index.js";
 import { aiSdkExample } from "../examples/ai-sdk.js";
@@ -71,7 +71,7 @@ describe("the adapter examples against a real ctxwarden server", () => {
       inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
       outputTokens: { total: 5, text: 5, reasoning: 0 },
     };
-    const model = new MockLanguageModelV4({
+    const model = new MockLanguageModelV3({
       doGenerate: [
         {
           content: [{ type: "tool-call", toolCallId: "c1", toolName: "read", input: '{"path":"a.txt"}' }],

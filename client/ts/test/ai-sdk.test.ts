@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { generateText, stepCountIs, tool, type ModelMessage } from "ai";
-import { MockLanguageModelV4 } from "ai/test";
+import { MockLanguageModelV3 } from "ai/test";
 import { z } from "zod";
 
 import { ListMessagesRequestSchema, MessageVisibility, Role, createClient, messageText, user, type CtxwardenClient } from "../src/index.js";
@@ -14,7 +14,7 @@ import { startServer, type RunningServer } from "./server.js";
 
 /** One scripted answer of the mock model (what its doGenerate returns). */
 type GenerateResult = Exclude<
-  NonNullable<NonNullable<ConstructorParameters<typeof MockLanguageModelV4>[0]>["doGenerate"]>,
+  NonNullable<NonNullable<ConstructorParameters<typeof MockLanguageModelV3>[0]>["doGenerate"]>,
   ((...args: never[]) => unknown) | unknown[]
 >;
 
@@ -127,9 +127,63 @@ describe("AI SDK helpers against a real ctxwarden server", () => {
     );
   });
 
+  test("tool results with files: ai 6's image-data / file-data parts, and ai 7's file parts", async () => {
+    const { sessionId } = await client.createSession({ session: { systemPrompt: "You take screenshots." } });
+    const pdf = new Uint8Array([37, 80, 68, 70]);
+    const base64 = (bytes: Uint8Array): string => Buffer.from(bytes).toString("base64");
+    // The shapes fromCtxwardenMessages returns: accepted by ai 6, and by ai 7 (deprecated there).
+    const messages: ModelMessage[] = [
+      { role: "user", content: [{ type: "text", text: "Take a screenshot." }] },
+      { role: "assistant", content: [{ type: "tool-call", toolCallId: "call-1", toolName: "shot", input: {} }] },
+      {
+        role: "tool",
+        content: [
+          {
+            type: "tool-result",
+            toolCallId: "call-1",
+            toolName: "shot",
+            output: {
+              type: "content",
+              value: [
+                { type: "text", text: "a screenshot and its notes" },
+                { type: "image-data", data: base64(png), mediaType: "image/png" },
+                { type: "file-data", data: base64(pdf), mediaType: "application/pdf", filename: "notes.pdf" },
+              ],
+            },
+          },
+        ],
+      },
+    ];
+    const stored = toCtxwardenMessages(messages);
+    assert.deepEqual(
+      stored[2]!.content.map((b) => b.block.case),
+      ["text", "image", "image"],
+    );
+    await client.appendMessages({ sessionId, messages: stored });
+    const listed = await client.listMessages({ sessionId });
+    assert.deepEqual(fromCtxwardenMessages(listed.messages), messages);
+    assert.deepEqual(listed.messages[2]!.content[2]!.block.value, { $typeName: "ctxwarden.v1.ImageContent", mimeType: "application/pdf", data: pdf });
+
+    // ai 7's file part (tagged data) becomes the same stored message.
+    const ai7Result = {
+      type: "tool-result",
+      toolCallId: "call-1",
+      toolName: "shot",
+      output: {
+        type: "content",
+        value: [
+          { type: "text", text: "a screenshot and its notes" },
+          { type: "file", data: { type: "data", data: png }, mediaType: "image/png" },
+          { type: "file", data: { type: "data", data: base64(pdf) }, mediaType: "application/pdf", filename: "notes.pdf" },
+        ],
+      },
+    };
+    assert.deepEqual(toCtxwardenMessages([{ role: "tool", content: [ai7Result] } as unknown as ModelMessage]), [stored[2]]);
+  });
+
   test("generateText with ctxwardenSteps: the steps are persisted, the next call gets the stored context", async () => {
     const { sessionId } = await client.createSession({ session: { systemPrompt: "You read files." } });
-    const model = new MockLanguageModelV4({
+    const model = new MockLanguageModelV3({
       doGenerate: [
         answer([{ type: "tool-call", toolCallId: "call-1", toolName: "read", input: '{"path":"a.txt"}' }], "tool-calls"),
         answer([{ type: "text", text: "a.txt says hello." }], "stop"),
@@ -182,7 +236,7 @@ describe("AI SDK helpers against a real ctxwarden server", () => {
     assert.equal(listed.messages.length, 2);
     assert.equal(listed.messages[1]!.visibility, MessageVisibility.HISTORY_ONLY);
     const { prepareStep } = ctxwardenSteps(client, { sessionId });
-    const { messages } = await prepareStep({ stepNumber: 1, initialMessages: [] });
+    const { messages } = await prepareStep({ stepNumber: 1, messages: [] });
     assert.deepEqual(messages, [{ role: "user", content: [{ type: "text", text: "hello" }] }]);
     // Newest first: the tail of the history, as a UI would load it.
     const newest = await client.listMessages({ sessionId, newestFirst: true, pageSize: 1 });

@@ -202,7 +202,7 @@ const HELPERS: Helper[] = [
     exempt: ADAPTER_BUILD_EXEMPT,
     async call(client, request) {
       const { sessionId, maxOutputTokens, autoCompact } = narrow(BuildModelInputRequestSchema, request);
-      await ctxwardenSteps(client, { sessionId, maxOutputTokens, autoCompact }).prepareStep({ stepNumber: 1, initialMessages: [] });
+      await ctxwardenSteps(client, { sessionId, maxOutputTokens, autoCompact }).prepareStep({ stepNumber: 1, messages: [] });
     },
   },
   {

@@ -1,12 +1,12 @@
 // CtxwardenSession, the @openai/agents Session, against a real ctxwarden
 // server: the Session contract (the behaviour the SDK's own MemorySession is
 // tested for), items stored as ctxwarden messages, a real Runner with the
-// SDK's ScriptedModel, compaction applying to what the agent reads back.
+// scripted model (test/scripted-model.ts), compaction applying to what the agent reads back.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { Agent, Runner, tool, type AgentInputItem } from "@openai/agents-core";
-import { ScriptedModel, assistantMessage, functionCall } from "@openai/agents-core/testing";
+import { ScriptedModel, assistantMessage, functionCall } from "./scripted-model.js";
 import { z } from "zod";
 
 import {
