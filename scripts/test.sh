@@ -6,8 +6,9 @@
 # tests start themselves; tests/store and tests/e2e on PostgreSQL too when
 # CTXWARDEN_TEST_POSTGRES_URL is set, e.g.
 # postgresql+asyncpg://postgres@127.0.0.1:5432/test, plus a private PostgreSQL
-# server for its outage test), then the TypeScript and Go clients' tests. Extra
-# arguments go to pytest (with CTXWARDEN_TEST_WORKERS=0 for one process, e.g. to use -x or -s).
+# server for its outage test), and beside it the TypeScript, Go and Java clients' tests.
+# Extra arguments go to pytest (with CTXWARDEN_TEST_WORKERS=0 for one process, e.g. to use
+# -x or -s); CTXWARDEN_TEST_PARTS=python (or ts, go, java, comma-separated) runs a subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # System packages first, so a missing one is named here rather than deep inside a later step.
@@ -30,16 +31,43 @@ PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check server client/python tests bench
 .venv/bin/ruff format --check server client/python tests bench
 .venv/bin/mypy
-# Two pytest workers (CTXWARDEN_TEST_WORKERS, 0 = none), each test file whole on one worker so
-# its module fixtures are made once; each worker has its own servers and databases.
-workers="${CTXWARDEN_TEST_WORKERS:-2}"
-if [[ "$workers" == "0" ]]; then
-  .venv/bin/python -m pytest -q "$@"
-else
-  .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"
+# The other clients' suites (against real servers they start themselves) run beside pytest,
+# each into a log of its own: most of their time is spent compiling and waiting on servers.
+# CTXWARDEN_TEST_PARTS picks what runs (default: all): a comma-separated subset of
+# python, ts, go, java, e.g. CTXWARDEN_TEST_PARTS=python for the Python suite alone.
+parts=",${CTXWARDEN_TEST_PARTS:-python,ts,go,java},"
+logs="$(mktemp -d)"
+pids=()
+names=()
+start_client() {
+  local name="$1" script="$2"
+  [[ "$parts" == *",$name,"* && -x "$script" ]] || return 0
+  echo "== $name client tests: running beside pytest (log: $logs/$name.log)"
+  "$script" >"$logs/$name.log" 2>&1 &
+  pids+=("$!")
+  names+=("$name")
+}
+start_client ts client/ts/test.sh
+start_client go client/go/test.sh
+start_client java client/java/test.sh
+status=0
+if [[ "$parts" == *",python,"* ]]; then
+  # Two pytest workers (CTXWARDEN_TEST_WORKERS, 0 = none), each test file whole on one worker
+  # so its module fixtures are made once; each worker has its own servers and databases.
+  workers="${CTXWARDEN_TEST_WORKERS:-2}"
+  if [[ "$workers" == "0" ]]; then
+    .venv/bin/python -m pytest -q "$@" || status=$?
+  else
+    .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@" || status=$?
+  fi
 fi
-# The other clients, against real servers they start themselves.
-client/ts/test.sh
-if [[ -x client/go/test.sh ]]; then
-  client/go/test.sh
-fi
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then
+    echo "== ${names[$i]} client tests: passed ($(tail -n 1 "$logs/${names[$i]}.log"))"
+  else
+    echo "== ${names[$i]} client tests: FAILED; the end of its log:" >&2
+    tail -n 60 "$logs/${names[$i]}.log" >&2
+    status=1
+  fi
+done
+exit "$status"
