@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -33,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CLIENT = ROOT / "client" / "python"
 CACHE_ENV = "CTXWARDEN_FRAMEWORK_CACHE"
+USAGE_ENV = "CTXWARDEN_FRAMEWORK_USAGE"
+"""Where a plugin writes the node IDs of the tests that built the swapped class."""
 
 
 @dataclass(frozen=True)
@@ -59,13 +63,47 @@ SUITES = (
         "openai-agents",
         "openai-agents",
         "0.24.0",
+        # Every test file that builds a SQLiteSession (the swapped class). The Runner's
+        # files also hold tests that use no session: the usage count says how many did.
         (
             "tests/memory/test_session.py",
             "tests/memory/test_session_limit.py",
             "tests/memory/test_openai_responses_compaction_session.py",
+            "tests/memory/test_compaction_model_visibility.py",
+            "tests/memory/test_compaction_suffix.py",
             "tests/extensions/memory/test_encrypt_session.py",
+            "tests/test_agent_runner.py",
+            "tests/test_agent_runner_streamed.py",
+            "tests/test_max_turns.py",
+            "tests/test_native_tool_failure_history.py",
+            "tests/test_programmatic_tool_calling.py",
+            "tests/test_run_impl_resume_paths.py",
+            "tests/test_soft_cancel.py",
+            "tests/test_tool_batch_failure_history.py",
+            "tests/test_tool_failure_boundaries.py",
+            "tests/sandbox/test_memory.py",
         ),
         "ctxwarden_openai_agents",
+    ),
+    # LangGraph's store conformance tests ship in langgraph-checkpoint's source
+    # distribution (BaseStore lives there); they run in a virtualenv of their own so
+    # that the tested versions are installed exactly (the test extra gets langgraph only
+    # through langchain, unpinned). The README's LangGraph example runs there too.
+    Suite(
+        "langgraph-checkpoint",
+        "langgraph-checkpoint",
+        "4.3.2",
+        ("tests/test_store.py",),
+        "ctxwarden_langgraph",
+        venv=(
+            "langgraph-checkpoint==4.3.2",
+            "langgraph==1.2.24",
+            "langchain-core==1.8.1",
+            "langchain==1.5.0",
+            "pytest==9.2.0",
+            "pytest-asyncio==1.5.0",
+            "pytest-mock==3.17.0",
+        ),
     ),
     Suite(
         "langchain-core",
@@ -152,7 +190,9 @@ def python_for(suite: Suite) -> str:
     file keeps two test workers from making or installing into it at the same time)."""
     if not suite.venv:
         return sys.executable
-    venv = cache_dir() / f"venv-{suite.name}-{suite.version}"
+    # Named after its requirements too: a changed list makes a new one.
+    digest = hashlib.sha256("\n".join(suite.venv).encode()).hexdigest()[:8]
+    venv = cache_dir() / f"venv-{suite.name}-{suite.version}-{digest}"
     python = venv / "bin" / "python"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
@@ -182,9 +222,14 @@ class FileCounts:
     passed: int = 0
     skipped: int = 0
     failed: int = 0
+    adapter: int = 0
+    """Of the tests that ran, those that built the swapped class (see plugins/_usage.py)."""
 
     def __str__(self) -> str:
-        return f"{self.passed} passed, {self.skipped} skipped, {self.failed} failed"
+        return (
+            f"{self.passed} passed, {self.skipped} skipped, {self.failed} failed"
+            f" ({self.adapter} used the adapter)"
+        )
 
 
 @dataclass
@@ -197,8 +242,13 @@ class SuiteResult:
     def total(self) -> FileCounts:
         c = Counter[str]()
         for counts in self.files.values():
-            c.update(passed=counts.passed, skipped=counts.skipped, failed=counts.failed)
-        return FileCounts(c["passed"], c["skipped"], c["failed"])
+            c.update(
+                passed=counts.passed,
+                skipped=counts.skipped,
+                failed=counts.failed,
+                adapter=counts.adapter,
+            )
+        return FileCounts(c["passed"], c["skipped"], c["failed"], c["adapter"])
 
 
 def _file_of(case: ET.Element, suite: Suite) -> str:
@@ -211,18 +261,24 @@ def _file_of(case: ET.Element, suite: Suite) -> str:
     return dotted
 
 
-def parse_junit(path: Path, suite: Suite) -> SuiteResult:
+def parse_junit(path: Path, suite: Suite, used: frozenset[str] = frozenset()) -> SuiteResult:
+    """Counts per file; ``used``: the node IDs of the tests that built the swapped class."""
+    names = {node.split("::", 1)[0] + "::" + node.split("::")[-1] for node in used}
     files = {f: FileCounts() for f in suite.files}
     failures: list[str] = []
     for case in ET.parse(path).iter("testcase"):
-        counts = files.setdefault(_file_of(case, suite), FileCounts())
+        path_of = _file_of(case, suite)
+        counts = files.setdefault(path_of, FileCounts())
         if case.find("skipped") is not None:
             counts.skipped += 1
-        elif case.find("failure") is not None or case.find("error") is not None:
+            continue
+        if case.find("failure") is not None or case.find("error") is not None:
             counts.failed += 1
             failures.append(f"{case.get('classname')}::{case.get('name')}")
         else:
             counts.passed += 1
+        if f"{path_of}::{case.get('name')}" in names:
+            counts.adapter += 1
     return SuiteResult(files, failures, "")
 
 
@@ -230,14 +286,27 @@ def run_suite(suite: Suite, target: str, workdir: Path, timeout: float = 900) ->
     """Runs the suite's files against the server at ``target``."""
     tree = source_tree(suite)
     junit = workdir / f"{suite.name}.xml"
+    usage = workdir / f"{suite.name}.usage.json"
+    python = python_for(suite)
+    installed = subprocess.run(
+        [python, "-c", f"import importlib.metadata as m; print(m.version({suite.distribution!r}))"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if installed != suite.version:
+        raise RuntimeError(
+            f"{suite.name}: its tests are those of {suite.distribution} {suite.version}, "
+            f"but {python} has {installed or 'none'} installed"
+        )
     env = {
         **os.environ,
         "CTXWARDEN_TARGET": target,
         "PYTHONPATH": os.pathsep.join([str(HERE), str(CLIENT)]),
+        USAGE_ENV: str(usage),
     }
     proc = subprocess.run(
         [
-            python_for(suite),
+            python,
             "-m",
             "pytest",
             "-q",
@@ -259,7 +328,8 @@ def run_suite(suite: Suite, target: str, workdir: Path, timeout: float = 900) ->
     )
     if not junit.exists():
         raise RuntimeError(f"{suite.name}: pytest wrote no report\n{proc.stdout}\n{proc.stderr}")
-    result = parse_junit(junit, suite)
+    used = frozenset(json.loads(usage.read_text())) if usage.exists() else frozenset()
+    result = parse_junit(junit, suite, used)
     result.output = proc.stdout[-20000:] + proc.stderr[-5000:]
     return result
 

@@ -2,7 +2,9 @@
 
 Each suite runs once per backend against the session's real server. A test the
 framework skips itself, or that skips.toml lists, counts as skipped; every other
-test must pass. The per-file counts are printed after the run ("framework test files").
+test must pass, and in each file at least one must have built the swapped class
+(the counts say how many did). The per-file counts are printed after the run
+("framework test files").
 
 A suite whose tests ship in no package (Google ADK's live only in its repository)
 runs when its environment variable names a checkout of them; without one it is
@@ -43,3 +45,4 @@ def test_framework_suite_passes(
     assert not result.failures, result.output
     for path, counts in result.files.items():
         assert counts.passed > 0, f"{path} ran no test\n{result.output}"
+        assert counts.adapter > 0, f"{path}: no test built the swapped class\n{result.output}"

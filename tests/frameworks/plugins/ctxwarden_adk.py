@@ -8,12 +8,19 @@ service type it is asked for. Each call gets a namespace and project prefix of i
 own, as each reference service is a fresh database. Of the fixture's four
 parameters only ``DATABASE`` is kept (the other three would run the same service
 again); the items of the others are deselected.
+
+A few tests build ``DatabaseSessionService(url)`` themselves and then use only the
+public service API (:data:`BUILD_THEIR_OWN`): while they run, the module's
+``DatabaseSessionService`` is ``swapped_session_service`` too, so they test ctxwarden
+rather than the reference. The other tests that build a reference service look at
+its SQLAlchemy internals and are in skips.toml.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -22,9 +29,20 @@ from ctxwarden_client import Client
 from ctxwarden_client.integrations.adk import CtxwardenSessionService
 
 from ._skips import apply_skips
+from ._usage import pytest_runtest_protocol, pytest_sessionfinish, used
+
+__all__ = ["pytest_runtest_protocol", "pytest_sessionfinish"]
 
 MODULE = "test_session_service"
 KEPT_PARAM = "DATABASE"
+BUILD_THEIR_OWN = frozenset(
+    {
+        "test_append_event_allows_timestamp_drift_for_current_session",
+        "test_append_event_allows_markerless_current_session",
+        "test_create_session_sequential_same_app_name",
+    }
+)
+"""Tests that build a DatabaseSessionService and use only its public API."""
 _CLIENT: Client | None = None
 
 
@@ -36,6 +54,7 @@ def _client() -> Client:
 
 
 def swapped_session_service(*args: Any, **kwargs: Any) -> CtxwardenSessionService:
+    used()
     token = "t" + secrets.token_hex(6)
     return CtxwardenSessionService(_client(), namespace=token, project_prefix=f"{token}/")
 
@@ -46,6 +65,20 @@ def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
     module = outcome.get_result()
     if getattr(module_path, "stem", "") == MODULE:
         module.obj.get_session_service = swapped_session_service
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
+    module = getattr(item, "module", None)
+    if getattr(item, "originalname", None) not in BUILD_THEIR_OWN or module is None:
+        yield
+        return
+    reference = module.DatabaseSessionService
+    module.DatabaseSessionService = swapped_session_service
+    try:
+        yield
+    finally:
+        module.DatabaseSessionService = reference
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

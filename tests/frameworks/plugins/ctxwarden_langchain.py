@@ -4,9 +4,8 @@ The swap, and all of it: before the test modules are imported,
 ``langchain_core.chat_history.InMemoryChatMessageHistory`` (the name the tests
 import) becomes :class:`SwappedInMemoryChatMessageHistory`, a
 ``CtxwardenChatMessageHistory`` on the server of ``CTXWARDEN_TARGET`` with the
-reference class's constructor (``messages=``) and its value equality (the
-reference is a pydantic model: two histories are equal when their messages are;
-the tests compare stores of histories). Each instance is a new session, as each
+reference class's constructor (``messages=``). Its value equality (the tests compare
+stores of histories) is the adapter's own. Each instance is a new session, as each
 in-memory history is a new list.
 """
 
@@ -23,6 +22,9 @@ from ctxwarden_client import Client
 from ctxwarden_client.integrations.langchain import CtxwardenChatMessageHistory
 
 from ._skips import apply_skips
+from ._usage import pytest_runtest_protocol, pytest_sessionfinish, used
+
+__all__ = ["pytest_runtest_protocol", "pytest_sessionfinish"]
 
 _CLIENT: Client | None = None
 
@@ -38,16 +40,10 @@ class SwappedInMemoryChatMessageHistory(CtxwardenChatMessageHistory):
     """``InMemoryChatMessageHistory(messages=[...])``: a fresh session."""
 
     def __init__(self, messages: Sequence[BaseMessage] = ()) -> None:
+        used()
         super().__init__(secrets.token_hex(8), _client())
         if messages:
             self.add_messages(messages)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CtxwardenChatMessageHistory):
-            return NotImplemented
-        return self.messages == other.messages
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -38,7 +38,8 @@ __all__ = ["CtxwardenChatMessageHistory", "CtxwardenContextMiddleware"]
 class CtxwardenChatMessageHistory(BaseChatMessageHistory):
     """A chat history in one ctxwarden session (``session_key(namespace, session_id)``
     unless ``ctxwarden_session_id`` names it). ``messages`` is the effective context;
-    ``clear`` starts the session over (same ID and settings, no messages).
+    ``clear`` starts the session over (same ID and settings, no messages). Two histories
+    are equal when their messages are (see :meth:`__eq__`).
     ``template`` gives the new session's settings (model, policy, user and project)."""
 
     def __init__(
@@ -74,6 +75,19 @@ class CtxwardenChatMessageHistory(BaseChatMessageHistory):
     def clear(self) -> None:
         with self._lock:
             self._store.clear()
+
+    def __eq__(self, other: object) -> bool:
+        """Value equality, as langchain-core's ``InMemoryChatMessageHistory`` (a pydantic
+        model: equal to one of its kind whose messages are equal): two ctxwarden histories
+        are equal when their ``messages`` (each read from ctxwarden now) are. Not equal to
+        another kind of history, as two pydantic models of different classes are not."""
+        if not isinstance(other, CtxwardenChatMessageHistory):
+            return NotImplemented
+        return self is other or self.messages == other.messages
+
+    # Its value changes with every append: unhashable, as the reference (a pydantic model
+    # that is not frozen) is.
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _thread_id() -> str:

@@ -210,6 +210,52 @@ soft threshold (ContextPolicy.background_compaction_percent).
 """
 Global___CompactionTrigger: _TypeAlias = CompactionTrigger  # noqa: Y015
 
+class _AnchorLocation:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AnchorLocationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AnchorLocation.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ANCHOR_LOCATION_UNSPECIFIED: _AnchorLocation.ValueType  # 0
+    """Unset."""
+    ANCHOR_LOCATION_SUMMARY: _AnchorLocation.ValueType  # 1
+    """In the summary (or the turn-prefix summary)."""
+    ANCHOR_LOCATION_PINNED_STATE: _AnchorLocation.ValueType  # 2
+    """In the session's pinned state."""
+    ANCHOR_LOCATION_FILE_LISTS: _AnchorLocation.ValueType  # 3
+    """In the read or modified file lists."""
+    ANCHOR_LOCATION_KEPT_MESSAGES: _AnchorLocation.ValueType  # 4
+    """In the kept messages, as the model input shows them."""
+    ANCHOR_LOCATION_MEMORY_BLOCK: _AnchorLocation.ValueType  # 5
+    """In the memory block."""
+    ANCHOR_LOCATION_REINJECTED: _AnchorLocation.ValueType  # 6
+    """Put back into the pinned state by ContextPolicy.preserve_lost_anchors."""
+    ANCHOR_LOCATION_LOST: _AnchorLocation.ValueType  # 7
+    """Nowhere in the new effective context."""
+
+class AnchorLocation(_AnchorLocation, metaclass=_AnchorLocationEnumTypeWrapper):
+    """Where an anchor of a compacted span survives after the compaction; each
+    anchor is counted at the first place found, in the order of the values.
+    """
+
+ANCHOR_LOCATION_UNSPECIFIED: AnchorLocation.ValueType  # 0
+"""Unset."""
+ANCHOR_LOCATION_SUMMARY: AnchorLocation.ValueType  # 1
+"""In the summary (or the turn-prefix summary)."""
+ANCHOR_LOCATION_PINNED_STATE: AnchorLocation.ValueType  # 2
+"""In the session's pinned state."""
+ANCHOR_LOCATION_FILE_LISTS: AnchorLocation.ValueType  # 3
+"""In the read or modified file lists."""
+ANCHOR_LOCATION_KEPT_MESSAGES: AnchorLocation.ValueType  # 4
+"""In the kept messages, as the model input shows them."""
+ANCHOR_LOCATION_MEMORY_BLOCK: AnchorLocation.ValueType  # 5
+"""In the memory block."""
+ANCHOR_LOCATION_REINJECTED: AnchorLocation.ValueType  # 6
+"""Put back into the pinned state by ContextPolicy.preserve_lost_anchors."""
+ANCHOR_LOCATION_LOST: AnchorLocation.ValueType  # 7
+"""Nowhere in the new effective context."""
+Global___AnchorLocation: _TypeAlias = AnchorLocation  # noqa: Y015
+
 @_typing.final
 class CreateSessionRequest(_message.Message):
     """Request of CreateSession."""
@@ -1164,6 +1210,7 @@ class Compaction(_message.Message):
     PROPOSED_MEMORY_IDS_FIELD_NUMBER: _builtins.int
     MEMORY_TOKENS_FIELD_NUMBER: _builtins.int
     NEXT_PLAN_FIELD_NUMBER: _builtins.int
+    LOSS_REPORT_FIELD_NUMBER: _builtins.int
     compaction_id: _builtins.str
     """Unique ID of the checkpoint (sortable by creation time)."""
     session_id: _builtins.str
@@ -1238,6 +1285,12 @@ class Compaction(_message.Message):
         until the last step); unset on a stored checkpoint.
         """
 
+    @_builtins.property
+    def loss_report(self) -> Global___CompactionLossReport:
+        """What the compacted span held and where it survives in the new effective
+        context. Unset on checkpoints made before loss reports.
+        """
+
     def __init__(
         self,
         *,
@@ -1263,14 +1316,179 @@ class Compaction(_message.Message):
         proposed_memory_ids: _abc.Iterable[_builtins.str] | None = ...,
         memory_tokens: _builtins.int = ...,
         next_plan: Global___CompactionPlan | None = ...,
+        loss_report: Global___CompactionLossReport | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "next_plan", b"next_plan"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "loss_report", b"loss_report", "next_plan", b"next_plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "memory_tokens", b"memory_tokens", "modified_files", b"modified_files", "next_plan", b"next_plan", "proposed_memory_ids", b"proposed_memory_ids", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "loss_report", b"loss_report", "memory_tokens", b"memory_tokens", "modified_files", b"modified_files", "next_plan", b"next_plan", "proposed_memory_ids", b"proposed_memory_ids", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Compaction: _TypeAlias = Compaction  # noqa: Y015
+
+@_typing.final
+class Anchor(_message.Message):
+    """One anchor of a compacted span."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORY_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    category: _session_pb2.AnchorCategory.ValueType
+    """Its category."""
+    text: _builtins.str
+    """The anchor as found (at most 200 characters), e.g. "src/app.py",
+    "never push to main", "read path=a.py".
+    """
+    seq: _builtins.int
+    """The first message of the span that holds it."""
+    def __init__(
+        self,
+        *,
+        category: _session_pb2.AnchorCategory.ValueType = ...,
+        text: _builtins.str = ...,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "seq", b"seq", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Anchor: _TypeAlias = Anchor  # noqa: Y015
+
+@_typing.final
+class AnchorCategoryCount(_message.Message):
+    """How many anchors of one category a compaction's span held, by where each survives."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORY_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    PINNED_STATE_FIELD_NUMBER: _builtins.int
+    FILE_LISTS_FIELD_NUMBER: _builtins.int
+    KEPT_MESSAGES_FIELD_NUMBER: _builtins.int
+    MEMORY_BLOCK_FIELD_NUMBER: _builtins.int
+    REINJECTED_FIELD_NUMBER: _builtins.int
+    LOST_FIELD_NUMBER: _builtins.int
+    SURVIVAL_FIELD_NUMBER: _builtins.int
+    category: _session_pb2.AnchorCategory.ValueType
+    """The category."""
+    total: _builtins.int
+    """Anchors of the category in the span."""
+    summary: _builtins.int
+    """Found in the summary."""
+    pinned_state: _builtins.int
+    """Found in the pinned state."""
+    file_lists: _builtins.int
+    """Found in the file lists."""
+    kept_messages: _builtins.int
+    """Found in the kept messages."""
+    memory_block: _builtins.int
+    """Found in the memory block."""
+    reinjected: _builtins.int
+    """Put back by ContextPolicy.preserve_lost_anchors."""
+    lost: _builtins.int
+    """Found nowhere."""
+    survival: _builtins.float
+    """(total - lost) / total; 1 when total is 0."""
+    def __init__(
+        self,
+        *,
+        category: _session_pb2.AnchorCategory.ValueType = ...,
+        total: _builtins.int = ...,
+        summary: _builtins.int = ...,
+        pinned_state: _builtins.int = ...,
+        file_lists: _builtins.int = ...,
+        kept_messages: _builtins.int = ...,
+        memory_block: _builtins.int = ...,
+        reinjected: _builtins.int = ...,
+        lost: _builtins.int = ...,
+        survival: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "file_lists", b"file_lists", "kept_messages", b"kept_messages", "lost", b"lost", "memory_block", b"memory_block", "pinned_state", b"pinned_state", "reinjected", b"reinjected", "summary", b"summary", "survival", b"survival", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnchorCategoryCount: _TypeAlias = AnchorCategoryCount  # noqa: Y015
+
+@_typing.final
+class CompactionLossReport(_message.Message):
+    """What a compaction's span held that the new effective context no longer
+    shows: its anchors (see AnchorCategory), counted by where they survive.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORIES_FIELD_NUMBER: _builtins.int
+    LOST_ANCHORS_FIELD_NUMBER: _builtins.int
+    LOST_ANCHORS_OMITTED_FIELD_NUMBER: _builtins.int
+    SPAN_FROM_SEQ_FIELD_NUMBER: _builtins.int
+    SPAN_TO_SEQ_FIELD_NUMBER: _builtins.int
+    lost_anchors_omitted: _builtins.int
+    """Lost anchors not listed in lost_anchors."""
+    span_from_seq: _builtins.int
+    """First seq of the span (the messages summarised, or the tool results
+    cleared); 0 when the span held no message.
+    """
+    span_to_seq: _builtins.int
+    """Last seq of the span."""
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedCompositeFieldContainer[Global___AnchorCategoryCount]:
+        """One per category, in the order of AnchorCategory."""
+
+    @_builtins.property
+    def lost_anchors(self) -> _containers.RepeatedCompositeFieldContainer[Global___Anchor]:
+        """The lost anchors, at most 10 per category."""
+
+    def __init__(
+        self,
+        *,
+        categories: _abc.Iterable[Global___AnchorCategoryCount] | None = ...,
+        lost_anchors: _abc.Iterable[Global___Anchor] | None = ...,
+        lost_anchors_omitted: _builtins.int = ...,
+        span_from_seq: _builtins.int = ...,
+        span_to_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["categories", b"categories", "lost_anchors", b"lost_anchors", "lost_anchors_omitted", b"lost_anchors_omitted", "span_from_seq", b"span_from_seq", "span_to_seq", b"span_to_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionLossReport: _TypeAlias = CompactionLossReport  # noqa: Y015
+
+@_typing.final
+class AnchorSurvival(_message.Message):
+    """A minimum share of a category's anchors a committed summary must keep."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORY_FIELD_NUMBER: _builtins.int
+    MIN_FRACTION_FIELD_NUMBER: _builtins.int
+    category: _session_pb2.AnchorCategory.ValueType
+    """The category. Required."""
+    min_fraction: _builtins.float
+    """The minimum share, 0 to 1, of the category's anchors that must survive
+    (anywhere in the new effective context, see AnchorLocation).
+    """
+    def __init__(
+        self,
+        *,
+        category: _session_pb2.AnchorCategory.ValueType = ...,
+        min_fraction: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "min_fraction", b"min_fraction"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnchorSurvival: _TypeAlias = AnchorSurvival  # noqa: Y015
 
 @_typing.final
 class CompactRequest(_message.Message):
@@ -1401,6 +1619,8 @@ class CompactionPlan(_message.Message):
     STEP_FIELD_NUMBER: _builtins.int
     STEP_COUNT_FIELD_NUMBER: _builtins.int
     SUMMARIZER_CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
+    ANCHORS_FIELD_NUMBER: _builtins.int
+    ANCHORS_OMITTED_FIELD_NUMBER: _builtins.int
     plan_id: _builtins.str
     """The plan's ID, for CommitCompaction."""
     session_id: _builtins.str
@@ -1432,6 +1652,8 @@ class CompactionPlan(_message.Message):
     """The window the prompts of this plan fit (the request's
     summarizer_context_window; 0 when unlimited).
     """
+    anchors_omitted: _builtins.int
+    """Anchors not listed in anchors (past 1000)."""
     @_builtins.property
     def history_prompt(self) -> Global___SummaryPrompt:
         """Send this to the LLM; its answer is CommitCompactionRequest.summary."""
@@ -1443,6 +1665,14 @@ class CompactionPlan(_message.Message):
     @_builtins.property
     def expire_time(self) -> _timestamp_pb2.Timestamp:
         """The plan cannot be committed after this time (default 10 minutes)."""
+
+    @_builtins.property
+    def anchors(self) -> _containers.RepeatedCompositeFieldContainer[Global___Anchor]:
+        """The anchors of the messages this plan's prompts summarise (for a step of
+        a chunked compaction: its chunk), at most 1000, in order of first
+        appearance: tell the summariser to keep them. CommitCompaction checks the
+        whole span against min_anchor_survival.
+        """
 
     def __init__(
         self,
@@ -1461,10 +1691,12 @@ class CompactionPlan(_message.Message):
         step: _builtins.int = ...,
         step_count: _builtins.int = ...,
         summarizer_context_window: _builtins.int = ...,
+        anchors: _abc.Iterable[Global___Anchor] | None = ...,
+        anchors_omitted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "history_prompt", b"history_prompt", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expire_time", b"expire_time", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "step", b"step", "step_count", b"step_count", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "summarizer_context_window", b"summarizer_context_window", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchors", b"anchors", "anchors_omitted", b"anchors_omitted", "expire_time", b"expire_time", "first_kept_seq", b"first_kept_seq", "history_prompt", b"history_prompt", "plan_id", b"plan_id", "previous_summary", b"previous_summary", "session_id", b"session_id", "split_turn", b"split_turn", "step", b"step", "step_count", b"step_count", "summarized_from_seq", b"summarized_from_seq", "summarized_to_seq", b"summarized_to_seq", "summarizer_context_window", b"summarizer_context_window", "tokens_before", b"tokens_before", "turn_prefix_prompt", b"turn_prefix_prompt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1481,6 +1713,7 @@ class CommitCompactionRequest(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     TURN_PREFIX_SUMMARY_FIELD_NUMBER: _builtins.int
     PROPOSED_MEMORIES_FIELD_NUMBER: _builtins.int
+    MIN_ANCHOR_SURVIVAL_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     plan_id: _builtins.str
@@ -1496,6 +1729,14 @@ class CommitCompactionRequest(_message.Message):
         them, the summary's "Durable facts about the user/project" section is read.
         """
 
+    @_builtins.property
+    def min_anchor_survival(self) -> _containers.RepeatedCompositeFieldContainer[Global___AnchorSurvival]:
+        """Refuse the summary (FAILED_PRECONDITION, reason ANCHORS_LOST, nothing
+        stored, the plan stays valid) when less than this share of a category's
+        anchors would survive; the error names the missing anchors. At most one
+        entry per category. Checked on the last step of a chunked compaction only.
+        """
+
     def __init__(
         self,
         *,
@@ -1504,10 +1745,11 @@ class CommitCompactionRequest(_message.Message):
         summary: _builtins.str = ...,
         turn_prefix_summary: _builtins.str = ...,
         proposed_memories: _abc.Iterable[_memory_pb2.ProposedMemory] | None = ...,
+        min_anchor_survival: _abc.Iterable[Global___AnchorSurvival] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["plan_id", b"plan_id", "proposed_memories", b"proposed_memories", "session_id", b"session_id", "summary", b"summary", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_anchor_survival", b"min_anchor_survival", "plan_id", b"plan_id", "proposed_memories", b"proposed_memories", "session_id", b"session_id", "summary", b"summary", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -21,6 +21,64 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _AnchorCategory:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AnchorCategoryEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AnchorCategory.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ANCHOR_CATEGORY_UNSPECIFIED: _AnchorCategory.ValueType  # 0
+    """Unset; never reported."""
+    ANCHOR_CATEGORY_FILE_PATH: _AnchorCategory.ValueType  # 1
+    """A file or directory path, e.g. src/app.py, ./a.py, /etc/hosts."""
+    ANCHOR_CATEGORY_URL: _AnchorCategory.ValueType  # 2
+    """A URL (http, https, ftp, ws, wss, ssh, git, file)."""
+    ANCHOR_CATEGORY_IDENTIFIER: _AnchorCategory.ValueType  # 3
+    """A commit SHA, ticket or issue (ABC-123, #123), error code (E1234,
+    ORA-00942, HTTP 503) or UUID.
+    """
+    ANCHOR_CATEGORY_QUANTITY: _AnchorCategory.ValueType  # 4
+    """A number with a unit, e.g. 30 s, 512 MiB, 3.5%, 10ms."""
+    ANCHOR_CATEGORY_CONSTRAINT: _AnchorCategory.ValueType  # 5
+    """A sentence of a user message with must, never, always, only, don't or
+    do not (and the same in German, French, Spanish and Chinese).
+    """
+    ANCHOR_CATEGORY_OPEN_TASK: _AnchorCategory.ValueType  # 6
+    """A TODO, an unchecked list item (- [ ] ...), or a user question no
+    assistant text answers later in the span.
+    """
+    ANCHOR_CATEGORY_TOOL_CALL: _AnchorCategory.ValueType  # 7
+    """A tool call, with its key argument, e.g. read path=a.py."""
+
+class AnchorCategory(_AnchorCategory, metaclass=_AnchorCategoryEnumTypeWrapper):
+    """A kind of anchor: a concrete fact a compaction must not lose silently
+    (see the README's "Loss reports" for exactly what each one matches).
+    """
+
+ANCHOR_CATEGORY_UNSPECIFIED: AnchorCategory.ValueType  # 0
+"""Unset; never reported."""
+ANCHOR_CATEGORY_FILE_PATH: AnchorCategory.ValueType  # 1
+"""A file or directory path, e.g. src/app.py, ./a.py, /etc/hosts."""
+ANCHOR_CATEGORY_URL: AnchorCategory.ValueType  # 2
+"""A URL (http, https, ftp, ws, wss, ssh, git, file)."""
+ANCHOR_CATEGORY_IDENTIFIER: AnchorCategory.ValueType  # 3
+"""A commit SHA, ticket or issue (ABC-123, #123), error code (E1234,
+ORA-00942, HTTP 503) or UUID.
+"""
+ANCHOR_CATEGORY_QUANTITY: AnchorCategory.ValueType  # 4
+"""A number with a unit, e.g. 30 s, 512 MiB, 3.5%, 10ms."""
+ANCHOR_CATEGORY_CONSTRAINT: AnchorCategory.ValueType  # 5
+"""A sentence of a user message with must, never, always, only, don't or
+do not (and the same in German, French, Spanish and Chinese).
+"""
+ANCHOR_CATEGORY_OPEN_TASK: AnchorCategory.ValueType  # 6
+"""A TODO, an unchecked list item (- [ ] ...), or a user question no
+assistant text answers later in the span.
+"""
+ANCHOR_CATEGORY_TOOL_CALL: AnchorCategory.ValueType  # 7
+"""A tool call, with its key argument, e.g. read path=a.py."""
+Global___AnchorCategory: _TypeAlias = AnchorCategory  # noqa: Y015
+
 class _MemoryWriteMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -101,6 +159,7 @@ class ContextPolicy(_message.Message):
     MEMORY_MAX_TOKENS_FIELD_NUMBER: _builtins.int
     MEMORY_WRITE_FIELD_NUMBER: _builtins.int
     BACKGROUND_COMPACTION_PERCENT_FIELD_NUMBER: _builtins.int
+    PRESERVE_LOST_ANCHORS_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -152,6 +211,13 @@ class ContextPolicy(_message.Message):
     background, so BuildModelInput does not wait for the summariser unless the
     hard threshold is crossed too. 0 (the default) turns background compaction off.
     """
+    @_builtins.property
+    def preserve_lost_anchors(self) -> Global___AnchorPreservation:
+        """Put the anchors of these categories that a compaction's summary lost back
+        into the pinned state (see CompactionLossReport). Computed once, at the
+        compaction, and stored with its checkpoint. Unset: nothing is put back.
+        """
+
     def __init__(
         self,
         *,
@@ -167,14 +233,50 @@ class ContextPolicy(_message.Message):
         memory_max_tokens: _builtins.int = ...,
         memory_write: Global___MemoryWriteMode.ValueType = ...,
         background_compaction_percent: _builtins.int = ...,
+        preserve_lost_anchors: Global___AnchorPreservation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["preserve_lost_anchors", b"preserve_lost_anchors"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "preserve_lost_anchors", b"preserve_lost_anchors", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContextPolicy: _TypeAlias = ContextPolicy  # noqa: Y015
+
+@_typing.final
+class AnchorPreservation(_message.Message):
+    """Which lost anchors a compaction puts back into the pinned state
+    (ContextPolicy.preserve_lost_anchors).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORIES_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    max_tokens: _builtins.int
+    """At most this many tokens of them (one line each; the previous
+    checkpoint's preserved anchors that the new summary still lacks come
+    after this compaction's). 0 means 512.
+    """
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[Global___AnchorCategory.ValueType]:
+        """The categories to put back, e.g. ANCHOR_CATEGORY_CONSTRAINT and
+        ANCHOR_CATEGORY_OPEN_TASK. Empty: none.
+        """
+
+    def __init__(
+        self,
+        *,
+        categories: _abc.Iterable[Global___AnchorCategory.ValueType] | None = ...,
+        max_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["categories", b"categories", "max_tokens", b"max_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnchorPreservation: _TypeAlias = AnchorPreservation  # noqa: Y015
 
 @_typing.final
 class Session(_message.Message):
