@@ -25,6 +25,8 @@
 #                                tests (nodejs.org or NodeSource packages; Debian 12's is 18)
 #   kubectl >= 1.27              tests/deploy renders the manifests with kustomize
 #                                (the Kubernetes apt repository)
+#   java >= 17 with mvn          the Java client and its Spring AI and LangChain4j adapters
+#                                (client/java; artifacts from Maven Central)
 set -euo pipefail
 
 all=(python3-venv mariadb-server postgresql galera-4 rsync chromium chromium-driver)
@@ -81,6 +83,13 @@ else
   kubectl_version="$(kubectl version --client 2>/dev/null | sed -n 's/^Client Version: v\([0-9.]*\).*/\1/p')"
   at_least "$min_kubectl" "${kubectl_version:-0}" ||
     tools+=("kubectl >= $min_kubectl (found ${kubectl_version:-unknown})")
+fi
+
+if ! have java || ! have mvn; then
+  tools+=("java >= 17 and mvn (client/java)")
+else
+  java_major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+  (( ${java_major:-0} >= 17 )) || tools+=("java >= 17 (found ${java_major:-unknown})")
 fi
 
 if [[ "$mode" != --check ]]; then
