@@ -2,7 +2,8 @@
 # Checks and tests the Go client in module mode:
 #   gen.sh --check, go.mod/go.sum tidy, gofmt, go vet, go test -race (starts real
 #   ctxwarden servers from <repo>/.venv/bin/ctxwarden or $CTXWARDEN_BIN),
-#   govulncheck, go build of the examples.
+#   govulncheck, go build of the examples; then tidy, gofmt, go vet and
+#   go test -race of the framework adapter modules adk/ and langchaingo/.
 # Extra arguments go to `go test` (e.g. -v, -run TestRunExample).
 #
 # Needs Go (the version of go.mod's go line or newer), gcc for -race, and the Go
@@ -88,4 +89,25 @@ fi
 
 echo "== go build ./example/..."
 go build ./example/...
+
+# The framework adapters: nested modules of their own (adk: Google ADK Go,
+# langchaingo: LangChainGo), each requiring this module through a replace.
+for adapter in adk langchaingo; do
+  echo "== $adapter: go mod tidy -diff, gofmt -l, go vet, go test -race"
+  (
+    cd "$here/$adapter"
+    if ! go mod tidy -diff; then
+      echo "$adapter/go.mod / go.sum are not tidy: run go mod tidy in client/go/$adapter" >&2
+      exit 1
+    fi
+    unformatted="$(gofmt -l .)"
+    if [[ -n "$unformatted" ]]; then
+      echo "gofmt needed:" >&2
+      echo "$unformatted" >&2
+      exit 1
+    fi
+    go vet ./...
+    go test -race -count=1 "$@" ./...
+  )
+done
 echo "ok: Go client checks passed"
