@@ -28,6 +28,7 @@ from ctxwarden.api.reads import (
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
+from ctxwarden.database_errors import schema_problem
 from ctxwarden.observability.db import instrument_engine
 from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
 from ctxwarden.observability.interceptor import RpcObserver
@@ -68,10 +69,7 @@ def ensure_schema(url: str) -> None:
         log.info("creating a new SQLite database")
         migrate.upgrade(url)
         return
-    raise SchemaOutdated(
-        f"the database schema is at revision {status.current or 'none'} but this server "
-        f"needs {status.head}; run `ctxwarden migrate --database-url ...` first"
-    )
+    raise SchemaOutdated(schema_problem(url, status))
 
 
 class BadConfig(ValueError):

@@ -35,7 +35,6 @@ NOT_NEGATIVE = (
     "purge_idempotency_after_hours",
     "purge_interval",
     "idle_evict_seconds",
-    "background_compactions",
     "background_retry_seconds",
     "background_retry_max_seconds",
 )
@@ -48,6 +47,7 @@ POSITIVE = (
     "health_interval",
 )
 AUTO_WRITERS = "auto (1 on SQLite, 2 on MySQL and PostgreSQL)"
+AUTO_BACKGROUND = "auto (2 with a summariser, 0 without)"
 
 
 def problems(args: argparse.Namespace) -> list[str]:
@@ -67,6 +67,7 @@ def problems(args: argparse.Namespace) -> list[str]:
             f"append_writers = {args.append_writers!r}: must be 0 (off), 1 or more, or unset "
             "for the default"
         )
+    out += _background(args)
     if args.tenant_retention:
         from ctxwarden.lifecycle_args import load_tenant_rules
 
@@ -110,8 +111,26 @@ def problems(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _background(args: argparse.Namespace) -> list[str]:
+    """Background compaction summarises with the server's summariser: asked for
+    without one, it would never run (sessions would wait for it in vain)."""
+    n = args.background_compactions
+    if n < -1:
+        return [
+            f"background_compactions = {n!r}: must be 0 (off), 1 or more, or unset for the default"
+        ]
+    if n > 0 and args.summarizer == "none":
+        return [
+            f"background_compactions = {n!r} needs a summariser: add --summarizer "
+            "(extractive, openai or anthropic), or set --background-compactions 0"
+        ]
+    return []
+
+
 def shown(key: str, value: Any) -> Any:
     """A setting as a person would write it (no internal sentinels)."""
     if key == "append_writers" and isinstance(value, int) and value < 0:
         return AUTO_WRITERS
+    if key == "background_compactions" and isinstance(value, int) and value < 0:
+        return AUTO_BACKGROUND
     return value

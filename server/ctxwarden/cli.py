@@ -41,8 +41,38 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+DATABASE_COMMANDS = ("serve", "migrate", "export", "import", "purge")
+READY_FIRST = ("export", "import", "purge")
+"""Commands that refuse a database without this ctxwarden's schema before they start
+(serve creates a new SQLite file; migrate is how a schema is made)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
+    if args.command not in DATABASE_COMMANDS:
+        return _run(args)
+    from ctxwarden import database_errors
+
+    try:
+        if args.command in READY_FIRST:
+            database_errors.check_ready(args.database_url)
+        return _run(args)
+    except UnsupportedDatabase as exc:
+        print(f"ctxwarden: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        line = database_errors.describe(exc, args.database_url)
+        if line is None:
+            raise
+        print(f"ctxwarden: {line}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "eval":
+        from ctxwarden.evaluation.cli import run as run_eval
+
+        return run_eval(args)
     if args.command == "config":
         return commands.config_check(build_parser(), args.file)
     if args.command == "purge":
@@ -59,17 +89,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return transfer.run_export(args) if args.command == "export" else transfer.run_import(args)
 
     wrong = checks.problems(args)
+    if len(wrong) == 1:
+        print(f"ctxwarden: invalid settings: {wrong[0]}", file=sys.stderr)
+        return 2
     if wrong:
         print("ctxwarden: invalid settings:\n  " + "\n  ".join(wrong), file=sys.stderr)
         return 2
     serve_settings = settings(args)
     from ctxwarden.app import run  # configures logging first
 
-    try:
-        return run(serve_settings)
-    except UnsupportedDatabase as exc:
-        print(f"ctxwarden: {exc}", file=sys.stderr)
-        return 2
+    return run(serve_settings)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from typing import Any
 
 from ctxwarden import checks, configfile
 from ctxwarden.config import DEFAULT_LISTEN
+from ctxwarden.evaluation.cli import add_eval_command
 from ctxwarden.serve_args import add_database
 from ctxwarden.serve_settings import settings
 from ctxwarden.store.urls import UnsupportedDatabase
@@ -111,6 +112,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     mig = sub.add_parser("migrate", help="apply database schema migrations")
     add_database(mig)
+    add_eval_command(sub)  # ctxwarden eval compaction (evaluation/cli.py)
 
 
 def config_check(parser: argparse.ArgumentParser, path: str) -> int:

@@ -190,9 +190,10 @@ def _compaction(serve: argparse.ArgumentParser) -> None:
     )
     comp.add_argument(
         "--background-compactions",
-        **from_env("CTXWARDEN_BACKGROUND_COMPACTIONS", 2),
+        **from_env("CTXWARDEN_BACKGROUND_COMPACTIONS", -1),
         help="background compactions (policy.background_compaction_percent) running at "
-        "once, server-wide; 0: none (env CTXWARDEN_BACKGROUND_COMPACTIONS; default %(default)s)",
+        "once, server-wide; 0: none; more than 0 needs --summarizer (env "
+        "CTXWARDEN_BACKGROUND_COMPACTIONS; default: 2 with a summariser, 0 without)",
     )
     comp.add_argument(
         "--background-retry-seconds",

@@ -25,6 +25,13 @@ def _mode(text: object) -> int:
     return mode
 
 
+def background_compactions(args: argparse.Namespace) -> int:
+    """``--background-compactions``, or when unset (-1): 2 with a summariser, 0 without."""
+    if args.background_compactions >= 0:
+        return int(args.background_compactions)
+    return 0 if args.summarizer == "none" else Settings().background_compactions
+
+
 def settings(args: argparse.Namespace) -> Settings:
     """The :class:`Settings` of parsed ``serve`` arguments."""
     return Settings(
@@ -53,7 +60,7 @@ def settings(args: argparse.Namespace) -> Settings:
         summarizer_timeout=args.summarizer_timeout,
         summarizer_max_output_tokens=args.summarizer_max_output_tokens,
         summarizer_context_window=args.summarizer_context_window,
-        background_compactions=args.background_compactions,
+        background_compactions=background_compactions(args),
         background_retry_seconds=args.background_retry_seconds,
         background_retry_max_seconds=args.background_retry_max_seconds,
         background_max_attempts=args.background_max_attempts,

@@ -78,6 +78,9 @@ def _message_sample(full_name: str) -> tuple[object, object]:
     if full_name == "ctxwarden.v1.ProposedMemory":
         proposed = cw.memory_pb2.ProposedMemory(key="k-1", text="a fact", project_scope=True)
         return proposed, proposed
+    if full_name == "ctxwarden.v1.AnchorSurvival":
+        minimum = pb.AnchorSurvival(category=cw.session_pb2.ANCHOR_CATEGORY_URL, min_fraction=0.5)
+        return minimum, minimum
     if full_name == "ctxwarden.v1.Memory":
         memory = cw.memory("a fact", user_id="u-1", key="k-1", labels={"a": "b"}, pinned=True)
         return memory, memory

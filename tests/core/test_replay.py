@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock
 from ctxwarden.core.messages import ContentBlock, Message, MessageState, Role
 from ctxwarden.core.replay import (
     NO_CALIBRATION,
@@ -16,6 +17,7 @@ from ctxwarden.core.replay import (
     RevisionMark,
     calibration_at,
     checkpoint_at,
+    memory_at,
     plan_replay,
     replay_messages,
     replay_session,
@@ -135,6 +137,16 @@ def test_calibration_at_takes_the_newest_change_before() -> None:
     assert calibration_at(changes, 10) == (1.1, 3)
 
 
+def test_memory_at_takes_the_newest_block_from_a_seq_up_to_it() -> None:
+    one, two = MemoryBlock("one", ("m1",)), MemoryBlock("two", ("m2",))
+    blocks = [(1, one), (5, two), (9, EMPTY_BLOCK)]
+    assert memory_at([], 3) == EMPTY_BLOCK
+    assert memory_at(blocks[1:], 4) == EMPTY_BLOCK  # none made by then: no block
+    assert memory_at(blocks, 1) == one and memory_at(blocks, 4) == one
+    assert memory_at(list(reversed(blocks)), 5) == two
+    assert memory_at(blocks, 9) == EMPTY_BLOCK  # a refresh that found nothing
+
+
 def test_replay_session_precedence() -> None:
     now = Session("s", title="now", last_seq=20, revision=5, estimate_ratio=1.3, estimate_samples=9)
     then = replace(now, title="then", revision=2, estimate_ratio=1.7, estimate_samples=4)
@@ -148,6 +160,11 @@ def test_replay_session_precedence() -> None:
     s = replay_session(plan, now, None, None)
     assert (s.title, s.revision, s.last_seq) == ("now", 5, 7)
     assert (s.estimate_ratio, s.estimate_samples) == NO_CALIBRATION
+    # The block is the one found then, whatever the session carries now.
+    block = MemoryBlock("then", ("m",))
+    with_block = replace(now, memory=MemoryBlock("now", ("n",)))
+    assert replay_session(plan, with_block, None, None, block).memory == block
+    assert replay_session(plan, with_block, None, None).memory == EMPTY_BLOCK
 
 
 # -- property: replay agrees with a model that applies events in order -------------
@@ -164,6 +181,8 @@ class Model:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     superseded_at: dict[str, int] = field(default_factory=dict)
     revisions: dict[int, tuple[int, Session]] = field(default_factory=dict)
+    blocks: dict[int, MemoryBlock] = field(default_factory=dict)
+    """from_seq (last_seq + 1 then) -> the block selected (the later of two at one seq)."""
     session: Session = field(default_factory=lambda: Session("s"))
     seen: dict[int, tuple[Checkpoint | None, tuple[int, ...], Session]] = field(
         default_factory=dict
@@ -203,6 +222,11 @@ class Model:
             if c.compaction_id not in self.superseded_at and any(s > to_seq for s in summarised):
                 self.superseded_at[c.compaction_id] = self.last_seq
 
+    def select_memory(self, n: int) -> None:
+        block = MemoryBlock(f"block {n}", (f"m{n}",)) if n else EMPTY_BLOCK
+        self.session = replace(self.session, memory=block)
+        self.blocks[self.last_seq + 1] = block
+
     def update_settings(self) -> None:
         revision = len(self.revisions) + 1
         self.session = replace(self.session, title=f"title {revision}", revision=revision)
@@ -214,6 +238,7 @@ events = st.one_of(
     st.tuples(st.just("compact"), st.integers(0, 40), st.integers(0, 2)),
     st.tuples(st.just("rewind"), st.integers(0, 40)),
     st.tuples(st.just("settings")),
+    st.tuples(st.just("memory"), st.integers(0, 3)),
 )
 
 
@@ -239,6 +264,10 @@ def run(script: list[tuple[object, ...]]) -> Model:
             to_seq = event[1]
             assert isinstance(to_seq, int)
             model.rewind(to_seq % (model.last_seq + 1))
+        elif kind == "memory":
+            n = event[1]
+            assert isinstance(n, int)
+            model.select_memory(n)
         else:
             model.update_settings()
     model.seen[model.last_seq + 1] = model.observe()
@@ -279,4 +308,8 @@ def test_replay_agrees_with_the_model(script: list[tuple[object, ...]]) -> None:
         calibration = calibration_at(changes, n)
         assert calibration == calibration_at([c for c in newest if c is not None], n)
         settings = model.revisions[plan.revision][1] if plan.revision is not None else None
-        assert replay_session(plan, now, settings, calibration) == session
+        blocks = list(model.blocks.items())
+        memory = memory_at(blocks, n)
+        newest_block = [max((b for b in blocks if b[0] <= n), default=None, key=lambda b: b[0])]
+        assert memory == memory_at([b for b in newest_block if b is not None], n)
+        assert replay_session(plan, now, settings, calibration, memory) == session

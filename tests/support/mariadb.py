@@ -15,6 +15,10 @@ Usage::
         with private_mariadb.paused():  # SIGSTOP here (hung, not gone), SIGCONT afterwards
             ...
 
+A server of a test's own with other options (e.g. a ``sql_mode``):
+``PrivateMariaDB(Path(tempfile.mkdtemp()), server_args=["--sql-mode=NO_BACKSLASH_ESCAPES"])``
+(tests/hardening/test_sql_mode.py).
+
 ``url`` is the base URL, ``mysql+aiomysql://root@127.0.0.1:PORT/test`` (database ``test``
 exists). A test that stops, kills or pauses the server must leave it running again (the
 context managers do; otherwise call ``start()`` / ``resume()`` in a ``finally``): the
@@ -36,7 +40,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pymysql
@@ -86,7 +90,10 @@ class PrivateMariaDB:
         mariadbd: str | None = None,
         install_db: str | None = None,
         port: int | None = None,
+        server_args: Sequence[str] = (),
     ) -> None:
+        """``server_args``: extra ``mariadbd`` options (e.g. ``--sql-mode=...``), after
+        the fixed ones."""
         binary = mariadbd or find_mariadbd()
         installer = install_db or find_install_db()
         if binary is None or installer is None:
@@ -101,6 +108,7 @@ class PrivateMariaDB:
         self.socket = base_dir / "mariadb.sock"
         self.error_log = base_dir / "error.log"
         self.port = port or free_port()
+        self.server_args = tuple(server_args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.is_paused = False
         self._started = False
@@ -217,6 +225,7 @@ class PrivateMariaDB:
                     f"--tmpdir={self.base_dir}",
                     "--character-set-server=utf8mb4",
                     "--collation-server=utf8mb4_general_ci",
+                    *self.server_args,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

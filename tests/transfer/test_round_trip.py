@@ -66,7 +66,7 @@ def test_round_trip_into_another_database(
     exported = tmp_path / "session.jsonl"
     _export(backend_url, sid, exported)
     records = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
-    assert records[0]["format"] == "ctxwarden.session" and records[0]["version"] == 1
+    assert records[0]["format"] == "ctxwarden.session" and records[0]["version"] == 2
     kinds = [r.get("type") for r in records[1:]]
     assert kinds[0] == "session" and kinds[-1] == "end"
     assert {"revision", "checkpoint", "message"} <= set(kinds)

@@ -375,6 +375,80 @@ func (CompactionTrigger) EnumDescriptor() ([]byte, []int) {
 	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{5}
 }
 
+// Where an anchor of a compacted span survives after the compaction; each
+// anchor is counted at the first place found, in the order of the values.
+type AnchorLocation int32
+
+const (
+	// Unset.
+	AnchorLocation_ANCHOR_LOCATION_UNSPECIFIED AnchorLocation = 0
+	// In the summary (or the turn-prefix summary).
+	AnchorLocation_ANCHOR_LOCATION_SUMMARY AnchorLocation = 1
+	// In the session's pinned state.
+	AnchorLocation_ANCHOR_LOCATION_PINNED_STATE AnchorLocation = 2
+	// In the read or modified file lists.
+	AnchorLocation_ANCHOR_LOCATION_FILE_LISTS AnchorLocation = 3
+	// In the kept messages, as the model input shows them.
+	AnchorLocation_ANCHOR_LOCATION_KEPT_MESSAGES AnchorLocation = 4
+	// In the memory block.
+	AnchorLocation_ANCHOR_LOCATION_MEMORY_BLOCK AnchorLocation = 5
+	// Put back into the pinned state by ContextPolicy.preserve_lost_anchors.
+	AnchorLocation_ANCHOR_LOCATION_REINJECTED AnchorLocation = 6
+	// Nowhere in the new effective context.
+	AnchorLocation_ANCHOR_LOCATION_LOST AnchorLocation = 7
+)
+
+// Enum value maps for AnchorLocation.
+var (
+	AnchorLocation_name = map[int32]string{
+		0: "ANCHOR_LOCATION_UNSPECIFIED",
+		1: "ANCHOR_LOCATION_SUMMARY",
+		2: "ANCHOR_LOCATION_PINNED_STATE",
+		3: "ANCHOR_LOCATION_FILE_LISTS",
+		4: "ANCHOR_LOCATION_KEPT_MESSAGES",
+		5: "ANCHOR_LOCATION_MEMORY_BLOCK",
+		6: "ANCHOR_LOCATION_REINJECTED",
+		7: "ANCHOR_LOCATION_LOST",
+	}
+	AnchorLocation_value = map[string]int32{
+		"ANCHOR_LOCATION_UNSPECIFIED":   0,
+		"ANCHOR_LOCATION_SUMMARY":       1,
+		"ANCHOR_LOCATION_PINNED_STATE":  2,
+		"ANCHOR_LOCATION_FILE_LISTS":    3,
+		"ANCHOR_LOCATION_KEPT_MESSAGES": 4,
+		"ANCHOR_LOCATION_MEMORY_BLOCK":  5,
+		"ANCHOR_LOCATION_REINJECTED":    6,
+		"ANCHOR_LOCATION_LOST":          7,
+	}
+)
+
+func (x AnchorLocation) Enum() *AnchorLocation {
+	p := new(AnchorLocation)
+	*p = x
+	return p
+}
+
+func (x AnchorLocation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AnchorLocation) Descriptor() protoreflect.EnumDescriptor {
+	return file_ctxwarden_v1_context_service_proto_enumTypes[6].Descriptor()
+}
+
+func (AnchorLocation) Type() protoreflect.EnumType {
+	return &file_ctxwarden_v1_context_service_proto_enumTypes[6]
+}
+
+func (x AnchorLocation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AnchorLocation.Descriptor instead.
+func (AnchorLocation) EnumDescriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{6}
+}
+
 // Request of CreateSession.
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2122,7 +2196,10 @@ type Compaction struct {
 	// compaction before its last one: the next step to summarise and commit.
 	// Such an answer has nothing else but session_id (no checkpoint is stored
 	// until the last step); unset on a stored checkpoint.
-	NextPlan      *CompactionPlan `protobuf:"bytes,16,opt,name=next_plan,json=nextPlan,proto3" json:"next_plan,omitempty"`
+	NextPlan *CompactionPlan `protobuf:"bytes,16,opt,name=next_plan,json=nextPlan,proto3" json:"next_plan,omitempty"`
+	// What the compacted span held and where it survives in the new effective
+	// context. Unset on checkpoints made before loss reports.
+	LossReport    *CompactionLossReport `protobuf:"bytes,25,opt,name=loss_report,json=lossReport,proto3" json:"loss_report,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2311,6 +2388,345 @@ func (x *Compaction) GetNextPlan() *CompactionPlan {
 	return nil
 }
 
+func (x *Compaction) GetLossReport() *CompactionLossReport {
+	if x != nil {
+		return x.LossReport
+	}
+	return nil
+}
+
+// One anchor of a compacted span.
+type Anchor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its category.
+	Category AnchorCategory `protobuf:"varint,1,opt,name=category,proto3,enum=ctxwarden.v1.AnchorCategory" json:"category,omitempty"`
+	// The anchor as found (at most 200 characters), e.g. "src/app.py",
+	// "never push to main", "read path=a.py".
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// The first message of the span that holds it.
+	Seq           int64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Anchor) Reset() {
+	*x = Anchor{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Anchor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Anchor) ProtoMessage() {}
+
+func (x *Anchor) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Anchor.ProtoReflect.Descriptor instead.
+func (*Anchor) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Anchor) GetCategory() AnchorCategory {
+	if x != nil {
+		return x.Category
+	}
+	return AnchorCategory_ANCHOR_CATEGORY_UNSPECIFIED
+}
+
+func (x *Anchor) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Anchor) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// How many anchors of one category a compaction's span held, by where each survives.
+type AnchorCategoryCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The category.
+	Category AnchorCategory `protobuf:"varint,1,opt,name=category,proto3,enum=ctxwarden.v1.AnchorCategory" json:"category,omitempty"`
+	// Anchors of the category in the span.
+	Total int32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// Found in the summary.
+	Summary int32 `protobuf:"varint,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Found in the pinned state.
+	PinnedState int32 `protobuf:"varint,4,opt,name=pinned_state,json=pinnedState,proto3" json:"pinned_state,omitempty"`
+	// Found in the file lists.
+	FileLists int32 `protobuf:"varint,5,opt,name=file_lists,json=fileLists,proto3" json:"file_lists,omitempty"`
+	// Found in the kept messages.
+	KeptMessages int32 `protobuf:"varint,6,opt,name=kept_messages,json=keptMessages,proto3" json:"kept_messages,omitempty"`
+	// Found in the memory block.
+	MemoryBlock int32 `protobuf:"varint,7,opt,name=memory_block,json=memoryBlock,proto3" json:"memory_block,omitempty"`
+	// Put back by ContextPolicy.preserve_lost_anchors.
+	Reinjected int32 `protobuf:"varint,8,opt,name=reinjected,proto3" json:"reinjected,omitempty"`
+	// Found nowhere.
+	Lost int32 `protobuf:"varint,9,opt,name=lost,proto3" json:"lost,omitempty"`
+	// (total - lost) / total; 1 when total is 0.
+	Survival      float64 `protobuf:"fixed64,10,opt,name=survival,proto3" json:"survival,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnchorCategoryCount) Reset() {
+	*x = AnchorCategoryCount{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnchorCategoryCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnchorCategoryCount) ProtoMessage() {}
+
+func (x *AnchorCategoryCount) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnchorCategoryCount.ProtoReflect.Descriptor instead.
+func (*AnchorCategoryCount) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AnchorCategoryCount) GetCategory() AnchorCategory {
+	if x != nil {
+		return x.Category
+	}
+	return AnchorCategory_ANCHOR_CATEGORY_UNSPECIFIED
+}
+
+func (x *AnchorCategoryCount) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetSummary() int32 {
+	if x != nil {
+		return x.Summary
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetPinnedState() int32 {
+	if x != nil {
+		return x.PinnedState
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetFileLists() int32 {
+	if x != nil {
+		return x.FileLists
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetKeptMessages() int32 {
+	if x != nil {
+		return x.KeptMessages
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetMemoryBlock() int32 {
+	if x != nil {
+		return x.MemoryBlock
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetReinjected() int32 {
+	if x != nil {
+		return x.Reinjected
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetLost() int32 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+func (x *AnchorCategoryCount) GetSurvival() float64 {
+	if x != nil {
+		return x.Survival
+	}
+	return 0
+}
+
+// What a compaction's span held that the new effective context no longer
+// shows: its anchors (see AnchorCategory), counted by where they survive.
+type CompactionLossReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per category, in the order of AnchorCategory.
+	Categories []*AnchorCategoryCount `protobuf:"bytes,1,rep,name=categories,proto3" json:"categories,omitempty"`
+	// The lost anchors, at most 10 per category.
+	LostAnchors []*Anchor `protobuf:"bytes,2,rep,name=lost_anchors,json=lostAnchors,proto3" json:"lost_anchors,omitempty"`
+	// Lost anchors not listed in lost_anchors.
+	LostAnchorsOmitted int32 `protobuf:"varint,3,opt,name=lost_anchors_omitted,json=lostAnchorsOmitted,proto3" json:"lost_anchors_omitted,omitempty"`
+	// First seq of the span (the messages summarised, or the tool results
+	// cleared); 0 when the span held no message.
+	SpanFromSeq int64 `protobuf:"varint,4,opt,name=span_from_seq,json=spanFromSeq,proto3" json:"span_from_seq,omitempty"`
+	// Last seq of the span.
+	SpanToSeq     int64 `protobuf:"varint,5,opt,name=span_to_seq,json=spanToSeq,proto3" json:"span_to_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactionLossReport) Reset() {
+	*x = CompactionLossReport{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactionLossReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactionLossReport) ProtoMessage() {}
+
+func (x *CompactionLossReport) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactionLossReport.ProtoReflect.Descriptor instead.
+func (*CompactionLossReport) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CompactionLossReport) GetCategories() []*AnchorCategoryCount {
+	if x != nil {
+		return x.Categories
+	}
+	return nil
+}
+
+func (x *CompactionLossReport) GetLostAnchors() []*Anchor {
+	if x != nil {
+		return x.LostAnchors
+	}
+	return nil
+}
+
+func (x *CompactionLossReport) GetLostAnchorsOmitted() int32 {
+	if x != nil {
+		return x.LostAnchorsOmitted
+	}
+	return 0
+}
+
+func (x *CompactionLossReport) GetSpanFromSeq() int64 {
+	if x != nil {
+		return x.SpanFromSeq
+	}
+	return 0
+}
+
+func (x *CompactionLossReport) GetSpanToSeq() int64 {
+	if x != nil {
+		return x.SpanToSeq
+	}
+	return 0
+}
+
+// A minimum share of a category's anchors a committed summary must keep.
+type AnchorSurvival struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The category. Required.
+	Category AnchorCategory `protobuf:"varint,1,opt,name=category,proto3,enum=ctxwarden.v1.AnchorCategory" json:"category,omitempty"`
+	// The minimum share, 0 to 1, of the category's anchors that must survive
+	// (anywhere in the new effective context, see AnchorLocation).
+	MinFraction   float64 `protobuf:"fixed64,2,opt,name=min_fraction,json=minFraction,proto3" json:"min_fraction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnchorSurvival) Reset() {
+	*x = AnchorSurvival{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnchorSurvival) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnchorSurvival) ProtoMessage() {}
+
+func (x *AnchorSurvival) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnchorSurvival.ProtoReflect.Descriptor instead.
+func (*AnchorSurvival) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AnchorSurvival) GetCategory() AnchorCategory {
+	if x != nil {
+		return x.Category
+	}
+	return AnchorCategory_ANCHOR_CATEGORY_UNSPECIFIED
+}
+
+func (x *AnchorSurvival) GetMinFraction() float64 {
+	if x != nil {
+		return x.MinFraction
+	}
+	return 0
+}
+
 // Request of Compact.
 type CompactRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2330,7 +2746,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2758,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2771,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{20}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CompactRequest) GetSessionId() string {
@@ -2408,7 +2824,7 @@ type SummaryPrompt struct {
 
 func (x *SummaryPrompt) Reset() {
 	*x = SummaryPrompt{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2836,7 @@ func (x *SummaryPrompt) String() string {
 func (*SummaryPrompt) ProtoMessage() {}
 
 func (x *SummaryPrompt) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2849,7 @@ func (x *SummaryPrompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryPrompt.ProtoReflect.Descriptor instead.
 func (*SummaryPrompt) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{21}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SummaryPrompt) GetSystem() string {
@@ -2480,7 +2896,7 @@ type PrepareCompactionRequest struct {
 
 func (x *PrepareCompactionRequest) Reset() {
 	*x = PrepareCompactionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2908,7 @@ func (x *PrepareCompactionRequest) String() string {
 func (*PrepareCompactionRequest) ProtoMessage() {}
 
 func (x *PrepareCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2921,7 @@ func (x *PrepareCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareCompactionRequest.ProtoReflect.Descriptor instead.
 func (*PrepareCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{22}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PrepareCompactionRequest) GetSessionId() string {
@@ -2573,13 +2989,20 @@ type CompactionPlan struct {
 	// The window the prompts of this plan fit (the request's
 	// summarizer_context_window; 0 when unlimited).
 	SummarizerContextWindow int64 `protobuf:"varint,16,opt,name=summarizer_context_window,json=summarizerContextWindow,proto3" json:"summarizer_context_window,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The anchors of the messages this plan's prompts summarise (for a step of
+	// a chunked compaction: its chunk), at most 1000, in order of first
+	// appearance: tell the summariser to keep them. CommitCompaction checks the
+	// whole span against min_anchor_survival.
+	Anchors []*Anchor `protobuf:"bytes,17,rep,name=anchors,proto3" json:"anchors,omitempty"`
+	// Anchors not listed in anchors (past 1000).
+	AnchorsOmitted int32 `protobuf:"varint,18,opt,name=anchors_omitted,json=anchorsOmitted,proto3" json:"anchors_omitted,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CompactionPlan) Reset() {
 	*x = CompactionPlan{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +3014,7 @@ func (x *CompactionPlan) String() string {
 func (*CompactionPlan) ProtoMessage() {}
 
 func (x *CompactionPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +3027,7 @@ func (x *CompactionPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionPlan.ProtoReflect.Descriptor instead.
 func (*CompactionPlan) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{23}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompactionPlan) GetPlanId() string {
@@ -2705,6 +3128,20 @@ func (x *CompactionPlan) GetSummarizerContextWindow() int64 {
 	return 0
 }
 
+func (x *CompactionPlan) GetAnchors() []*Anchor {
+	if x != nil {
+		return x.Anchors
+	}
+	return nil
+}
+
+func (x *CompactionPlan) GetAnchorsOmitted() int32 {
+	if x != nil {
+		return x.AnchorsOmitted
+	}
+	return 0
+}
+
 // Request of CommitCompaction.
 type CommitCompactionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2720,13 +3157,18 @@ type CommitCompactionRequest struct {
 	// policy's memory_write allows (PROPOSED or ACTIVE), else ignored. Without
 	// them, the summary's "Durable facts about the user/project" section is read.
 	ProposedMemories []*ProposedMemory `protobuf:"bytes,5,rep,name=proposed_memories,json=proposedMemories,proto3" json:"proposed_memories,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Refuse the summary (FAILED_PRECONDITION, reason ANCHORS_LOST, nothing
+	// stored, the plan stays valid) when less than this share of a category's
+	// anchors would survive; the error names the missing anchors. At most one
+	// entry per category. Checked on the last step of a chunked compaction only.
+	MinAnchorSurvival []*AnchorSurvival `protobuf:"bytes,6,rep,name=min_anchor_survival,json=minAnchorSurvival,proto3" json:"min_anchor_survival,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CommitCompactionRequest) Reset() {
 	*x = CommitCompactionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +3180,7 @@ func (x *CommitCompactionRequest) String() string {
 func (*CommitCompactionRequest) ProtoMessage() {}
 
 func (x *CommitCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +3193,7 @@ func (x *CommitCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitCompactionRequest.ProtoReflect.Descriptor instead.
 func (*CommitCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{24}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommitCompactionRequest) GetSessionId() string {
@@ -2789,6 +3231,13 @@ func (x *CommitCompactionRequest) GetProposedMemories() []*ProposedMemory {
 	return nil
 }
 
+func (x *CommitCompactionRequest) GetMinAnchorSurvival() []*AnchorSurvival {
+	if x != nil {
+		return x.MinAnchorSurvival
+	}
+	return nil
+}
+
 // Request of ListCompactions (AIP-158 pagination).
 type ListCompactionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2804,7 +3253,7 @@ type ListCompactionsRequest struct {
 
 func (x *ListCompactionsRequest) Reset() {
 	*x = ListCompactionsRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3265,7 @@ func (x *ListCompactionsRequest) String() string {
 func (*ListCompactionsRequest) ProtoMessage() {}
 
 func (x *ListCompactionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3278,7 @@ func (x *ListCompactionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCompactionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCompactionsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{25}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListCompactionsRequest) GetSessionId() string {
@@ -2866,7 +3315,7 @@ type ListCompactionsResponse struct {
 
 func (x *ListCompactionsResponse) Reset() {
 	*x = ListCompactionsResponse{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3327,7 @@ func (x *ListCompactionsResponse) String() string {
 func (*ListCompactionsResponse) ProtoMessage() {}
 
 func (x *ListCompactionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3340,7 @@ func (x *ListCompactionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCompactionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCompactionsResponse) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{26}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListCompactionsResponse) GetCompactions() []*Compaction {
@@ -2925,7 +3374,7 @@ type GetToolOutputRequest struct {
 
 func (x *GetToolOutputRequest) Reset() {
 	*x = GetToolOutputRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3386,7 @@ func (x *GetToolOutputRequest) String() string {
 func (*GetToolOutputRequest) ProtoMessage() {}
 
 func (x *GetToolOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3399,7 @@ func (x *GetToolOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolOutputRequest.ProtoReflect.Descriptor instead.
 func (*GetToolOutputRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{27}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetToolOutputRequest) GetSessionId() string {
@@ -2998,7 +3447,7 @@ type GetToolOutputResponse struct {
 
 func (x *GetToolOutputResponse) Reset() {
 	*x = GetToolOutputResponse{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3459,7 @@ func (x *GetToolOutputResponse) String() string {
 func (*GetToolOutputResponse) ProtoMessage() {}
 
 func (x *GetToolOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3472,7 @@ func (x *GetToolOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolOutputResponse.ProtoReflect.Descriptor instead.
 func (*GetToolOutputResponse) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{28}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetToolOutputResponse) GetContent() string {
@@ -3074,7 +3523,7 @@ type CountTokensRequest struct {
 
 func (x *CountTokensRequest) Reset() {
 	*x = CountTokensRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3535,7 @@ func (x *CountTokensRequest) String() string {
 func (*CountTokensRequest) ProtoMessage() {}
 
 func (x *CountTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3548,7 @@ func (x *CountTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTokensRequest.ProtoReflect.Descriptor instead.
 func (*CountTokensRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{29}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CountTokensRequest) GetModel() string {
@@ -3158,7 +3607,7 @@ type CountTokensResponse struct {
 
 func (x *CountTokensResponse) Reset() {
 	*x = CountTokensResponse{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3619,7 @@ func (x *CountTokensResponse) String() string {
 func (*CountTokensResponse) ProtoMessage() {}
 
 func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3632,7 @@ func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTokensResponse.ProtoReflect.Descriptor instead.
 func (*CountTokensResponse) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{30}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CountTokensResponse) GetTotalTokens() int64 {
@@ -3251,7 +3700,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3712,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3725,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{31}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ForkSessionRequest) GetSessionId() string {
@@ -3318,7 +3767,7 @@ type ArchiveSessionRequest struct {
 
 func (x *ArchiveSessionRequest) Reset() {
 	*x = ArchiveSessionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3779,7 @@ func (x *ArchiveSessionRequest) String() string {
 func (*ArchiveSessionRequest) ProtoMessage() {}
 
 func (x *ArchiveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3792,7 @@ func (x *ArchiveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveSessionRequest.ProtoReflect.Descriptor instead.
 func (*ArchiveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{32}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ArchiveSessionRequest) GetSessionId() string {
@@ -3364,7 +3813,7 @@ type UnarchiveSessionRequest struct {
 
 func (x *UnarchiveSessionRequest) Reset() {
 	*x = UnarchiveSessionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3825,7 @@ func (x *UnarchiveSessionRequest) String() string {
 func (*UnarchiveSessionRequest) ProtoMessage() {}
 
 func (x *UnarchiveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +3838,7 @@ func (x *UnarchiveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnarchiveSessionRequest.ProtoReflect.Descriptor instead.
 func (*UnarchiveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{33}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UnarchiveSessionRequest) GetSessionId() string {
@@ -3560,7 +4009,7 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\x0e2\x1c.ctxwarden.v1.RecoveryActionR\x06action\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xa8\a\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xed\a\n" +
 	"\n" +
 	"Compaction\x12#\n" +
 	"\rcompaction_id\x18\x01 \x01(\tR\fcompactionId\x12\x1d\n" +
@@ -3593,7 +4042,39 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\rclearing_only\x18\x18 \x01(\bR\fclearingOnly\x12.\n" +
 	"\x13proposed_memory_ids\x18\x13 \x03(\tR\x11proposedMemoryIds\x12#\n" +
 	"\rmemory_tokens\x18\x14 \x01(\x03R\fmemoryTokens\x129\n" +
-	"\tnext_plan\x18\x10 \x01(\v2\x1c.ctxwarden.v1.CompactionPlanR\bnextPlan\"\xdb\x01\n" +
+	"\tnext_plan\x18\x10 \x01(\v2\x1c.ctxwarden.v1.CompactionPlanR\bnextPlan\x12C\n" +
+	"\vloss_report\x18\x19 \x01(\v2\".ctxwarden.v1.CompactionLossReportR\n" +
+	"lossReport\"h\n" +
+	"\x06Anchor\x128\n" +
+	"\bcategory\x18\x01 \x01(\x0e2\x1c.ctxwarden.v1.AnchorCategoryR\bcategory\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x03R\x03seq\"\xd9\x02\n" +
+	"\x13AnchorCategoryCount\x128\n" +
+	"\bcategory\x18\x01 \x01(\x0e2\x1c.ctxwarden.v1.AnchorCategoryR\bcategory\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x18\n" +
+	"\asummary\x18\x03 \x01(\x05R\asummary\x12!\n" +
+	"\fpinned_state\x18\x04 \x01(\x05R\vpinnedState\x12\x1d\n" +
+	"\n" +
+	"file_lists\x18\x05 \x01(\x05R\tfileLists\x12#\n" +
+	"\rkept_messages\x18\x06 \x01(\x05R\fkeptMessages\x12!\n" +
+	"\fmemory_block\x18\a \x01(\x05R\vmemoryBlock\x12\x1e\n" +
+	"\n" +
+	"reinjected\x18\b \x01(\x05R\n" +
+	"reinjected\x12\x12\n" +
+	"\x04lost\x18\t \x01(\x05R\x04lost\x12\x1a\n" +
+	"\bsurvival\x18\n" +
+	" \x01(\x01R\bsurvival\"\x88\x02\n" +
+	"\x14CompactionLossReport\x12A\n" +
+	"\n" +
+	"categories\x18\x01 \x03(\v2!.ctxwarden.v1.AnchorCategoryCountR\n" +
+	"categories\x127\n" +
+	"\flost_anchors\x18\x02 \x03(\v2\x14.ctxwarden.v1.AnchorR\vlostAnchors\x120\n" +
+	"\x14lost_anchors_omitted\x18\x03 \x01(\x05R\x12lostAnchorsOmitted\x12\"\n" +
+	"\rspan_from_seq\x18\x04 \x01(\x03R\vspanFromSeq\x12\x1e\n" +
+	"\vspan_to_seq\x18\x05 \x01(\x03R\tspanToSeq\"m\n" +
+	"\x0eAnchorSurvival\x128\n" +
+	"\bcategory\x18\x01 \x01(\x0e2\x1c.ctxwarden.v1.AnchorCategoryR\bcategory\x12!\n" +
+	"\fmin_fraction\x18\x02 \x01(\x01R\vminFraction\"\xdb\x01\n" +
 	"\x0eCompactRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -3612,7 +4093,7 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
 	"\finstructions\x18\x02 \x01(\tR\finstructions\x12,\n" +
 	"\x12keep_recent_tokens\x18\x03 \x01(\x03R\x10keepRecentTokens\x12:\n" +
-	"\x19summarizer_context_window\x18\x04 \x01(\x03R\x17summarizerContextWindow\"\xf4\x04\n" +
+	"\x19summarizer_context_window\x18\x04 \x01(\x03R\x17summarizerContextWindow\"\xcd\x05\n" +
 	"\x0eCompactionPlan\x12\x17\n" +
 	"\aplan_id\x18\x01 \x01(\tR\x06planId\x12\x1d\n" +
 	"\n" +
@@ -3632,14 +4113,17 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x04step\x18\f \x01(\x05R\x04step\x12\x1d\n" +
 	"\n" +
 	"step_count\x18\r \x01(\x05R\tstepCount\x12:\n" +
-	"\x19summarizer_context_window\x18\x10 \x01(\x03R\x17summarizerContextWindow\"\xe6\x01\n" +
+	"\x19summarizer_context_window\x18\x10 \x01(\x03R\x17summarizerContextWindow\x12.\n" +
+	"\aanchors\x18\x11 \x03(\v2\x14.ctxwarden.v1.AnchorR\aanchors\x12'\n" +
+	"\x0fanchors_omitted\x18\x12 \x01(\x05R\x0eanchorsOmitted\"\xb4\x02\n" +
 	"\x17CommitCompactionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
 	"\aplan_id\x18\x02 \x01(\tR\x06planId\x12\x18\n" +
 	"\asummary\x18\x03 \x01(\tR\asummary\x12.\n" +
 	"\x13turn_prefix_summary\x18\x04 \x01(\tR\x11turnPrefixSummary\x12I\n" +
-	"\x11proposed_memories\x18\x05 \x03(\v2\x1c.ctxwarden.v1.ProposedMemoryR\x10proposedMemories\"s\n" +
+	"\x11proposed_memories\x18\x05 \x03(\v2\x1c.ctxwarden.v1.ProposedMemoryR\x10proposedMemories\x12L\n" +
+	"\x13min_anchor_survival\x18\x06 \x03(\v2\x1c.ctxwarden.v1.AnchorSurvivalR\x11minAnchorSurvival\"s\n" +
 	"\x16ListCompactionsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -3720,7 +4204,16 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x19COMPACTION_TRIGGER_MANUAL\x10\x01\x12 \n" +
 	"\x1cCOMPACTION_TRIGGER_THRESHOLD\x10\x02\x12\x1f\n" +
 	"\x1bCOMPACTION_TRIGGER_OVERFLOW\x10\x03\x12!\n" +
-	"\x1dCOMPACTION_TRIGGER_BACKGROUND\x10\x042\x94\x10\n" +
+	"\x1dCOMPACTION_TRIGGER_BACKGROUND\x10\x04*\x8f\x02\n" +
+	"\x0eAnchorLocation\x12\x1f\n" +
+	"\x1bANCHOR_LOCATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17ANCHOR_LOCATION_SUMMARY\x10\x01\x12 \n" +
+	"\x1cANCHOR_LOCATION_PINNED_STATE\x10\x02\x12\x1e\n" +
+	"\x1aANCHOR_LOCATION_FILE_LISTS\x10\x03\x12!\n" +
+	"\x1dANCHOR_LOCATION_KEPT_MESSAGES\x10\x04\x12 \n" +
+	"\x1cANCHOR_LOCATION_MEMORY_BLOCK\x10\x05\x12\x1e\n" +
+	"\x1aANCHOR_LOCATION_REINJECTED\x10\x06\x12\x18\n" +
+	"\x14ANCHOR_LOCATION_LOST\x10\a2\x94\x10\n" +
 	"\x0eContextService\x12J\n" +
 	"\rCreateSession\x12\".ctxwarden.v1.CreateSessionRequest\x1a\x15.ctxwarden.v1.Session\x12D\n" +
 	"\n" +
@@ -3761,8 +4254,8 @@ func file_ctxwarden_v1_context_service_proto_rawDescGZIP() []byte {
 	return file_ctxwarden_v1_context_service_proto_rawDescData
 }
 
-var file_ctxwarden_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_ctxwarden_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_ctxwarden_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_ctxwarden_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_ctxwarden_v1_context_service_proto_goTypes = []any{
 	(MessageView)(0),                 // 0: ctxwarden.v1.MessageView
 	(ModelInputView)(0),              // 1: ctxwarden.v1.ModelInputView
@@ -3770,151 +4263,165 @@ var file_ctxwarden_v1_context_service_proto_goTypes = []any{
 	(TokenCountMethod)(0),            // 3: ctxwarden.v1.TokenCountMethod
 	(RecoveryAction)(0),              // 4: ctxwarden.v1.RecoveryAction
 	(CompactionTrigger)(0),           // 5: ctxwarden.v1.CompactionTrigger
-	(*CreateSessionRequest)(nil),     // 6: ctxwarden.v1.CreateSessionRequest
-	(*GetSessionRequest)(nil),        // 7: ctxwarden.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),      // 8: ctxwarden.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 9: ctxwarden.v1.ListSessionsResponse
-	(*UpdateSessionRequest)(nil),     // 10: ctxwarden.v1.UpdateSessionRequest
-	(*DeleteSessionRequest)(nil),     // 11: ctxwarden.v1.DeleteSessionRequest
-	(*AppendMessagesRequest)(nil),    // 12: ctxwarden.v1.AppendMessagesRequest
-	(*StateDelta)(nil),               // 13: ctxwarden.v1.StateDelta
-	(*AppendModelOutputRequest)(nil), // 14: ctxwarden.v1.AppendModelOutputRequest
-	(*AppendMessagesResponse)(nil),   // 15: ctxwarden.v1.AppendMessagesResponse
-	(*ListMessagesRequest)(nil),      // 16: ctxwarden.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),     // 17: ctxwarden.v1.ListMessagesResponse
-	(*BuildModelInputRequest)(nil),   // 18: ctxwarden.v1.BuildModelInputRequest
-	(*TokenBreakdown)(nil),           // 19: ctxwarden.v1.TokenBreakdown
-	(*Notice)(nil),                   // 20: ctxwarden.v1.Notice
-	(*ModelInput)(nil),               // 21: ctxwarden.v1.ModelInput
-	(*RollbackTurnRequest)(nil),      // 22: ctxwarden.v1.RollbackTurnRequest
-	(*ProviderError)(nil),            // 23: ctxwarden.v1.ProviderError
-	(*RollbackTurnResponse)(nil),     // 24: ctxwarden.v1.RollbackTurnResponse
-	(*Compaction)(nil),               // 25: ctxwarden.v1.Compaction
-	(*CompactRequest)(nil),           // 26: ctxwarden.v1.CompactRequest
-	(*SummaryPrompt)(nil),            // 27: ctxwarden.v1.SummaryPrompt
-	(*PrepareCompactionRequest)(nil), // 28: ctxwarden.v1.PrepareCompactionRequest
-	(*CompactionPlan)(nil),           // 29: ctxwarden.v1.CompactionPlan
-	(*CommitCompactionRequest)(nil),  // 30: ctxwarden.v1.CommitCompactionRequest
-	(*ListCompactionsRequest)(nil),   // 31: ctxwarden.v1.ListCompactionsRequest
-	(*ListCompactionsResponse)(nil),  // 32: ctxwarden.v1.ListCompactionsResponse
-	(*GetToolOutputRequest)(nil),     // 33: ctxwarden.v1.GetToolOutputRequest
-	(*GetToolOutputResponse)(nil),    // 34: ctxwarden.v1.GetToolOutputResponse
-	(*CountTokensRequest)(nil),       // 35: ctxwarden.v1.CountTokensRequest
-	(*CountTokensResponse)(nil),      // 36: ctxwarden.v1.CountTokensResponse
-	(*ForkSessionRequest)(nil),       // 37: ctxwarden.v1.ForkSessionRequest
-	(*ArchiveSessionRequest)(nil),    // 38: ctxwarden.v1.ArchiveSessionRequest
-	(*UnarchiveSessionRequest)(nil),  // 39: ctxwarden.v1.UnarchiveSessionRequest
-	nil,                              // 40: ctxwarden.v1.ProviderError.HeadersEntry
-	(*Session)(nil),                  // 41: ctxwarden.v1.Session
-	(*fieldmaskpb.FieldMask)(nil),    // 42: google.protobuf.FieldMask
-	(*Message)(nil),                  // 43: ctxwarden.v1.Message
-	(*structpb.Struct)(nil),          // 44: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
-	(*ToolDefinition)(nil),           // 46: ctxwarden.v1.ToolDefinition
-	(*durationpb.Duration)(nil),      // 47: google.protobuf.Duration
-	(*ProposedMemory)(nil),           // 48: ctxwarden.v1.ProposedMemory
-	(*CreateMemoryRequest)(nil),      // 49: ctxwarden.v1.CreateMemoryRequest
-	(*GetMemoryRequest)(nil),         // 50: ctxwarden.v1.GetMemoryRequest
-	(*ListMemoriesRequest)(nil),      // 51: ctxwarden.v1.ListMemoriesRequest
-	(*UpdateMemoryRequest)(nil),      // 52: ctxwarden.v1.UpdateMemoryRequest
-	(*DeleteMemoryRequest)(nil),      // 53: ctxwarden.v1.DeleteMemoryRequest
-	(*emptypb.Empty)(nil),            // 54: google.protobuf.Empty
-	(*Memory)(nil),                   // 55: ctxwarden.v1.Memory
-	(*ListMemoriesResponse)(nil),     // 56: ctxwarden.v1.ListMemoriesResponse
+	(AnchorLocation)(0),              // 6: ctxwarden.v1.AnchorLocation
+	(*CreateSessionRequest)(nil),     // 7: ctxwarden.v1.CreateSessionRequest
+	(*GetSessionRequest)(nil),        // 8: ctxwarden.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),      // 9: ctxwarden.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 10: ctxwarden.v1.ListSessionsResponse
+	(*UpdateSessionRequest)(nil),     // 11: ctxwarden.v1.UpdateSessionRequest
+	(*DeleteSessionRequest)(nil),     // 12: ctxwarden.v1.DeleteSessionRequest
+	(*AppendMessagesRequest)(nil),    // 13: ctxwarden.v1.AppendMessagesRequest
+	(*StateDelta)(nil),               // 14: ctxwarden.v1.StateDelta
+	(*AppendModelOutputRequest)(nil), // 15: ctxwarden.v1.AppendModelOutputRequest
+	(*AppendMessagesResponse)(nil),   // 16: ctxwarden.v1.AppendMessagesResponse
+	(*ListMessagesRequest)(nil),      // 17: ctxwarden.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),     // 18: ctxwarden.v1.ListMessagesResponse
+	(*BuildModelInputRequest)(nil),   // 19: ctxwarden.v1.BuildModelInputRequest
+	(*TokenBreakdown)(nil),           // 20: ctxwarden.v1.TokenBreakdown
+	(*Notice)(nil),                   // 21: ctxwarden.v1.Notice
+	(*ModelInput)(nil),               // 22: ctxwarden.v1.ModelInput
+	(*RollbackTurnRequest)(nil),      // 23: ctxwarden.v1.RollbackTurnRequest
+	(*ProviderError)(nil),            // 24: ctxwarden.v1.ProviderError
+	(*RollbackTurnResponse)(nil),     // 25: ctxwarden.v1.RollbackTurnResponse
+	(*Compaction)(nil),               // 26: ctxwarden.v1.Compaction
+	(*Anchor)(nil),                   // 27: ctxwarden.v1.Anchor
+	(*AnchorCategoryCount)(nil),      // 28: ctxwarden.v1.AnchorCategoryCount
+	(*CompactionLossReport)(nil),     // 29: ctxwarden.v1.CompactionLossReport
+	(*AnchorSurvival)(nil),           // 30: ctxwarden.v1.AnchorSurvival
+	(*CompactRequest)(nil),           // 31: ctxwarden.v1.CompactRequest
+	(*SummaryPrompt)(nil),            // 32: ctxwarden.v1.SummaryPrompt
+	(*PrepareCompactionRequest)(nil), // 33: ctxwarden.v1.PrepareCompactionRequest
+	(*CompactionPlan)(nil),           // 34: ctxwarden.v1.CompactionPlan
+	(*CommitCompactionRequest)(nil),  // 35: ctxwarden.v1.CommitCompactionRequest
+	(*ListCompactionsRequest)(nil),   // 36: ctxwarden.v1.ListCompactionsRequest
+	(*ListCompactionsResponse)(nil),  // 37: ctxwarden.v1.ListCompactionsResponse
+	(*GetToolOutputRequest)(nil),     // 38: ctxwarden.v1.GetToolOutputRequest
+	(*GetToolOutputResponse)(nil),    // 39: ctxwarden.v1.GetToolOutputResponse
+	(*CountTokensRequest)(nil),       // 40: ctxwarden.v1.CountTokensRequest
+	(*CountTokensResponse)(nil),      // 41: ctxwarden.v1.CountTokensResponse
+	(*ForkSessionRequest)(nil),       // 42: ctxwarden.v1.ForkSessionRequest
+	(*ArchiveSessionRequest)(nil),    // 43: ctxwarden.v1.ArchiveSessionRequest
+	(*UnarchiveSessionRequest)(nil),  // 44: ctxwarden.v1.UnarchiveSessionRequest
+	nil,                              // 45: ctxwarden.v1.ProviderError.HeadersEntry
+	(*Session)(nil),                  // 46: ctxwarden.v1.Session
+	(*fieldmaskpb.FieldMask)(nil),    // 47: google.protobuf.FieldMask
+	(*Message)(nil),                  // 48: ctxwarden.v1.Message
+	(*structpb.Struct)(nil),          // 49: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
+	(*ToolDefinition)(nil),           // 51: ctxwarden.v1.ToolDefinition
+	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
+	(AnchorCategory)(0),              // 53: ctxwarden.v1.AnchorCategory
+	(*ProposedMemory)(nil),           // 54: ctxwarden.v1.ProposedMemory
+	(*CreateMemoryRequest)(nil),      // 55: ctxwarden.v1.CreateMemoryRequest
+	(*GetMemoryRequest)(nil),         // 56: ctxwarden.v1.GetMemoryRequest
+	(*ListMemoriesRequest)(nil),      // 57: ctxwarden.v1.ListMemoriesRequest
+	(*UpdateMemoryRequest)(nil),      // 58: ctxwarden.v1.UpdateMemoryRequest
+	(*DeleteMemoryRequest)(nil),      // 59: ctxwarden.v1.DeleteMemoryRequest
+	(*emptypb.Empty)(nil),            // 60: google.protobuf.Empty
+	(*Memory)(nil),                   // 61: ctxwarden.v1.Memory
+	(*ListMemoriesResponse)(nil),     // 62: ctxwarden.v1.ListMemoriesResponse
 }
 var file_ctxwarden_v1_context_service_proto_depIdxs = []int32{
-	41, // 0: ctxwarden.v1.CreateSessionRequest.session:type_name -> ctxwarden.v1.Session
-	41, // 1: ctxwarden.v1.ListSessionsResponse.sessions:type_name -> ctxwarden.v1.Session
-	41, // 2: ctxwarden.v1.UpdateSessionRequest.session:type_name -> ctxwarden.v1.Session
-	42, // 3: ctxwarden.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
-	43, // 4: ctxwarden.v1.AppendMessagesRequest.messages:type_name -> ctxwarden.v1.Message
+	46, // 0: ctxwarden.v1.CreateSessionRequest.session:type_name -> ctxwarden.v1.Session
+	46, // 1: ctxwarden.v1.ListSessionsResponse.sessions:type_name -> ctxwarden.v1.Session
+	46, // 2: ctxwarden.v1.UpdateSessionRequest.session:type_name -> ctxwarden.v1.Session
+	47, // 3: ctxwarden.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	48, // 4: ctxwarden.v1.AppendMessagesRequest.messages:type_name -> ctxwarden.v1.Message
 	0,  // 5: ctxwarden.v1.AppendMessagesRequest.view:type_name -> ctxwarden.v1.MessageView
-	13, // 6: ctxwarden.v1.AppendMessagesRequest.state_delta:type_name -> ctxwarden.v1.StateDelta
-	44, // 7: ctxwarden.v1.StateDelta.session:type_name -> google.protobuf.Struct
-	44, // 8: ctxwarden.v1.StateDelta.user:type_name -> google.protobuf.Struct
-	44, // 9: ctxwarden.v1.StateDelta.project:type_name -> google.protobuf.Struct
+	14, // 6: ctxwarden.v1.AppendMessagesRequest.state_delta:type_name -> ctxwarden.v1.StateDelta
+	49, // 7: ctxwarden.v1.StateDelta.session:type_name -> google.protobuf.Struct
+	49, // 8: ctxwarden.v1.StateDelta.user:type_name -> google.protobuf.Struct
+	49, // 9: ctxwarden.v1.StateDelta.project:type_name -> google.protobuf.Struct
 	2,  // 10: ctxwarden.v1.AppendModelOutputRequest.format:type_name -> ctxwarden.v1.ModelInputFormat
 	0,  // 11: ctxwarden.v1.AppendModelOutputRequest.view:type_name -> ctxwarden.v1.MessageView
-	43, // 12: ctxwarden.v1.AppendMessagesResponse.messages:type_name -> ctxwarden.v1.Message
-	45, // 13: ctxwarden.v1.ListMessagesRequest.after_time:type_name -> google.protobuf.Timestamp
-	43, // 14: ctxwarden.v1.ListMessagesResponse.messages:type_name -> ctxwarden.v1.Message
+	48, // 12: ctxwarden.v1.AppendMessagesResponse.messages:type_name -> ctxwarden.v1.Message
+	50, // 13: ctxwarden.v1.ListMessagesRequest.after_time:type_name -> google.protobuf.Timestamp
+	48, // 14: ctxwarden.v1.ListMessagesResponse.messages:type_name -> ctxwarden.v1.Message
 	2,  // 15: ctxwarden.v1.BuildModelInputRequest.format:type_name -> ctxwarden.v1.ModelInputFormat
 	1,  // 16: ctxwarden.v1.BuildModelInputRequest.view:type_name -> ctxwarden.v1.ModelInputView
 	3,  // 17: ctxwarden.v1.TokenBreakdown.method:type_name -> ctxwarden.v1.TokenCountMethod
-	46, // 18: ctxwarden.v1.ModelInput.tools:type_name -> ctxwarden.v1.ToolDefinition
-	43, // 19: ctxwarden.v1.ModelInput.messages:type_name -> ctxwarden.v1.Message
-	19, // 20: ctxwarden.v1.ModelInput.tokens:type_name -> ctxwarden.v1.TokenBreakdown
-	20, // 21: ctxwarden.v1.ModelInput.notices:type_name -> ctxwarden.v1.Notice
-	23, // 22: ctxwarden.v1.RollbackTurnRequest.provider_error:type_name -> ctxwarden.v1.ProviderError
-	40, // 23: ctxwarden.v1.ProviderError.headers:type_name -> ctxwarden.v1.ProviderError.HeadersEntry
+	51, // 18: ctxwarden.v1.ModelInput.tools:type_name -> ctxwarden.v1.ToolDefinition
+	48, // 19: ctxwarden.v1.ModelInput.messages:type_name -> ctxwarden.v1.Message
+	20, // 20: ctxwarden.v1.ModelInput.tokens:type_name -> ctxwarden.v1.TokenBreakdown
+	21, // 21: ctxwarden.v1.ModelInput.notices:type_name -> ctxwarden.v1.Notice
+	24, // 22: ctxwarden.v1.RollbackTurnRequest.provider_error:type_name -> ctxwarden.v1.ProviderError
+	45, // 23: ctxwarden.v1.ProviderError.headers:type_name -> ctxwarden.v1.ProviderError.HeadersEntry
 	4,  // 24: ctxwarden.v1.RollbackTurnResponse.action:type_name -> ctxwarden.v1.RecoveryAction
-	47, // 25: ctxwarden.v1.RollbackTurnResponse.retry_after:type_name -> google.protobuf.Duration
+	52, // 25: ctxwarden.v1.RollbackTurnResponse.retry_after:type_name -> google.protobuf.Duration
 	5,  // 26: ctxwarden.v1.Compaction.trigger:type_name -> ctxwarden.v1.CompactionTrigger
-	45, // 27: ctxwarden.v1.Compaction.create_time:type_name -> google.protobuf.Timestamp
-	29, // 28: ctxwarden.v1.Compaction.next_plan:type_name -> ctxwarden.v1.CompactionPlan
-	5,  // 29: ctxwarden.v1.CompactRequest.trigger:type_name -> ctxwarden.v1.CompactionTrigger
-	27, // 30: ctxwarden.v1.CompactionPlan.history_prompt:type_name -> ctxwarden.v1.SummaryPrompt
-	27, // 31: ctxwarden.v1.CompactionPlan.turn_prefix_prompt:type_name -> ctxwarden.v1.SummaryPrompt
-	45, // 32: ctxwarden.v1.CompactionPlan.expire_time:type_name -> google.protobuf.Timestamp
-	48, // 33: ctxwarden.v1.CommitCompactionRequest.proposed_memories:type_name -> ctxwarden.v1.ProposedMemory
-	25, // 34: ctxwarden.v1.ListCompactionsResponse.compactions:type_name -> ctxwarden.v1.Compaction
-	43, // 35: ctxwarden.v1.CountTokensRequest.messages:type_name -> ctxwarden.v1.Message
-	46, // 36: ctxwarden.v1.CountTokensRequest.tools:type_name -> ctxwarden.v1.ToolDefinition
-	6,  // 37: ctxwarden.v1.ContextService.CreateSession:input_type -> ctxwarden.v1.CreateSessionRequest
-	7,  // 38: ctxwarden.v1.ContextService.GetSession:input_type -> ctxwarden.v1.GetSessionRequest
-	8,  // 39: ctxwarden.v1.ContextService.ListSessions:input_type -> ctxwarden.v1.ListSessionsRequest
-	10, // 40: ctxwarden.v1.ContextService.UpdateSession:input_type -> ctxwarden.v1.UpdateSessionRequest
-	11, // 41: ctxwarden.v1.ContextService.DeleteSession:input_type -> ctxwarden.v1.DeleteSessionRequest
-	12, // 42: ctxwarden.v1.ContextService.AppendMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
-	12, // 43: ctxwarden.v1.ContextService.StreamMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
-	14, // 44: ctxwarden.v1.ContextService.AppendModelOutput:input_type -> ctxwarden.v1.AppendModelOutputRequest
-	16, // 45: ctxwarden.v1.ContextService.ListMessages:input_type -> ctxwarden.v1.ListMessagesRequest
-	18, // 46: ctxwarden.v1.ContextService.BuildModelInput:input_type -> ctxwarden.v1.BuildModelInputRequest
-	22, // 47: ctxwarden.v1.ContextService.RollbackTurn:input_type -> ctxwarden.v1.RollbackTurnRequest
-	26, // 48: ctxwarden.v1.ContextService.Compact:input_type -> ctxwarden.v1.CompactRequest
-	28, // 49: ctxwarden.v1.ContextService.PrepareCompaction:input_type -> ctxwarden.v1.PrepareCompactionRequest
-	30, // 50: ctxwarden.v1.ContextService.CommitCompaction:input_type -> ctxwarden.v1.CommitCompactionRequest
-	31, // 51: ctxwarden.v1.ContextService.ListCompactions:input_type -> ctxwarden.v1.ListCompactionsRequest
-	33, // 52: ctxwarden.v1.ContextService.GetToolOutput:input_type -> ctxwarden.v1.GetToolOutputRequest
-	35, // 53: ctxwarden.v1.ContextService.CountTokens:input_type -> ctxwarden.v1.CountTokensRequest
-	37, // 54: ctxwarden.v1.ContextService.ForkSession:input_type -> ctxwarden.v1.ForkSessionRequest
-	38, // 55: ctxwarden.v1.ContextService.ArchiveSession:input_type -> ctxwarden.v1.ArchiveSessionRequest
-	39, // 56: ctxwarden.v1.ContextService.UnarchiveSession:input_type -> ctxwarden.v1.UnarchiveSessionRequest
-	49, // 57: ctxwarden.v1.ContextService.CreateMemory:input_type -> ctxwarden.v1.CreateMemoryRequest
-	50, // 58: ctxwarden.v1.ContextService.GetMemory:input_type -> ctxwarden.v1.GetMemoryRequest
-	51, // 59: ctxwarden.v1.ContextService.ListMemories:input_type -> ctxwarden.v1.ListMemoriesRequest
-	52, // 60: ctxwarden.v1.ContextService.UpdateMemory:input_type -> ctxwarden.v1.UpdateMemoryRequest
-	53, // 61: ctxwarden.v1.ContextService.DeleteMemory:input_type -> ctxwarden.v1.DeleteMemoryRequest
-	41, // 62: ctxwarden.v1.ContextService.CreateSession:output_type -> ctxwarden.v1.Session
-	41, // 63: ctxwarden.v1.ContextService.GetSession:output_type -> ctxwarden.v1.Session
-	9,  // 64: ctxwarden.v1.ContextService.ListSessions:output_type -> ctxwarden.v1.ListSessionsResponse
-	41, // 65: ctxwarden.v1.ContextService.UpdateSession:output_type -> ctxwarden.v1.Session
-	54, // 66: ctxwarden.v1.ContextService.DeleteSession:output_type -> google.protobuf.Empty
-	15, // 67: ctxwarden.v1.ContextService.AppendMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
-	15, // 68: ctxwarden.v1.ContextService.StreamMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
-	15, // 69: ctxwarden.v1.ContextService.AppendModelOutput:output_type -> ctxwarden.v1.AppendMessagesResponse
-	17, // 70: ctxwarden.v1.ContextService.ListMessages:output_type -> ctxwarden.v1.ListMessagesResponse
-	21, // 71: ctxwarden.v1.ContextService.BuildModelInput:output_type -> ctxwarden.v1.ModelInput
-	24, // 72: ctxwarden.v1.ContextService.RollbackTurn:output_type -> ctxwarden.v1.RollbackTurnResponse
-	25, // 73: ctxwarden.v1.ContextService.Compact:output_type -> ctxwarden.v1.Compaction
-	29, // 74: ctxwarden.v1.ContextService.PrepareCompaction:output_type -> ctxwarden.v1.CompactionPlan
-	25, // 75: ctxwarden.v1.ContextService.CommitCompaction:output_type -> ctxwarden.v1.Compaction
-	32, // 76: ctxwarden.v1.ContextService.ListCompactions:output_type -> ctxwarden.v1.ListCompactionsResponse
-	34, // 77: ctxwarden.v1.ContextService.GetToolOutput:output_type -> ctxwarden.v1.GetToolOutputResponse
-	36, // 78: ctxwarden.v1.ContextService.CountTokens:output_type -> ctxwarden.v1.CountTokensResponse
-	41, // 79: ctxwarden.v1.ContextService.ForkSession:output_type -> ctxwarden.v1.Session
-	41, // 80: ctxwarden.v1.ContextService.ArchiveSession:output_type -> ctxwarden.v1.Session
-	41, // 81: ctxwarden.v1.ContextService.UnarchiveSession:output_type -> ctxwarden.v1.Session
-	55, // 82: ctxwarden.v1.ContextService.CreateMemory:output_type -> ctxwarden.v1.Memory
-	55, // 83: ctxwarden.v1.ContextService.GetMemory:output_type -> ctxwarden.v1.Memory
-	56, // 84: ctxwarden.v1.ContextService.ListMemories:output_type -> ctxwarden.v1.ListMemoriesResponse
-	55, // 85: ctxwarden.v1.ContextService.UpdateMemory:output_type -> ctxwarden.v1.Memory
-	54, // 86: ctxwarden.v1.ContextService.DeleteMemory:output_type -> google.protobuf.Empty
-	62, // [62:87] is the sub-list for method output_type
-	37, // [37:62] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	50, // 27: ctxwarden.v1.Compaction.create_time:type_name -> google.protobuf.Timestamp
+	34, // 28: ctxwarden.v1.Compaction.next_plan:type_name -> ctxwarden.v1.CompactionPlan
+	29, // 29: ctxwarden.v1.Compaction.loss_report:type_name -> ctxwarden.v1.CompactionLossReport
+	53, // 30: ctxwarden.v1.Anchor.category:type_name -> ctxwarden.v1.AnchorCategory
+	53, // 31: ctxwarden.v1.AnchorCategoryCount.category:type_name -> ctxwarden.v1.AnchorCategory
+	28, // 32: ctxwarden.v1.CompactionLossReport.categories:type_name -> ctxwarden.v1.AnchorCategoryCount
+	27, // 33: ctxwarden.v1.CompactionLossReport.lost_anchors:type_name -> ctxwarden.v1.Anchor
+	53, // 34: ctxwarden.v1.AnchorSurvival.category:type_name -> ctxwarden.v1.AnchorCategory
+	5,  // 35: ctxwarden.v1.CompactRequest.trigger:type_name -> ctxwarden.v1.CompactionTrigger
+	32, // 36: ctxwarden.v1.CompactionPlan.history_prompt:type_name -> ctxwarden.v1.SummaryPrompt
+	32, // 37: ctxwarden.v1.CompactionPlan.turn_prefix_prompt:type_name -> ctxwarden.v1.SummaryPrompt
+	50, // 38: ctxwarden.v1.CompactionPlan.expire_time:type_name -> google.protobuf.Timestamp
+	27, // 39: ctxwarden.v1.CompactionPlan.anchors:type_name -> ctxwarden.v1.Anchor
+	54, // 40: ctxwarden.v1.CommitCompactionRequest.proposed_memories:type_name -> ctxwarden.v1.ProposedMemory
+	30, // 41: ctxwarden.v1.CommitCompactionRequest.min_anchor_survival:type_name -> ctxwarden.v1.AnchorSurvival
+	26, // 42: ctxwarden.v1.ListCompactionsResponse.compactions:type_name -> ctxwarden.v1.Compaction
+	48, // 43: ctxwarden.v1.CountTokensRequest.messages:type_name -> ctxwarden.v1.Message
+	51, // 44: ctxwarden.v1.CountTokensRequest.tools:type_name -> ctxwarden.v1.ToolDefinition
+	7,  // 45: ctxwarden.v1.ContextService.CreateSession:input_type -> ctxwarden.v1.CreateSessionRequest
+	8,  // 46: ctxwarden.v1.ContextService.GetSession:input_type -> ctxwarden.v1.GetSessionRequest
+	9,  // 47: ctxwarden.v1.ContextService.ListSessions:input_type -> ctxwarden.v1.ListSessionsRequest
+	11, // 48: ctxwarden.v1.ContextService.UpdateSession:input_type -> ctxwarden.v1.UpdateSessionRequest
+	12, // 49: ctxwarden.v1.ContextService.DeleteSession:input_type -> ctxwarden.v1.DeleteSessionRequest
+	13, // 50: ctxwarden.v1.ContextService.AppendMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
+	13, // 51: ctxwarden.v1.ContextService.StreamMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
+	15, // 52: ctxwarden.v1.ContextService.AppendModelOutput:input_type -> ctxwarden.v1.AppendModelOutputRequest
+	17, // 53: ctxwarden.v1.ContextService.ListMessages:input_type -> ctxwarden.v1.ListMessagesRequest
+	19, // 54: ctxwarden.v1.ContextService.BuildModelInput:input_type -> ctxwarden.v1.BuildModelInputRequest
+	23, // 55: ctxwarden.v1.ContextService.RollbackTurn:input_type -> ctxwarden.v1.RollbackTurnRequest
+	31, // 56: ctxwarden.v1.ContextService.Compact:input_type -> ctxwarden.v1.CompactRequest
+	33, // 57: ctxwarden.v1.ContextService.PrepareCompaction:input_type -> ctxwarden.v1.PrepareCompactionRequest
+	35, // 58: ctxwarden.v1.ContextService.CommitCompaction:input_type -> ctxwarden.v1.CommitCompactionRequest
+	36, // 59: ctxwarden.v1.ContextService.ListCompactions:input_type -> ctxwarden.v1.ListCompactionsRequest
+	38, // 60: ctxwarden.v1.ContextService.GetToolOutput:input_type -> ctxwarden.v1.GetToolOutputRequest
+	40, // 61: ctxwarden.v1.ContextService.CountTokens:input_type -> ctxwarden.v1.CountTokensRequest
+	42, // 62: ctxwarden.v1.ContextService.ForkSession:input_type -> ctxwarden.v1.ForkSessionRequest
+	43, // 63: ctxwarden.v1.ContextService.ArchiveSession:input_type -> ctxwarden.v1.ArchiveSessionRequest
+	44, // 64: ctxwarden.v1.ContextService.UnarchiveSession:input_type -> ctxwarden.v1.UnarchiveSessionRequest
+	55, // 65: ctxwarden.v1.ContextService.CreateMemory:input_type -> ctxwarden.v1.CreateMemoryRequest
+	56, // 66: ctxwarden.v1.ContextService.GetMemory:input_type -> ctxwarden.v1.GetMemoryRequest
+	57, // 67: ctxwarden.v1.ContextService.ListMemories:input_type -> ctxwarden.v1.ListMemoriesRequest
+	58, // 68: ctxwarden.v1.ContextService.UpdateMemory:input_type -> ctxwarden.v1.UpdateMemoryRequest
+	59, // 69: ctxwarden.v1.ContextService.DeleteMemory:input_type -> ctxwarden.v1.DeleteMemoryRequest
+	46, // 70: ctxwarden.v1.ContextService.CreateSession:output_type -> ctxwarden.v1.Session
+	46, // 71: ctxwarden.v1.ContextService.GetSession:output_type -> ctxwarden.v1.Session
+	10, // 72: ctxwarden.v1.ContextService.ListSessions:output_type -> ctxwarden.v1.ListSessionsResponse
+	46, // 73: ctxwarden.v1.ContextService.UpdateSession:output_type -> ctxwarden.v1.Session
+	60, // 74: ctxwarden.v1.ContextService.DeleteSession:output_type -> google.protobuf.Empty
+	16, // 75: ctxwarden.v1.ContextService.AppendMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
+	16, // 76: ctxwarden.v1.ContextService.StreamMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
+	16, // 77: ctxwarden.v1.ContextService.AppendModelOutput:output_type -> ctxwarden.v1.AppendMessagesResponse
+	18, // 78: ctxwarden.v1.ContextService.ListMessages:output_type -> ctxwarden.v1.ListMessagesResponse
+	22, // 79: ctxwarden.v1.ContextService.BuildModelInput:output_type -> ctxwarden.v1.ModelInput
+	25, // 80: ctxwarden.v1.ContextService.RollbackTurn:output_type -> ctxwarden.v1.RollbackTurnResponse
+	26, // 81: ctxwarden.v1.ContextService.Compact:output_type -> ctxwarden.v1.Compaction
+	34, // 82: ctxwarden.v1.ContextService.PrepareCompaction:output_type -> ctxwarden.v1.CompactionPlan
+	26, // 83: ctxwarden.v1.ContextService.CommitCompaction:output_type -> ctxwarden.v1.Compaction
+	37, // 84: ctxwarden.v1.ContextService.ListCompactions:output_type -> ctxwarden.v1.ListCompactionsResponse
+	39, // 85: ctxwarden.v1.ContextService.GetToolOutput:output_type -> ctxwarden.v1.GetToolOutputResponse
+	41, // 86: ctxwarden.v1.ContextService.CountTokens:output_type -> ctxwarden.v1.CountTokensResponse
+	46, // 87: ctxwarden.v1.ContextService.ForkSession:output_type -> ctxwarden.v1.Session
+	46, // 88: ctxwarden.v1.ContextService.ArchiveSession:output_type -> ctxwarden.v1.Session
+	46, // 89: ctxwarden.v1.ContextService.UnarchiveSession:output_type -> ctxwarden.v1.Session
+	61, // 90: ctxwarden.v1.ContextService.CreateMemory:output_type -> ctxwarden.v1.Memory
+	61, // 91: ctxwarden.v1.ContextService.GetMemory:output_type -> ctxwarden.v1.Memory
+	62, // 92: ctxwarden.v1.ContextService.ListMemories:output_type -> ctxwarden.v1.ListMemoriesResponse
+	61, // 93: ctxwarden.v1.ContextService.UpdateMemory:output_type -> ctxwarden.v1.Memory
+	60, // 94: ctxwarden.v1.ContextService.DeleteMemory:output_type -> google.protobuf.Empty
+	70, // [70:95] is the sub-list for method output_type
+	45, // [45:70] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_ctxwarden_v1_context_service_proto_init() }
@@ -3938,8 +4445,8 @@ func file_ctxwarden_v1_context_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxwarden_v1_context_service_proto_rawDesc), len(file_ctxwarden_v1_context_service_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   35,
+			NumEnums:      7,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

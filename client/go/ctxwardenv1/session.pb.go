@@ -23,6 +23,83 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// A kind of anchor: a concrete fact a compaction must not lose silently
+// (see the README's "Loss reports" for exactly what each one matches).
+type AnchorCategory int32
+
+const (
+	// Unset; never reported.
+	AnchorCategory_ANCHOR_CATEGORY_UNSPECIFIED AnchorCategory = 0
+	// A file or directory path, e.g. src/app.py, ./a.py, /etc/hosts.
+	AnchorCategory_ANCHOR_CATEGORY_FILE_PATH AnchorCategory = 1
+	// A URL (http, https, ftp, ws, wss, ssh, git, file).
+	AnchorCategory_ANCHOR_CATEGORY_URL AnchorCategory = 2
+	// A commit SHA, ticket or issue (ABC-123, #123), error code (E1234,
+	// ORA-00942, HTTP 503) or UUID.
+	AnchorCategory_ANCHOR_CATEGORY_IDENTIFIER AnchorCategory = 3
+	// A number with a unit, e.g. 30 s, 512 MiB, 3.5%, 10ms.
+	AnchorCategory_ANCHOR_CATEGORY_QUANTITY AnchorCategory = 4
+	// A sentence of a user message with must, never, always, only, don't or
+	// do not (and the same in German, French, Spanish and Chinese).
+	AnchorCategory_ANCHOR_CATEGORY_CONSTRAINT AnchorCategory = 5
+	// A TODO, an unchecked list item (- [ ] ...), or a user question no
+	// assistant text answers later in the span.
+	AnchorCategory_ANCHOR_CATEGORY_OPEN_TASK AnchorCategory = 6
+	// A tool call, with its key argument, e.g. read path=a.py.
+	AnchorCategory_ANCHOR_CATEGORY_TOOL_CALL AnchorCategory = 7
+)
+
+// Enum value maps for AnchorCategory.
+var (
+	AnchorCategory_name = map[int32]string{
+		0: "ANCHOR_CATEGORY_UNSPECIFIED",
+		1: "ANCHOR_CATEGORY_FILE_PATH",
+		2: "ANCHOR_CATEGORY_URL",
+		3: "ANCHOR_CATEGORY_IDENTIFIER",
+		4: "ANCHOR_CATEGORY_QUANTITY",
+		5: "ANCHOR_CATEGORY_CONSTRAINT",
+		6: "ANCHOR_CATEGORY_OPEN_TASK",
+		7: "ANCHOR_CATEGORY_TOOL_CALL",
+	}
+	AnchorCategory_value = map[string]int32{
+		"ANCHOR_CATEGORY_UNSPECIFIED": 0,
+		"ANCHOR_CATEGORY_FILE_PATH":   1,
+		"ANCHOR_CATEGORY_URL":         2,
+		"ANCHOR_CATEGORY_IDENTIFIER":  3,
+		"ANCHOR_CATEGORY_QUANTITY":    4,
+		"ANCHOR_CATEGORY_CONSTRAINT":  5,
+		"ANCHOR_CATEGORY_OPEN_TASK":   6,
+		"ANCHOR_CATEGORY_TOOL_CALL":   7,
+	}
+)
+
+func (x AnchorCategory) Enum() *AnchorCategory {
+	p := new(AnchorCategory)
+	*p = x
+	return p
+}
+
+func (x AnchorCategory) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AnchorCategory) Descriptor() protoreflect.EnumDescriptor {
+	return file_ctxwarden_v1_session_proto_enumTypes[0].Descriptor()
+}
+
+func (AnchorCategory) Type() protoreflect.EnumType {
+	return &file_ctxwarden_v1_session_proto_enumTypes[0]
+}
+
+func (x AnchorCategory) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AnchorCategory.Descriptor instead.
+func (AnchorCategory) EnumDescriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_session_proto_rawDescGZIP(), []int{0}
+}
+
 // What a session's compactions do with durable facts (ContextPolicy.memory_write).
 type MemoryWriteMode int32
 
@@ -64,11 +141,11 @@ func (x MemoryWriteMode) String() string {
 }
 
 func (MemoryWriteMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxwarden_v1_session_proto_enumTypes[0].Descriptor()
+	return file_ctxwarden_v1_session_proto_enumTypes[1].Descriptor()
 }
 
 func (MemoryWriteMode) Type() protoreflect.EnumType {
-	return &file_ctxwarden_v1_session_proto_enumTypes[0]
+	return &file_ctxwarden_v1_session_proto_enumTypes[1]
 }
 
 func (x MemoryWriteMode) Number() protoreflect.EnumNumber {
@@ -77,7 +154,7 @@ func (x MemoryWriteMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MemoryWriteMode.Descriptor instead.
 func (MemoryWriteMode) EnumDescriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_session_proto_rawDescGZIP(), []int{0}
+	return file_ctxwarden_v1_session_proto_rawDescGZIP(), []int{1}
 }
 
 // A tool the model may call. Sent to the model with every input, so it is part
@@ -192,8 +269,12 @@ type ContextPolicy struct {
 	// background, so BuildModelInput does not wait for the summariser unless the
 	// hard threshold is crossed too. 0 (the default) turns background compaction off.
 	BackgroundCompactionPercent int64 `protobuf:"varint,13,opt,name=background_compaction_percent,json=backgroundCompactionPercent,proto3" json:"background_compaction_percent,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	// Put the anchors of these categories that a compaction's summary lost back
+	// into the pinned state (see CompactionLossReport). Computed once, at the
+	// compaction, and stored with its checkpoint. Unset: nothing is put back.
+	PreserveLostAnchors *AnchorPreservation `protobuf:"bytes,14,opt,name=preserve_lost_anchors,json=preserveLostAnchors,proto3" json:"preserve_lost_anchors,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ContextPolicy) Reset() {
@@ -310,6 +391,72 @@ func (x *ContextPolicy) GetBackgroundCompactionPercent() int64 {
 	return 0
 }
 
+func (x *ContextPolicy) GetPreserveLostAnchors() *AnchorPreservation {
+	if x != nil {
+		return x.PreserveLostAnchors
+	}
+	return nil
+}
+
+// Which lost anchors a compaction puts back into the pinned state
+// (ContextPolicy.preserve_lost_anchors).
+type AnchorPreservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The categories to put back, e.g. ANCHOR_CATEGORY_CONSTRAINT and
+	// ANCHOR_CATEGORY_OPEN_TASK. Empty: none.
+	Categories []AnchorCategory `protobuf:"varint,1,rep,packed,name=categories,proto3,enum=ctxwarden.v1.AnchorCategory" json:"categories,omitempty"`
+	// At most this many tokens of them (one line each; the previous
+	// checkpoint's preserved anchors that the new summary still lacks come
+	// after this compaction's). 0 means 512.
+	MaxTokens     int64 `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnchorPreservation) Reset() {
+	*x = AnchorPreservation{}
+	mi := &file_ctxwarden_v1_session_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnchorPreservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnchorPreservation) ProtoMessage() {}
+
+func (x *AnchorPreservation) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_session_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnchorPreservation.ProtoReflect.Descriptor instead.
+func (*AnchorPreservation) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_session_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AnchorPreservation) GetCategories() []AnchorCategory {
+	if x != nil {
+		return x.Categories
+	}
+	return nil
+}
+
+func (x *AnchorPreservation) GetMaxTokens() int64 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
 // One agent conversation. Its complete history is kept forever; the model sees
 // the effective context (see ModelInput).
 type Session struct {
@@ -380,7 +527,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_ctxwarden_v1_session_proto_msgTypes[2]
+	mi := &file_ctxwarden_v1_session_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +539,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_session_proto_msgTypes[2]
+	mi := &file_ctxwarden_v1_session_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +552,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_session_proto_rawDescGZIP(), []int{2}
+	return file_ctxwarden_v1_session_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Session) GetSessionId() string {
@@ -563,7 +710,7 @@ const file_ctxwarden_v1_session_proto_rawDesc = "" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xe2\x04\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xb8\x05\n" +
 	"\rContextPolicy\x12%\n" +
 	"\x0econtext_window\x18\x01 \x01(\x03R\rcontextWindow\x12%\n" +
 	"\x0ereserve_tokens\x18\x02 \x01(\x03R\rreserveTokens\x12,\n" +
@@ -577,7 +724,14 @@ const file_ctxwarden_v1_session_proto_rawDesc = "" +
 	"\x17clear_tool_results_keep\x18\v \x01(\x03R\x14clearToolResultsKeep\x12*\n" +
 	"\x11memory_max_tokens\x18\b \x01(\x03R\x0fmemoryMaxTokens\x12@\n" +
 	"\fmemory_write\x18\t \x01(\x0e2\x1d.ctxwarden.v1.MemoryWriteModeR\vmemoryWrite\x12B\n" +
-	"\x1dbackground_compaction_percent\x18\r \x01(\x03R\x1bbackgroundCompactionPercent\"\xb2\a\n" +
+	"\x1dbackground_compaction_percent\x18\r \x01(\x03R\x1bbackgroundCompactionPercent\x12T\n" +
+	"\x15preserve_lost_anchors\x18\x0e \x01(\v2 .ctxwarden.v1.AnchorPreservationR\x13preserveLostAnchors\"q\n" +
+	"\x12AnchorPreservation\x12<\n" +
+	"\n" +
+	"categories\x18\x01 \x03(\x0e2\x1c.ctxwarden.v1.AnchorCategoryR\n" +
+	"categories\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x02 \x01(\x03R\tmaxTokens\"\xb2\a\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -609,7 +763,16 @@ const file_ctxwarden_v1_session_proto_rawDesc = "" +
 	"\farchive_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\varchiveTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x8a\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x85\x02\n" +
+	"\x0eAnchorCategory\x12\x1f\n" +
+	"\x1bANCHOR_CATEGORY_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19ANCHOR_CATEGORY_FILE_PATH\x10\x01\x12\x17\n" +
+	"\x13ANCHOR_CATEGORY_URL\x10\x02\x12\x1e\n" +
+	"\x1aANCHOR_CATEGORY_IDENTIFIER\x10\x03\x12\x1c\n" +
+	"\x18ANCHOR_CATEGORY_QUANTITY\x10\x04\x12\x1e\n" +
+	"\x1aANCHOR_CATEGORY_CONSTRAINT\x10\x05\x12\x1d\n" +
+	"\x19ANCHOR_CATEGORY_OPEN_TASK\x10\x06\x12\x1d\n" +
+	"\x19ANCHOR_CATEGORY_TOOL_CALL\x10\a*\x8a\x01\n" +
 	"\x0fMemoryWriteMode\x12!\n" +
 	"\x1dMEMORY_WRITE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15MEMORY_WRITE_MODE_OFF\x10\x01\x12\x1d\n" +
@@ -628,33 +791,37 @@ func file_ctxwarden_v1_session_proto_rawDescGZIP() []byte {
 	return file_ctxwarden_v1_session_proto_rawDescData
 }
 
-var file_ctxwarden_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ctxwarden_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_ctxwarden_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ctxwarden_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_ctxwarden_v1_session_proto_goTypes = []any{
-	(MemoryWriteMode)(0),          // 0: ctxwarden.v1.MemoryWriteMode
-	(*ToolDefinition)(nil),        // 1: ctxwarden.v1.ToolDefinition
-	(*ContextPolicy)(nil),         // 2: ctxwarden.v1.ContextPolicy
-	(*Session)(nil),               // 3: ctxwarden.v1.Session
-	nil,                           // 4: ctxwarden.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 6: google.protobuf.Struct
+	(AnchorCategory)(0),           // 0: ctxwarden.v1.AnchorCategory
+	(MemoryWriteMode)(0),          // 1: ctxwarden.v1.MemoryWriteMode
+	(*ToolDefinition)(nil),        // 2: ctxwarden.v1.ToolDefinition
+	(*ContextPolicy)(nil),         // 3: ctxwarden.v1.ContextPolicy
+	(*AnchorPreservation)(nil),    // 4: ctxwarden.v1.AnchorPreservation
+	(*Session)(nil),               // 5: ctxwarden.v1.Session
+	nil,                           // 6: ctxwarden.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 8: google.protobuf.Struct
 }
 var file_ctxwarden_v1_session_proto_depIdxs = []int32{
-	0,  // 0: ctxwarden.v1.ContextPolicy.memory_write:type_name -> ctxwarden.v1.MemoryWriteMode
-	1,  // 1: ctxwarden.v1.Session.tools:type_name -> ctxwarden.v1.ToolDefinition
-	2,  // 2: ctxwarden.v1.Session.policy:type_name -> ctxwarden.v1.ContextPolicy
-	4,  // 3: ctxwarden.v1.Session.labels:type_name -> ctxwarden.v1.Session.LabelsEntry
-	5,  // 4: ctxwarden.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 5: ctxwarden.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	6,  // 6: ctxwarden.v1.Session.state:type_name -> google.protobuf.Struct
-	6,  // 7: ctxwarden.v1.Session.user_state:type_name -> google.protobuf.Struct
-	6,  // 8: ctxwarden.v1.Session.project_state:type_name -> google.protobuf.Struct
-	5,  // 9: ctxwarden.v1.Session.archive_time:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	1,  // 0: ctxwarden.v1.ContextPolicy.memory_write:type_name -> ctxwarden.v1.MemoryWriteMode
+	4,  // 1: ctxwarden.v1.ContextPolicy.preserve_lost_anchors:type_name -> ctxwarden.v1.AnchorPreservation
+	0,  // 2: ctxwarden.v1.AnchorPreservation.categories:type_name -> ctxwarden.v1.AnchorCategory
+	2,  // 3: ctxwarden.v1.Session.tools:type_name -> ctxwarden.v1.ToolDefinition
+	3,  // 4: ctxwarden.v1.Session.policy:type_name -> ctxwarden.v1.ContextPolicy
+	6,  // 5: ctxwarden.v1.Session.labels:type_name -> ctxwarden.v1.Session.LabelsEntry
+	7,  // 6: ctxwarden.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	7,  // 7: ctxwarden.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 8: ctxwarden.v1.Session.state:type_name -> google.protobuf.Struct
+	8,  // 9: ctxwarden.v1.Session.user_state:type_name -> google.protobuf.Struct
+	8,  // 10: ctxwarden.v1.Session.project_state:type_name -> google.protobuf.Struct
+	7,  // 11: ctxwarden.v1.Session.archive_time:type_name -> google.protobuf.Timestamp
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_ctxwarden_v1_session_proto_init() }
@@ -667,8 +834,8 @@ func file_ctxwarden_v1_session_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxwarden_v1_session_proto_rawDesc), len(file_ctxwarden_v1_session_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   4,
+			NumEnums:      2,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

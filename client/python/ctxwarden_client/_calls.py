@@ -303,6 +303,7 @@ def commit_compaction(
     summary: str,
     turn_prefix_summary: str,
     proposed_memories: Iterable[memory_pb2.ProposedMemory] = (),
+    min_anchor_survival: Iterable[pb.AnchorSurvival] = (),
 ) -> Call[pb.CommitCompactionRequest, pb.Compaction]:
     request = pb.CommitCompactionRequest(
         session_id=session_id,
@@ -310,6 +311,7 @@ def commit_compaction(
         summary=summary,
         turn_prefix_summary=turn_prefix_summary,
         proposed_memories=list(proposed_memories),
+        min_anchor_survival=list(min_anchor_survival),
     )
     # Idempotent per plan, so safe to retry.
     return Call(lambda stub: stub.CommitCompaction, request, safe=True)

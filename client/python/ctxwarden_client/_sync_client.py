@@ -382,11 +382,19 @@ class Client(MemoryMethods, ClientBase, SyncLifecycle):
         *,
         turn_prefix_summary: str = "",
         proposed_memories: Iterable[memory_pb2.ProposedMemory] = (),
+        min_anchor_survival: Iterable[context_service_pb2.AnchorSurvival] = (),
         timeout: float | None = None,
     ) -> context_service_pb2.Compaction:
-        """Commits a plan with the LLM's answers (idempotent per plan, so retried)."""
+        """Commits a plan with the LLM's answers (idempotent per plan, so retried);
+        with ``min_anchor_survival``, FAILED_PRECONDITION ANCHORS_LOST refuses a
+        summary that loses too many anchors (the plan stays valid)."""
         call = _calls.commit_compaction(
-            session_id, plan_id, summary, turn_prefix_summary, proposed_memories
+            session_id,
+            plan_id,
+            summary,
+            turn_prefix_summary,
+            proposed_memories,
+            min_anchor_survival,
         )
         return self._call(call, timeout)
 

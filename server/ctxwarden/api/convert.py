@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from ctxwarden.api.convert_anchors import plan_anchors, report_to_pb
 from ctxwarden.api.convert_session import timestamp
 from ctxwarden.api.encoding import DEFAULT_LIMIT_BYTES, EncodingCache
 from ctxwarden.api.tenancy import outer_id
@@ -278,6 +279,7 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
         clearing_only=c.clearing_only,
         proposed_memory_ids=list(c.proposed_memory_ids),
         memory_tokens=c.memory_tokens,
+        loss_report=report_to_pb(c.loss_report) if c.loss_report else None,
     )
 
 
@@ -304,6 +306,7 @@ def _prompt_to_pb(p: SummaryPrompt | None) -> svc_pb.SummaryPrompt | None:
 def plan_to_pb(
     plan_id: str, plan: Plan, expire_us: int, step: int = 1, step_count: int = 1
 ) -> svc_pb.CompactionPlan:
+    anchors, omitted = plan_anchors(plan)
     return svc_pb.CompactionPlan(
         plan_id=plan_id,
         session_id=outer_id(plan.session_id),
@@ -319,6 +322,8 @@ def plan_to_pb(
         step=step,
         step_count=step_count,
         summarizer_context_window=plan.context_window,
+        anchors=anchors,
+        anchors_omitted=omitted,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ctxwarden.api.convert_anchors import preservation_from_pb, preservation_to_pb
 from ctxwarden.api.convert_state import dict_to_struct, struct_to_dict
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.errors import InvalidArgument
@@ -69,7 +70,14 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
             reason=ErrorReason.INVALID_MEMORY_STATE,
             field="policy.memory_write",
         )
-    return ContextPolicy(tokenizer=p.tokenizer, memory_write=int(p.memory_write), **counts)
+    preserve, preserve_tokens = preservation_from_pb(p.preserve_lost_anchors)
+    return ContextPolicy(
+        tokenizer=p.tokenizer,
+        memory_write=int(p.memory_write),
+        preserve_lost_anchors=preserve,
+        preserve_lost_anchors_max_tokens=preserve_tokens,
+        **counts,
+    )
 
 
 def session_from_pb(s: ses_pb.Session) -> Session:
@@ -124,6 +132,7 @@ def session_to_pb(
         policy=ses_pb.ContextPolicy(
             tokenizer=p.tokenizer,
             memory_write=p.memory_write,  # type: ignore[arg-type]
+            preserve_lost_anchors=preservation_to_pb(p),
             **{name: getattr(p, name) for name in _POLICY_COUNTS},
         ),
         pinned_state=s.pinned_state,

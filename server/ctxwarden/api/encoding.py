@@ -96,10 +96,28 @@ class EncodingCache:
         cached.size = size
         self.total_bytes += size - prev
         self._sessions[sid] = cached
+        self._trim()
+        return out
+
+    def share(self, source_id: str, fork_id: str, revision: int) -> None:
+        """A fork made at the end of ``source_id`` starts its encodings (of its
+        ``revision``) as a copy of the source's: its view shows the very same
+        message objects (a hit needs the same object), so its first input is not
+        encoded again, however long it is."""
+        cached = self._sessions.get(source_id)
+        if cached is None or fork_id in self._sessions:
+            return
+        copy = _Encodings(revision)
+        copy.entries, copy.size = dict(cached.entries), cached.size
+        self._sessions[fork_id] = copy
+        self.total_bytes += copy.size  # the bytes are shared: counted twice, to be safe
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the least recently built sessions' encodings while over budget."""
         while self.total_bytes > self.limit_bytes and self._sessions:
             _, old = self._sessions.popitem(last=False)
             self.total_bytes -= old.size
-        return out
 
     @staticmethod
     def _drop_stale(entries: dict[int, tuple[Message, bytes]], v: ModelInputView) -> int:

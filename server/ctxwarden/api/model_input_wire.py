@@ -11,6 +11,7 @@ from ctxwarden.api.convert_session import tool_to_pb
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.model_input import ModelInputView
+from ctxwarden.core.view import Digests
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 
 
@@ -35,7 +36,15 @@ def resume_offset(token: str, v: ModelInputView) -> int:
     index = held - v.summary_messages
     if held > v.stable_messages or index < 0:
         return 0
-    return held if f"{v.digests[index]:016x}" == fingerprint else 0
+    try:
+        digest = int(fingerprint, 16)
+    except ValueError:
+        return 0
+    if f"{digest:016x}" != fingerprint:  # only the form tokens are made in
+        return 0
+    if isinstance(v.digests, Digests):  # a fork also takes its source's token
+        return held if v.digests.holds(index, digest) else 0
+    return held if v.digests[index] == digest else 0
 
 
 def rendered_resume_token(fmt: int, v: ModelInputView) -> str:

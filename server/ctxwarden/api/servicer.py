@@ -21,6 +21,7 @@ from ctxwarden.api.convert import (
     provider_error_from_pb,
     trigger_from_pb,
 )
+from ctxwarden.api.convert_anchors import min_survival_from_pb
 from ctxwarden.api.convert_memory import proposed_from_pb
 from ctxwarden.api.convert_requests import append_response, message_filter, state_delta_from_pb
 from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_from_pb
@@ -306,6 +307,7 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer):
             request.summary,
             request.turn_prefix_summary,
             proposed_from_pb(request.proposed_memories),
+            min_survival_from_pb(request.min_anchor_survival),
         )
         return commit_to_pb(checkpoint, step)
 

@@ -9,9 +9,10 @@ directly: usage + an estimate of what came after it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ctxwarden.core.messages import Message, Usage
+from ctxwarden.core.messages import Message, Role, Usage
 
 SMOOTHING = 0.5
 """Weight of the newest observation in the running ratio."""
@@ -94,3 +95,17 @@ def context_tokens(usage: Usage) -> int:
 
 def usable(message: Message) -> bool:
     return message.usage is not None and not message.failed and prompt_tokens(message.usage) > 0
+
+
+def anchored(view_messages: Sequence[Message], floor: int, calibration: Calibration) -> int:
+    """Newest valid reported usage in ``view_messages`` plus the calibrated estimate
+    of what followed it (0: none). A usage from before the current checkpoint
+    (made at seq ``floor``) measured a context that no longer exists: it anchors
+    nothing."""
+    after = 0
+    for m in reversed(view_messages):
+        if m.role is Role.ASSISTANT and m.seq > floor and usable(m):
+            assert m.usage is not None
+            return context_tokens(m.usage) + calibration.apply(after)
+        after += m.token_count
+    return 0

@@ -11,8 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from ctxwarden.core.append import AppendPlan, CallState, answer_call, session_after
-from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
-from ctxwarden.core.calibration import context_tokens as usage_context_tokens
+from ctxwarden.core.calibration import Calibration, anchored, prompt_tokens, usable
 from ctxwarden.core.clearing import view_entry
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import Message, MessageState, Role, pack_message
@@ -124,19 +123,8 @@ class SessionContext:
         return Calibration(self.session.estimate_ratio, self.session.estimate_samples)
 
     def _anchored(self, view_messages: Sequence[Message]) -> int:
-        """Newest valid reported usage plus the calibrated estimate of what followed.
-
-        A usage from before the current checkpoint measured a context that no
-        longer exists, so it anchors nothing.
-        """
         floor = self.checkpoint.at_seq if self.checkpoint is not None else 0
-        after = 0
-        for m in reversed(view_messages):
-            if m.role is Role.ASSISTANT and m.seq > floor and usable(m):
-                assert m.usage is not None
-                return usage_context_tokens(m.usage) + self.calibration.apply(after)
-            after += m.token_count
-        return 0
+        return anchored(view_messages, floor, self.calibration)
 
     @property
     def entries(self) -> Sequence[Entry]:
@@ -336,14 +324,40 @@ class SessionContext:
         # _entries only grows in place; every other change replaces the list or,
         # for the summary and synthetic results, drops the builder.
         if builder is None or self._builder_source is not self._entries:
-            s = self.session  # its creation time tells incarnations of a reused ID apart
-            c = (self.cleared_through,) if self.cleared_through else ()  # as before clearing
-            base = base_digest(s.session_id, s.create_time_us, self._prefix_hash, s.revision, *c)
-            builder = self._builder = ViewBuilder(self.synthetic_tokens, base)
+            builder = self._builder = ViewBuilder(self.synthetic_tokens, self._base())
             self._builder_source = self._entries
         for entry in self._entries[builder.fed :]:
             builder.feed(entry)
         return builder.view()
+
+    def _base(self) -> int:
+        s = self.session  # its creation time tells incarnations of a reused ID apart
+        c = (self.cleared_through,) if self.cleared_through else ()  # as before clearing
+        return base_digest(s.session_id, s.create_time_us, self._prefix_hash, s.revision, *c)
+
+    def forked(self, session: Session, checkpoint: Checkpoint | None) -> SessionContext:
+        """The context of a fork made at this session's end: ``session`` with these
+        settings, ``checkpoint`` its copy of this one's. It starts from this one's
+        entries and view so far (shared references; nothing derived again), so it
+        costs the same whatever the history's length."""
+        fork = SessionContext(session, checkpoint, (), self.tokenizer)
+        if (fork.profile.key, fork.policy, fork.cleared_through) != (
+            self.profile.key,
+            self.policy,
+            self.cleared_through,
+        ):
+            return SessionContext(session, checkpoint, self.active_messages, self.tokenizer)
+        fork._entries, fork._message_tokens = list(self._entries), self._message_tokens
+        # Answered calls never change again: only the open ones need copies.
+        fork._calls = dict(self._calls)
+        for call_id, call in self._calls.items():
+            if not call.answered:
+                fork._calls[call_id] = CallState(call.seq, False, call.name)
+        if self.policy.keep_tool_results <= 0:  # else every view is built anew anyway
+            self._view()
+            assert self._builder is not None
+            fork._builder, fork._builder_source = self._builder.rebased(fork._base()), fork._entries
+        return fork
 
     def model_input(self, max_output_tokens: int = 0) -> ModelInputView:
         view = self._view()

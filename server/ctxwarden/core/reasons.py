@@ -92,6 +92,8 @@ class ErrorReason(enum.StrEnum):
     """PrepareCompaction's summarizer_context_window is negative."""
     INVALID_TRIGGER = "INVALID_TRIGGER"
     """Compact's trigger is unknown."""
+    INVALID_ANCHOR_SURVIVAL = "INVALID_ANCHOR_SURVIVAL"
+    """A min_anchor_survival names no anchor category or a fraction outside 0..1."""
     INVALID_MODEL_OUTPUT = "INVALID_MODEL_OUTPUT"
     """A provider response or input items to read are malformed or hold unsupported content."""
     PROVIDER_ERROR_OUTPUT = "PROVIDER_ERROR_OUTPUT"
@@ -137,6 +139,9 @@ class ErrorReason(enum.StrEnum):
     """The summariser failed (UNAVAILABLE if retrying may help, else FAILED_PRECONDITION)."""
     SUMMARIZER_WINDOW_TOO_SMALL = "SUMMARIZER_WINDOW_TOO_SMALL"
     """The summariser's context window cannot hold even the fixed part of a summary prompt."""
+    ANCHORS_LOST = "ANCHORS_LOST"
+    """CommitCompaction's summary keeps fewer anchors of a category than its
+    min_anchor_survival asks (the metadata names them); the plan stays valid."""
 
     # -- ABORTED: a concurrent change; re-read and retry -----------------------------
 

@@ -1,8 +1,8 @@
 """The session as it was just before message ``as_of_seq`` was appended.
 
 Events are ordered by the session's last_seq when they happened: a checkpoint,
-rollback, settings revision or calibration change made while last_seq was
-below ``as_of_seq`` had happened by then; one made later had not. Messages
+rollback, settings revision, memory block or calibration change made while
+last_seq was below ``as_of_seq`` had happened by then; one made later had not. Messages
 keep their seq when rolled back and seqs are never reused, so this order is
 exact.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock
 from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.core.rewind import newest_checkpoint
 from ctxwarden.core.session import Checkpoint, Session
@@ -126,18 +127,30 @@ def calibration_at(
     return max(made, key=lambda change: change[0])[1] if made else None
 
 
+def memory_at(blocks: Sequence[tuple[int, MemoryBlock]], as_of_seq: int) -> MemoryBlock:
+    """The memory block in force just before ``as_of_seq``, of ``blocks``:
+    (from_seq, block) of each change, from_seq being the session's last_seq + 1
+    when it was made (of two at one from_seq, the later is passed). None made by
+    then: no block. Only the newest such change matters, so a caller may pass
+    just that one."""
+    made = [(seq, block) for seq, block in blocks if seq <= as_of_seq]
+    return max(made, key=lambda change: change[0])[1] if made else EMPTY_BLOCK
+
+
 def replay_session(
     plan: ReplayPlan,
     current: Session,
     settings: Session | None,
     calibration: tuple[float, int] | None,
+    memory: MemoryBlock = EMPTY_BLOCK,
 ) -> Session:
     """The session then.
 
     ``current`` is the session now; ``settings`` the session with the settings
     and number of ``plan.revision`` (None when none is recorded: the current
-    settings); ``calibration`` what ``calibration_at`` found. The calibration
-    is the newest message's, else the revision's, else none at all.
+    settings); ``calibration`` what ``calibration_at`` found, ``memory`` what
+    ``memory_at`` found. The calibration is the newest message's, else the
+    revision's, else none at all.
     """
     session = settings if settings is not None else current
     fallback = (session.estimate_ratio, session.estimate_samples)
@@ -147,4 +160,5 @@ def replay_session(
         last_seq=plan.as_of_seq - 1,
         estimate_ratio=float(ratio),
         estimate_samples=int(samples),
+        memory=memory,
     )

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwarden.core.anchor_report import LossReport
 from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock, MemoryWrite
 from ctxwarden.core.models import lookup_model
 
@@ -61,6 +62,11 @@ class ContextPolicy:
     """0: no memory block; N: a block of at most N tokens (core.memory)."""
     memory_write: int = 0
     """A MemoryWrite value; 0 means OFF."""
+    preserve_lost_anchors: int = 0
+    """Anchor categories (core.anchors) a compaction puts back into the pinned
+    state when the summary lost them: bit ``1 << category``; 0: none."""
+    preserve_lost_anchors_max_tokens: int = 0
+    """Their budget; 0 means DEFAULT_PRESERVE_TOKENS (core.anchor_report)."""
 
     @property
     def memory_write_mode(self) -> MemoryWrite:
@@ -200,6 +206,12 @@ class Checkpoint:
     """Memories stored from this compaction's durable facts (policy.memory_write)."""
     memory_tokens: int = 0
     """Tokens of the memory block selected at this compaction."""
+    preserved_anchors: str = ""
+    """Lost anchors put back by the policy's preserve_lost_anchors (one line each),
+    shown in the pinned state; computed once, at the compaction."""
+    loss_report: LossReport | None = None
+    """What the compacted span held and where it survives (core.anchor_report);
+    None for checkpoints made before loss reports."""
 
     @property
     def carried_summary(self) -> str:

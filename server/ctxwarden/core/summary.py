@@ -13,6 +13,7 @@ SUMMARY_PREAMBLE = (
     "The conversation history before this point was compacted into the following summary:"
 )
 SUMMARY_METADATA_KEY = "ctxwarden.summary"
+PRESERVED_HEADING = "Kept from the compacted history (the summary lost these):"
 
 
 def summary_text(checkpoint: Checkpoint, pinned_state: str) -> str:
@@ -22,6 +23,9 @@ def summary_text(checkpoint: Checkpoint, pinned_state: str) -> str:
     files = render_file_lists(FileLists(checkpoint.read_files, checkpoint.modified_files))
     if files:
         parts.append(files)
+    if checkpoint.preserved_anchors:  # policy.preserve_lost_anchors (core.anchor_report)
+        kept = f"{PRESERVED_HEADING}\n{checkpoint.preserved_anchors}"
+        pinned_state = f"{pinned_state}\n\n{kept}" if pinned_state else kept
     if pinned_state:
         parts.append(f"<pinned-state>\n{pinned_state}\n</pinned-state>")
     return "\n\n".join(parts)

@@ -13,6 +13,7 @@ import hashlib
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import overload
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
 from ctxwarden.core.session import EffectivePolicy
@@ -95,6 +96,69 @@ def _digest(previous: int, message: Message, entry_tokens: int) -> int:
         f"{int(message.role)}\x00{entry_tokens}".encode()
     )
     return int.from_bytes(h.digest(), "little")
+
+
+def _sealed(base: int, link: int) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    h.update(base.to_bytes(8, "little") + link.to_bytes(8, "little"))
+    return int.from_bytes(h.digest(), "little")
+
+
+class Digests(Sequence[int]):
+    """A view's fingerprints: ``self[i]`` seals link i of the builder's chain (the
+    first i messages, whoever shows them) with the session's ``base``, computed
+    when asked for. A fork continues its source's chain under a base of its own."""
+
+    __slots__ = ("base", "inherited", "links", "size")
+
+    def __init__(
+        self, base: int, links: array[int], inherited: tuple[int, int] | None = None
+    ) -> None:
+        self.base = base
+        self.links = links  # only ever appended to: the first ``size`` are this view's
+        self.size = len(links)
+        self.inherited = inherited
+        """A fork's (source's base, links there were at the fork point)."""
+
+    def holds(self, index: int, digest: int) -> bool:
+        """Whether ``digest`` fingerprints the first ``index`` messages: sealed with
+        this base, or, up to the fork point, with the base of the source a fork
+        was made from at its end (a client holding the source's input holds
+        the fork's first messages)."""
+        if not 0 <= index < self.size:
+            return False
+        if digest == self[index]:
+            return True
+        source = self.inherited
+        return (
+            source is not None
+            and index < source[1]
+            and digest == _sealed(source[0], self.links[index])
+        )
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.size))]
+        if index < 0:
+            index += self.size
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        return _sealed(self.base, self.links[index])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Digests):
+            return NotImplemented
+        mine, theirs = self.links[: self.size], other.links[: other.size]
+        return self.base == other.base and mine == theirs
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def base_digest(*parts: object) -> int:
@@ -216,12 +280,15 @@ class ViewBuilder:
     def __init__(self, synthetic_tokens: int, base: int = 0, *, chain: bool = True) -> None:
         self.synthetic_tokens = synthetic_tokens
         self.fed = 0
-        # A chain of fingerprints of the output so far: digests[i] covers the
-        # first i messages (digests[0] is ``base``). Two builders that show the
-        # same first i messages agree on digests[i], whatever happened around
-        # them (a restart, a rollback of later messages, another replica), so
-        # a client can prove cheaply which prefix of an input it holds.
-        self._digests = array("Q", [base])
+        # A chain of fingerprints of the output so far: links[i] covers the first
+        # i messages, digests[i] seals it with ``base`` (the session's settings
+        # and identity). Two builders of one base that show the same first i
+        # messages agree on digests[i], whatever happened around them (a restart,
+        # a rollback of later messages, another replica), so a client can prove
+        # cheaply which prefix of an input it holds.
+        self.base = base
+        self._links = array("Q", [0])
+        self._inherited: tuple[int, int] | None = None
         self._chain = chain
         """False: no fingerprints (a view built for one call only)."""
         self._out: list[Message] = []
@@ -235,7 +302,7 @@ class ViewBuilder:
         for call_id, (seq, call) in self._open.items():
             out.append(synthetic_result(call, self.synthetic_tokens))
             if chain and self._chain:
-                self._digests.append(_digest(self._digests[-1], out[-1], self.synthetic_tokens))
+                self._links.append(_digest(self._links[-1], out[-1], self.synthetic_tokens))
             notices.append(
                 Notice(
                     SYNTHETIC_TOOL_RESULT,
@@ -276,14 +343,26 @@ class ViewBuilder:
                 self._open[call.tool_call_id] = (message.seq, call)
         self._out.append(message)
         if self._chain:
-            self._digests.append(_digest(self._digests[-1], message, entry.token_count))
+            self._links.append(_digest(self._links[-1], message, entry.token_count))
         self._tokens += entry.token_count
         if entry.notice is not None:
             self._notices.append(entry.notice)
 
+    def rebased(self, base: int) -> ViewBuilder:
+        """A builder that goes on from this one's state on its own, its digests
+        sealed with ``base``: what a fork made at the end starts from (copies of
+        references and of the links, no entry fed again)."""
+        other = ViewBuilder(self.synthetic_tokens, base, chain=self._chain)
+        other.fed, other._tokens = self.fed, self._tokens
+        other._links = array("Q", self._links)
+        other._out, other._notices = list(self._out), list(self._notices)
+        other._open = dict(self._open)
+        other._inherited = (self.base, len(self._links))
+        return other
+
     def view(self) -> View:
         stable = len(self._out)
-        digests = self._digests if self._chain else ()
+        digests = Digests(self.base, self._links, self._inherited) if self._chain else ()
         if not self._open:
             return View(tuple(self._out), tuple(self._notices), self._tokens, stable, digests)
         out: list[Message] = []

@@ -36,6 +36,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ctxwarden import __version__
+from ctxwarden.observability.anchor_metrics import AnchorMetrics
 from ctxwarden.observability.background_metrics import BackgroundCompactionMetrics
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class Metrics:
         self._declare_service_metrics(r)
         self._declare_db_metrics(r)
         self.background = BackgroundCompactionMetrics(r)
+        self.anchors = AnchorMetrics(r)
 
     def _declare_rpc_metrics(self, r: CollectorRegistry) -> None:
         """Recorded by the interceptor."""
@@ -295,6 +297,8 @@ class ServiceMetrics:
         removed = checkpoint.tokens_before - checkpoint.tokens_after
         if removed > 0:
             m.compaction_tokens_removed.labels(trigger).inc(removed)
+        if checkpoint.loss_report is not None:
+            m.anchors.observe(checkpoint.loss_report)
 
     async def timed_summarize(self, summarizer: str, call: Awaitable[T]) -> T:
         """Await the server-side summariser call, recording its latency and failures

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from ctxwarden import ids
+from ctxwarden.core.anchors import span_anchors
+from ctxwarden.core.compaction.loss import assess, reassess, summarized_span
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import InvalidArgument
@@ -12,6 +15,29 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger, Session
 
 NO_EARLIER_HISTORY = "(no earlier history)"
+BIG_CONTEXT = 2000
+"""Kept messages past which a checkpoint is built in a worker thread (its loss
+report reads every message of the span)."""
+
+
+async def checkpoint_built(
+    ctx: SessionContext,
+    terms: PlanTerms,
+    summary: str,
+    turn_prefix_summary: str,
+    summarizer: str,
+    trigger: CompactionTrigger,
+    session: Session | None = None,
+) -> Checkpoint:
+    """``build_checkpoint``, off the event loop for a big context (the caller
+    holds the session's lock, so nothing changes ``ctx`` meanwhile)."""
+
+    def build() -> Checkpoint:
+        return build_checkpoint(
+            ctx, terms, summary, turn_prefix_summary, summarizer, trigger, session
+        )
+
+    return await asyncio.to_thread(build) if len(ctx.entries) > BIG_CONTEXT else build()
 
 
 def build_checkpoint(
@@ -64,6 +90,12 @@ def build_checkpoint(
         at_seq=ctx.session.last_seq,
         tool_results_cleared_through=ctx.cleared_through,  # an earlier clearing stays
     )
+    # The loss report (core.compaction.loss), and the lost anchors the policy puts
+    # back, before the trim below: their tokens count against the threshold too.
+    after_session = session or ctx.session
+    span = summarized_span(ctx, terms.first_kept_seq)
+    anchors = span_anchors(span)
+    checkpoint = assess(ctx, checkpoint, after_session, span, anchors=anchors)
     after = ctx.tokens_with(checkpoint, session)  # session: with its new memory block
     threshold = ctx.threshold()
     if after > threshold:
@@ -72,5 +104,6 @@ def build_checkpoint(
         trimmed, changed = ctx.trim_summary(checkpoint.summary, room)
         if changed:
             checkpoint = replace(checkpoint, summary=trimmed)
+            checkpoint = reassess(ctx, checkpoint, after_session, span, anchors)
             after = ctx.tokens_with(checkpoint, session)
     return replace(checkpoint, tokens_after=after)

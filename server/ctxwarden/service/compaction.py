@@ -19,13 +19,15 @@ checkpoint, so of two concurrent compactions exactly one wins.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ctxwarden import ids
+from ctxwarden.core.anchors import AnchorCategory
 from ctxwarden.core.compaction.chunks import SummaryWindow
 from ctxwarden.core.compaction.history_index import covered_digest_of
+from ctxwarden.core.compaction.loss import require_survival
 from ctxwarden.core.compaction.planner import Plan, plan_compaction
 from ctxwarden.core.compaction.steps import after_step, step_plan
 from ctxwarden.core.compaction.terms import PlanTerms
@@ -42,7 +44,7 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import KEY_RE, check_key
-from ctxwarden.service.checkpoint import build_checkpoint
+from ctxwarden.service.checkpoint import checkpoint_built
 from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.service.summarize import run_summarizer, summarizer_window
@@ -185,10 +187,14 @@ class Compactor:
         record_scope: RequestScope | None = None,
         key: IdempotencyKey | None = None,
         proposed: Sequence[DurableFact] = (),
+        min_survival: Mapping[AnchorCategory, float] | None = None,
     ) -> Checkpoint:
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
             _check_current(ctx, terms)
+            if min_survival:  # checked on the summary as sent, before anything is stored
+                sent = await checkpoint_built(ctx, terms, summary, turn_prefix_summary, "", trigger)
+                require_survival(sent.loss_report, min_survival)
             mode = ctx.session.policy.memory_write_mode
             facts = tuple(proposed)
             if mode is not MemoryWrite.OFF and not facts:
@@ -197,7 +203,7 @@ class Compactor:
             # A compaction rewrites the prefix anyway: the memory block is selected again.
             block = await self.blocks.select(ctx.session, ctx.tokenizer)
             with_block = replace(ctx.session, memory=block)
-            checkpoint = build_checkpoint(
+            checkpoint = await checkpoint_built(
                 ctx, terms, summary, turn_prefix_summary, summarizer, trigger, with_block
             )
             checkpoint = replace(
@@ -225,6 +231,7 @@ class Compactor:
                     expected_version=ctx.session.version,
                     plan_id=plan_id,
                     record=record,
+                    memory_changed=block != ctx.session.memory,
                 ),
             )
             if not written:
@@ -251,6 +258,7 @@ class Compactor:
         summary: str,
         turn_prefix_summary: str,
         proposed: Sequence[DurableFact] = (),
+        min_survival: Mapping[AnchorCategory, float] | None = None,
     ) -> tuple[Checkpoint | None, PlanHandle | None]:
         """The checkpoint; or, for a step of a chunked compaction before its
         final one, no checkpoint and the next step's plan."""
@@ -291,6 +299,7 @@ class Compactor:
             trigger=found.terms.trigger,
             plan_id=plan_id,
             proposed=proposed,
+            min_survival=min_survival,
         )
         return checkpoint, None
 

@@ -3,8 +3,11 @@
 The fork shares the source's stored history (store/lineage.py): what it
 writes is one session row, one settings revision and a copy of the checkpoint
 in force at the fork point, however long the history is. It is built in
-memory from the source as it was then: the source's own context when it forks
-at the end, else a replay (what ``BuildModelInput(as_of_seq)`` reads, O(kept)).
+memory from the source as it was then: at the end, from the source's own hot
+context, sharing its entries and the view built so far (``SessionContext.forked``:
+O(1) in the history; a cold source is restored first, O(kept)); elsewhere, from
+a replay (what ``BuildModelInput(as_of_seq)`` reads, O(messages since the
+checkpoint in force there)).
 """
 
 from __future__ import annotations
@@ -61,7 +64,11 @@ class Forks:
                 field="at_seq",
                 metadata={"last_seq": str(last)},
             )
-        base, checkpoint, kept = await self._source_at(source, at)
+        kept: list[Message] | None = None
+        if at == last + 1:  # from the source's context as it is (nothing awaited since)
+            base, checkpoint = source.session, source.checkpoint
+        else:
+            base, checkpoint, kept = await self._source_at(source, at)
         sid = new_session_id or scoped_id(tenant, ids.new_id())
         now = ids.now_us()
         fork = replace(
@@ -74,18 +81,17 @@ class Forks:
             create_time_us=now,
             update_time_us=now,
             delete_time_us=0,
+            archive_time_us=0,  # a new, live session, whatever the source's state
             state=source.session.state,
             parent_session_id=source_id,
             parent_seq=at - 1,
             fork_seq=at,
         )
         own = replace(checkpoint, session_id=sid) if checkpoint is not None else None
-        tokenizer = await tokenizer_for(effective_policy(fork.policy, fork.model).tokenizer)
-
-        def build() -> SessionContext:
-            return SessionContext(fork, own, kept, tokenizer)
-
-        ctx = await asyncio.to_thread(build) if len(kept) > 2000 else build()
+        if kept is None:
+            ctx = source.forked(fork, own)  # shares the source's entries and view: O(1)
+        else:
+            ctx = await self._build(fork, own, kept)
         fork = replace(fork, context_tokens=ctx.context_tokens)
         record = self.rt.record(scope, key, {"session_id": sid})
         try:
@@ -98,7 +104,7 @@ class Forks:
                 )
             )
         except ConcurrentWrite:
-            raise self.rt.concurrent(source_id) from None
+            raise await self._source_changed(source_id) from None
         except DuplicateKey:
             again = await self.rt.replay(scope, key)
             if again is not None:
@@ -113,13 +119,29 @@ class Forks:
         self.rt.hot.put(sid, ctx)
         return fork
 
+    async def _source_changed(self, source_id: str) -> Exception:
+        """Why the source refused the fork: gone (deleted or purged meanwhile:
+        NOT_FOUND), else changed by another writer (ABORTED, retry)."""
+        self.rt.hot.evict(source_id)
+        stored = await self.rt.db(lambda: self.rt.store.sessions.get(source_id))
+        if stored is None or stored.deleted:
+            return self.rt.not_found(source_id)
+        return self.rt.concurrent(source_id)
+
+    @staticmethod
+    async def _build(fork: Session, own: Checkpoint | None, kept: list[Message]) -> SessionContext:
+        tokenizer = await tokenizer_for(effective_policy(fork.policy, fork.model).tokenizer)
+
+        def build() -> SessionContext:
+            return SessionContext(fork, own, kept, tokenizer)
+
+        return await asyncio.to_thread(build) if len(kept) > 2000 else build()
+
     async def _source_at(
         self, source: SessionContext, at: int
     ) -> tuple[Session, Checkpoint | None, list[Message]]:
-        """The source as it was just before message ``at`` was appended: its
-        settings, the checkpoint in force and the kept messages."""
-        if at == source.session.last_seq + 1:
-            return source.session, source.checkpoint, list(source.active_messages)
+        """The source as it was just before message ``at`` (not its end) was
+        appended: its settings, the checkpoint in force and the kept messages."""
         sid = source.session.session_id
         snap = await self.rt.db(lambda: self.rt.store.replay_snapshot(sid, at))
         if snap is None:

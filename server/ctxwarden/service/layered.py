@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from ctxwarden import ids
 from ctxwarden.core.clearing import plan_clearing
+from ctxwarden.core.compaction.loss import assess, cleared_span
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.session import CLEARING_SUMMARIZER, Checkpoint, CompactionTrigger
 from ctxwarden.core.tenancy import tenant_of
@@ -66,6 +67,7 @@ def build_clearing(
         tool_results_cleared=decided.results,
         tool_result_tokens_cleared=decided.tokens_freed,
     )
+    checkpoint = assess(ctx, checkpoint, session, cleared_span(ctx, decided.through_seq))
     after = ctx.tokens_with(checkpoint)
     if after > ctx.threshold():
         return None  # not enough: summarise instead

@@ -205,7 +205,10 @@ class Sessions:
             written = await self.rt.write(
                 sid,
                 lambda: self.rt.store.sessions.update(
-                    new, expected_version=current.version, token_counts=counts
+                    new,
+                    expected_version=current.version,
+                    token_counts=counts,
+                    memory_changed=new.memory != current.memory,
                 ),
             )
             if not written:

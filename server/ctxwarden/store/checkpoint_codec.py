@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ctxwarden.core.anchor_report import report_dumps, report_loads
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.store.codec import compact_json
 from ctxwarden.store.models import CompactionRow
@@ -28,6 +29,8 @@ def checkpoint_details(c: Checkpoint) -> str:
         d["memories"] = list(c.proposed_memory_ids)
     if c.memory_tokens:
         d["memory_tokens"] = c.memory_tokens
+    if c.preserved_anchors:  # policy.preserve_lost_anchors (core.anchor_report)
+        d["preserved_anchors"] = c.preserved_anchors
     return compact_json(d)
 
 
@@ -43,12 +46,19 @@ def checkpoint_row_values(c: Checkpoint) -> dict[str, Any]:
         "superseded_at_seq": 0,
         "details_json": checkpoint_details(c),
         "created_at": c.create_time_us,
+        "loss_report_json": report_dumps(c.loss_report) if c.loss_report else None,
     }
 
 
 def checkpoint_bytes(values: dict[str, Any]) -> int:
     """What a stored checkpoint row costs."""
-    return len(values["summary"].encode()) + len(values["details_json"].encode()) + 128
+    report = values.get("loss_report_json") or ""
+    return (
+        len(values["summary"].encode())
+        + len(values["details_json"].encode())
+        + len(report.encode())
+        + 128
+    )
 
 
 def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
@@ -74,4 +84,6 @@ def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
         tool_result_tokens_cleared=d.get("tool_result_tokens_cleared", 0),
         proposed_memory_ids=tuple(d.get("memories", ())),
         memory_tokens=int(d.get("memory_tokens", 0)),
+        preserved_anchors=d.get("preserved_anchors", ""),
+        loss_report=report_loads(getattr(row, "loss_report_json", None)),
     )

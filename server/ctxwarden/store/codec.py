@@ -193,6 +193,9 @@ def _policy_json(p: ContextPolicy) -> str:
         d["memory_max_tokens"] = p.memory_max_tokens
     if p.memory_write:
         d["memory_write"] = p.memory_write
+    if p.preserve_lost_anchors:  # loss reports' re-injection (core.anchor_report)
+        d["preserve_lost_anchors"] = p.preserve_lost_anchors
+        d["preserve_lost_anchors_max_tokens"] = p.preserve_lost_anchors_max_tokens
     return compact_json(d)
 
 

@@ -20,6 +20,7 @@ from ctxwarden.store.codec import memory_json
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.lineage import adopt_checkpoints, hand_over, take_over
+from ctxwarden.store.memory_blocks import record_change
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, advance, insert_record
 from ctxwarden.store.tables import C, M, P, S
@@ -44,9 +45,12 @@ class CheckpointRepository:
         expected_version: int,
         plan_id: str = "",
         record: RequestRecord | None = None,
+        memory_changed: bool = False,
     ) -> None:
         """Insert the checkpoint and make it the session's current one, atomically,
-        compare-and-set on the session's version. History rows are not touched."""
+        compare-and-set on the session's version. History rows are not touched.
+        ``memory_changed``: the compaction selected a new memory block (recorded
+        in its history)."""
         values = checkpoint_row_values(checkpoint)
         async with self.gate.begin() as conn:
             added = await insert_record(conn, record) + checkpoint_bytes(values)
@@ -60,6 +64,8 @@ class CheckpointRepository:
             )
             await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
             await conn.execute(insert(C).values(**values))
+            if memory_changed:
+                await record_change(conn, session, self.quota)
             if plan_id:
                 await conn.execute(
                     update(P)

@@ -7,7 +7,11 @@ were just before ``fork_seq`` (a message the parent rolled back later is still
 active for the fork), followed by its own rows. The parent may itself be a
 fork, so the messages of a session are read from a chain of segments, each a
 seq range of one stored session. Seq ranges of segments never overlap, so a
-read over the chain is one query ordered by seq.
+read over the chain is one query ordered by seq. An ancestor's rows are seen as
+they were at the earliest fork point between it and the session: a fork made
+at seq 4 of a fork made at seq 6 sees the first session as it was before seq
+4, a rollback it made at last_seq 4 not yet (seqs are one numbering along a
+chain, so fork points and rollback seqs compare).
 """
 
 from __future__ import annotations
@@ -66,7 +70,10 @@ async def chain(
         lo = int(row.parent_seq) + 1 if row.parent_key else 1
         if lo <= hi:
             segments.append(Segment(parent, lo, hi, as_of))
-        hi, as_of, parent = min(hi, int(row.parent_seq)), int(row.fork_seq), str(row.parent_key)
+        # Seen at the earlier of the two fork points: a fork made before its
+        # source's own fork point sees the grandparent as it was then.
+        as_of = min(as_of, int(row.fork_seq))
+        hi, parent = min(hi, int(row.parent_seq)), str(row.parent_key)
     return segments
 
 

@@ -21,6 +21,8 @@ from ctxwarden.core.session import Session
 from ctxwarden.store.codec import memory_json
 from ctxwarden.store.errors import ConcurrentWrite, boundary
 from ctxwarden.store.gate import WriteGate
+from ctxwarden.store.memory_blocks import record_change
+from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import compare_and_set
 from ctxwarden.store.tables import MM
 
@@ -65,9 +67,12 @@ def _memory(row: Any) -> Memory:
 
 
 class MemoryRepository:
-    def __init__(self, engine: AsyncEngine, gate: WriteGate) -> None:
+    def __init__(
+        self, engine: AsyncEngine, gate: WriteGate, quota: TenantQuota | None = None
+    ) -> None:
         self.engine = engine
         self.gate = gate
+        self.quota = quota or TenantQuota()
 
     @boundary
     async def upsert(self, memory: Memory) -> Memory:
@@ -221,7 +226,8 @@ class MemoryRepository:
     @boundary
     async def set_block(self, session: Session, block: MemoryBlock, expected_version: int) -> None:
         """Store a session's new frozen block (``session`` as the write leaves it,
-        its version advanced) if the row is still at ``expected_version``."""
+        its version advanced) if the row is still at ``expected_version``, and
+        record it in the block's history."""
         async with self.gate.begin() as conn:
             await compare_and_set(
                 conn,
@@ -234,6 +240,7 @@ class MemoryRepository:
                     "context_tokens": session.context_tokens,
                 },
             )
+            await record_change(conn, session, self.quota)
 
     @boundary
     async def insert_all(self, memories: Sequence[Memory]) -> list[Memory]:

@@ -9,8 +9,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import inspect
 
+from ctxwarden.store.engine import make_sync_engine
 from ctxwarden.store.urls import sync_url
 
 _SCRIPTS = Path(__file__).with_name("migrations")
@@ -43,7 +44,7 @@ class SchemaStatus:
 
 
 def schema_status(url: str) -> SchemaStatus:
-    engine = create_engine(sync_url(url))
+    engine = make_sync_engine(url)
     try:
         with engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
@@ -55,7 +56,15 @@ def schema_status(url: str) -> SchemaStatus:
 
 def upgrade(url: str, revision: str = "head") -> SchemaStatus:
     """Apply migrations up to ``revision``; safe to run repeatedly."""
-    command.upgrade(_config(url), revision)
+    cfg = _config(url)
+    engine = make_sync_engine(url)
+    try:
+        with engine.connect() as conn:
+            cfg.attributes["connection"] = conn  # migrations/env.py runs on it
+            command.upgrade(cfg, revision)
+            conn.commit()
+    finally:
+        engine.dispose()
     return schema_status(url)
 
 

@@ -175,6 +175,8 @@ class CompactionRow(Base):
     origin_id: Mapped[str] = mapped_column(ascii_id(64), default="", server_default="")
     """A fork's copy of the checkpoint it inherited shows the original's ID
     ("" for a session's own checkpoints)."""
+    loss_report_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
+    """The checkpoint's loss report (core.anchor_report; NULL: made before loss reports)."""
 
     __table_args__ = (Index("ix_compactions_session", "session_id", "created_at"),)
 
@@ -225,6 +227,22 @@ class SessionRevisionRow(Base):
     """Legacy JSON settings of revisions written before schema 0006 (NULL since)."""
     settings: Mapped[bytes | None] = mapped_column(long_blob(), nullable=True)
     """MessagePack of the replay-relevant settings."""
+    create_time_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class MemoryBlockRow(Base):
+    """Every memory block a session carried, for exact replay: the block in force
+    just before message k was appended is the row with the greatest ``from_seq``
+    <= k (none: no block). Written in the transaction that changes the block."""
+
+    __tablename__ = "memory_blocks"
+
+    session_id: Mapped[str] = mapped_column(ascii_id(SESSION_KEY_LENGTH), primary_key=True)
+    from_seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    """The session's last_seq + 1 when the block was selected (a later change at the
+    same last_seq replaces the row)."""
+    memory_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
+    """The block as sessions.memory_json holds it (NULL: an empty block)."""
     create_time_us: Mapped[int] = mapped_column(BigInteger)
 
 

@@ -5,21 +5,45 @@ adds to its tenant's counter with a condition (``... WHERE sessions < limit``),
 so concurrent writers on any number of replicas can never overshoot: of two
 creates racing for the last slot, exactly one matches the row.
 
-The session count is always kept. The stored-bytes counter is kept while a
-bytes quota is configured (every replica must use the same settings) and
-recomputed from the sessions' own counters when a server starts with one.
+The session count is always kept (live sessions). The stored-bytes counter is
+kept while a bytes quota is configured (every replica must use the same
+settings) and recomputed from the rows when a server starts with one. It counts
+what the tenant stores: each session's ``stored_bytes`` (messages, settings
+revisions, checkpoints, idempotency records), each session's own state and the
+user and project states (``state_bytes``: their JSON, an empty one nothing), of
+live, archived and deleted sessions alike until they are purged.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, LargeBinary, case, cast, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store.errors import QuotaExceeded
-from ctxwarden.store.tables import S, T
+from ctxwarden.store.tables import PS, US, S, T
 from ctxwarden.store.upserts import insert_ignore
+
+
+def state_bytes(stored: str | None) -> int:
+    """The bytes a stored JSON state is charged: its UTF-8 size (an empty state,
+    NULL or ``{}``, nothing)."""
+    if not stored or stored == "{}":
+        return 0
+    return len(stored.encode("utf-8", "surrogatepass"))
+
+
+def state_bytes_sql(dialect: str, column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``state_bytes`` computed by the database (``dialect``: its name)."""
+    if dialect == "sqlite":
+        size: ColumnElement[Any] = func.length(cast(column, LargeBinary))
+    elif dialect == "postgresql":
+        size = func.octet_length(column)
+    else:
+        size = func.length(column)  # MySQL/MariaDB: bytes
+    return case((or_(column.is_(None), column == "{}"), 0), else_=size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,38 +87,52 @@ class TenantQuota:
         raise QuotaExceeded("stored_bytes", used, self.max_stored_bytes)
 
     async def add_bytes(self, conn: AsyncConnection, tenant: str, added: int) -> None:
-        """Count ``added`` stored bytes or raise QuotaExceeded (nothing counted)."""
+        """Count ``added`` stored bytes or raise QuotaExceeded (nothing counted).
+        A negative ``added`` (a state made smaller) always fits."""
         if self.max_stored_bytes <= 0 or added == 0:
             return
-        result = await conn.execute(
-            update(T)
-            .where(
-                T.c.tenant_id == tenant,
-                T.c.stored_bytes + added <= self.max_stored_bytes,
-            )
-            .values(stored_bytes=T.c.stored_bytes + added)
-        )
-        if result.rowcount != 1:
+        q = update(T).where(T.c.tenant_id == tenant)
+        if added > 0:
+            q = q.where(T.c.stored_bytes + added <= self.max_stored_bytes)
+        result = await conn.execute(q.values(stored_bytes=T.c.stored_bytes + added))
+        if result.rowcount != 1 and added > 0:
             _, used = await self._used(conn, tenant)
             raise QuotaExceeded("stored_bytes", used, self.max_stored_bytes)
 
     @staticmethod
-    async def release(conn: AsyncConnection, tenant: str, stored_bytes: int) -> None:
-        """A session was deleted: it no longer counts."""
+    async def release(conn: AsyncConnection, tenant: str) -> None:
+        """A session was deleted: it no longer counts as a session. Its bytes are
+        still stored, so they count until it is purged (``give_back``)."""
+        await conn.execute(
+            update(T).where(T.c.tenant_id == tenant).values(sessions=T.c.sessions - 1)
+        )
+
+    @staticmethod
+    async def give_back(
+        conn: AsyncConnection, tenant: str, stored_bytes: int, sessions: int = 0
+    ) -> None:
+        """Purged rows no longer count: their bytes, and ``sessions`` live
+        (archived) sessions among them."""
         await conn.execute(
             update(T)
             .where(T.c.tenant_id == tenant)
-            .values(sessions=T.c.sessions - 1, stored_bytes=T.c.stored_bytes - stored_bytes)
+            .values(sessions=T.c.sessions - sessions, stored_bytes=T.c.stored_bytes - stored_bytes)
         )
 
     async def reconcile(self, engine: AsyncEngine) -> None:
-        """Recompute the bytes counters from the sessions (when a bytes quota is on)."""
+        """Recompute the bytes counters from the rows (when a bytes quota is on)."""
         if self.max_stored_bytes <= 0:
             return
-        live = (
-            select(func.coalesce(func.sum(S.c.stored_bytes), 0))
-            .where(S.c.tenant_id == T.c.tenant_id, S.c.delete_time_us == 0)
-            .scalar_subquery()
+        dialect = engine.dialect.name
+
+        def summed(table: Any, size: ColumnElement[Any]) -> Any:
+            query = select(func.coalesce(func.sum(size), 0))
+            return query.where(table.c.tenant_id == T.c.tenant_id).scalar_subquery()
+
+        total = (
+            summed(S, S.c.stored_bytes + state_bytes_sql(dialect, S.c.state_json))
+            + summed(US, state_bytes_sql(dialect, US.c.state_json))
+            + summed(PS, state_bytes_sql(dialect, PS.c.state_json))
         )
         async with engine.begin() as conn:
-            await conn.execute(update(T).values(stored_bytes=live))
+            await conn.execute(update(T).values(stored_bytes=total))

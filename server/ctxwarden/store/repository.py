@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ctxwarden.store import purge
 from ctxwarden.store.cluster import check_cluster_member
 from ctxwarden.store.compactions import CheckpointRepository
+from ctxwarden.store.engine import append_engine
 from ctxwarden.store.errors import boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.group_commit import GroupCommitter
@@ -47,7 +48,10 @@ class Store:
         every append is its own transaction on a pooled connection). ``observe
         (operation, seconds, ok)`` times the group commit's statements, which bypass
         the engine's events. ``max_message_bytes`` bounds a message's stored body.
-        ``statement_timeout``: seconds an append may wait for the database (0: no bound)."""
+        ``statement_timeout``: seconds an append may wait for the database (0: no bound).
+        On MySQL/MariaDB the append writers have a pool of their own
+        (store/engine.py append_engine): only their connections accept the group
+        commit's multi-statement script."""
         self.engine = engine
         self.gate = WriteGate(engine)
         self.quota = quota or TenantQuota()
@@ -55,7 +59,7 @@ class Store:
             append_writers = 1 if engine.dialect.name == "sqlite" else 2
         self.versions = VersionReader(engine, statement_timeout)
         self.committer = GroupCommitter(
-            engine,
+            append_engine(engine, append_writers),
             gate=self.gate,
             writers=append_writers,
             observe=observe,
@@ -70,11 +74,13 @@ class Store:
         self.plans = PlanRepository(engine, self.gate)
         self.requests = RequestRepository(engine)
         self.states = StateRepository(engine, self.gate, self.quota)
-        self.memories = MemoryRepository(engine, self.gate)
+        self.memories = MemoryRepository(engine, self.gate, self.quota)
 
     async def close(self) -> None:
         await self.versions.close()
         await self.committer.close()
+        if self.committer.engine is not self.engine:
+            await self.committer.engine.dispose()
         await self.engine.dispose()
 
     @boundary

@@ -13,6 +13,7 @@ from ctxwarden.core.replay import (
     MessageRecord,
     RevisionMark,
     calibration_at,
+    memory_at,
     plan_replay,
     replay_messages,
     replay_session,
@@ -22,6 +23,7 @@ from ctxwarden.store import lineage
 from ctxwarden.store.checkpoint_codec import checkpoint_from_row
 from ctxwarden.store.codec import message_from_row, session_from_row, session_with_settings
 from ctxwarden.store.lineage import Segment
+from ctxwarden.store.memory_blocks import block_at
 from ctxwarden.store.tables import C, M, S, V
 
 
@@ -103,7 +105,9 @@ async def replay_snapshot(engine: AsyncEngine, session_id: str, as_of_seq: int) 
         messages = await _messages(conn, chain, plan.seqs)
         settings = await _settings(conn, base, plan.revision)
         changes = await _calibration_changes(conn, chain, as_of_seq)
-    session = replay_session(plan, base, settings, calibration_at(changes, as_of_seq))
+        blocks = await block_at(conn, sid, as_of_seq)
+    memory = memory_at(blocks, as_of_seq)
+    session = replay_session(plan, base, settings, calibration_at(changes, as_of_seq), memory)
     return Snapshot(session, plan.checkpoint, list(replay_messages(plan, messages)))
 
 

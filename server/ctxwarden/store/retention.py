@@ -1,11 +1,11 @@
 """The retention rules' statements: count or purge the archived sessions, the
 deleted sessions and the idempotency records a rule names, per tenant.
 
-Deleted sessions are purged by store.purge (one rule for what a purge of a
-deleted session may remove). Archived sessions are live sessions: purging one
-also gives its session and its bytes back to the tenant's quota counters.
-Purging idempotency records gives their bytes back to their session (and to
-the tenant, while the session is live). Every statement names the rows by
+Deleted and archived sessions are purged by store.purge (one rule for what a
+purge of a session may remove, and for the bytes it gives back to the tenant's
+quota counters; an archived session is a live one, so it also stops counting as
+a session). Purging idempotency records gives their bytes back to their session
+and its tenant. Every statement names the rows by
 equality or by the rule's own columns, never by pattern; batches keep locks short.
 """
 
@@ -92,45 +92,28 @@ async def apply(gate: WriteGate, cut: Cutoff) -> Counter[str]:
 
 
 async def _purge_archived(gate: WriteGate, cut: Cutoff) -> Counter[str]:
-    """One transaction per batch; a session unarchived meanwhile is kept (the
-    delete re-checks the rule on the row)."""
+    """One transaction per batch; a session unarchived meanwhile, or forked
+    (a fork reads from it), is kept: each is locked and checked again first."""
     done: Counter[str] = Counter()
     while True:
         async with gate.begin() as conn:
-            rows = (
+            found = (
                 await conn.execute(
-                    select(S.c.session_id, S.c.tenant_id, S.c.stored_bytes)
+                    select(S.c.session_id)
                     # A session a fork still reads from is kept (as purge_deleted does).
                     .where(_archived(cut), ~purge.has_forks())
                     .order_by(S.c.archive_time_us)
                     .limit(BATCH)
                 )
             ).all()
-            if not rows:
+            if not found:
                 return done
-            gone: list[str] = []
-            freed: Counter[str] = Counter()
-            removed: Counter[str] = Counter()
-            for row in rows:
-                sid = str(row.session_id)
-                deleted = await conn.execute(
-                    S.delete().where(S.c.session_id == sid, _archived(cut))
-                )
-                if deleted.rowcount == 1:
-                    gone.append(sid)
-                    freed[str(row.tenant_id)] += int(row.stored_bytes)
-                    removed[str(row.tenant_id)] += 1
-            if gone:
-                for table in purge.CHILDREN:
-                    await conn.execute(table.delete().where(table.c.session_id.in_(gone)))
-            for tenant, n in removed.items():  # as TenantQuota.release, once per tenant
-                await conn.execute(
-                    update(T)
-                    .where(T.c.tenant_id == tenant)
-                    .values(
-                        sessions=T.c.sessions - n, stored_bytes=T.c.stored_bytes - freed[tenant]
-                    )
-                )
+            rows = await purge.lock_purgeable(
+                conn, [str(r.session_id) for r in found], _archived(cut)
+            )
+            if not rows:
+                continue  # each changed meanwhile: the next read skips it
+            removed = await purge.remove(conn, rows)
         done.update(removed)
 
 
@@ -184,17 +167,16 @@ def _charged_session(r: Any) -> str:
 
 
 async def _give_back(conn: AsyncConnection, freed: Counter[str]) -> None:
-    """Take the purged records' bytes off their sessions (and live ones' tenants)."""
+    """Take the purged records' bytes off their sessions and their tenants."""
     keys: Sequence[str] = sorted(k for k in freed if k)
     if not keys:
         return
+    # Deleted sessions too: their bytes count for their tenant until purged.
     live = {
         str(r.session_id): str(r.tenant_id)
         for r in (
             await conn.execute(
-                select(S.c.session_id, S.c.tenant_id).where(
-                    S.c.session_id.in_(keys), S.c.delete_time_us == 0
-                )
+                select(S.c.session_id, S.c.tenant_id).where(S.c.session_id.in_(keys))
             )
         ).all()
     }

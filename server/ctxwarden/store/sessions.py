@@ -18,6 +18,7 @@ from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.checkpoint_codec import checkpoint_bytes, checkpoint_row_values
 from ctxwarden.store.codec import (
+    memory_json,
     revision_bytes,
     session_from_row,
     session_row_values,
@@ -25,9 +26,11 @@ from ctxwarden.store.codec import (
 )
 from ctxwarden.store.errors import ConcurrentWrite, boundary, is_conflict
 from ctxwarden.store.gate import WriteGate
-from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.locks import lock_sessions
+from ctxwarden.store.memory_blocks import block_row_bytes, record_block, record_change
+from ctxwarden.store.quota import TenantQuota, state_bytes
 from ctxwarden.store.records import RequestRecord, compare_and_set, record_bytes, record_values
-from ctxwarden.store.tables import C, M, P, R, S, V
+from ctxwarden.store.tables import MB, C, M, P, R, S, V
 from ctxwarden.store.version_reader import VersionReader
 
 
@@ -69,8 +72,8 @@ class SessionRepository:
         quota is used up (nothing is written).
 
         A deleted session with the same ID is moved out of the way first: its
-        rows (and those of its messages, checkpoints, plans, revisions and
-        idempotency records) get the key ``ID#DELETE_TIME``, which no request
+        rows (and those of its messages, checkpoints, plans, revisions, memory
+        blocks and idempotency records) get the key ``ID#DELETE_TIME``, which no request
         can name, so they stay for audit and purge but are never visible again.
         The new session's version continues after the deleted one's, so no
         replica mistakes its copy of the old session for the new one.
@@ -79,9 +82,12 @@ class SessionRepository:
         the checkpoint in force where it was made: a row of its own (so a rewind
         in the fork can supersede it) that shows the original's ID. Raises
         ConcurrentWrite when the parent is no longer the live session created at
-        ``parent_created_us`` (deleted, or its ID used again meanwhile)."""
+        ``parent_created_us`` (deleted, purged, or its ID used again meanwhile);
+        the parent's row stays locked until the fork is committed."""
         stored = None if record is None else record_values(record)
         added = revision_bytes(session)
+        if session.memory:  # the first row of its block's history
+            added += block_row_bytes(memory_json(session.memory))
         if stored is not None:
             added += record_bytes(stored)
         copy = None
@@ -99,7 +105,8 @@ class SessionRepository:
                     if session.parent_session_id:
                         await self._check_parent(conn, session.parent_session_id, parent_created_us)
                     reused = await self._deleted_exists(conn, session.session_id)
-                    await self.quota.claim_session(conn, tenant_of(session.session_id), added)
+                    charged = added + state_bytes(session_row_values(session)["state_json"])
+                    await self.quota.claim_session(conn, tenant_of(session.session_id), charged)
                     created = await self._retire_deleted(conn, session) if reused else session
                     current = inherited.compaction_id if inherited is not None else ""
                     await conn.execute(
@@ -110,6 +117,14 @@ class SessionRepository:
                         )
                     )
                     await self._revision(conn, created)
+                    if created.memory:
+                        await record_block(
+                            conn,
+                            created.session_id,
+                            created.last_seq + 1,
+                            created.memory,
+                            created.create_time_us,
+                        )
                     if copy is not None:
                         await conn.execute(insert(C).values(**copy))
                     if stored is not None:
@@ -123,9 +138,11 @@ class SessionRepository:
 
     @staticmethod
     async def _check_parent(conn: AsyncConnection, parent: str, created_us: int) -> None:
-        query = select(S.c.create_time_us).where(S.c.session_id == parent, S.c.delete_time_us == 0)
-        row = (await conn.execute(query)).first()
-        if row is None or int(row.create_time_us) != created_us:
+        """Lock the parent's row (a purge locks it too before it removes a session
+        no fork reads from: store/locks.py), then check it is still there."""
+        live = and_(S.c.session_id == parent, S.c.delete_time_us == 0)
+        rows = await lock_sessions(conn, live, S.c.create_time_us)
+        if not rows or int(rows[0].create_time_us) != created_us:
             raise ConcurrentWrite(parent)
 
     @staticmethod
@@ -151,7 +168,7 @@ class SessionRepository:
         if row is None:
             return session  # taken meanwhile: the INSERT raises DuplicateKey
         retired = retired_key(sid, int(row.delete_time_us))
-        for table in (M, C, P, V, R):
+        for table in (M, C, P, V, R, MB):
             await conn.execute(
                 update(table).where(table.c.session_id == sid).values(session_id=retired)
             )
@@ -229,10 +246,12 @@ class SessionRepository:
         *,
         expected_version: int,
         token_counts: Sequence[tuple[int, int, str]] = (),
+        memory_changed: bool = False,
     ) -> None:
         """Write new settings if nothing changed the session since ``expected_version``
         (else ConcurrentWrite). ``token_counts`` re-records (seq, count, tokenizer)
-        after a tokenizer change."""
+        after a tokenizer change; ``memory_changed``: the settings selected a new
+        memory block (recorded in its history)."""
         values = session_row_values(session)
         for key in (
             "session_id",
@@ -252,6 +271,8 @@ class SessionRepository:
             await compare_and_set(conn, session.session_id, expected_version, values)
             await self.quota.add_bytes(conn, tenant_of(session.session_id), added)
             await self._revision(conn, session)
+            if memory_changed:
+                await record_change(conn, session, self.quota)
             for seq, count, spec in token_counts:
                 await conn.execute(
                     update(M)
@@ -283,15 +304,6 @@ class SessionRepository:
     @boundary
     async def delete(self, session_id: str, now_us: int) -> bool:
         async with self.gate.begin() as conn:
-            row = (
-                await conn.execute(
-                    select(S.c.stored_bytes).where(
-                        S.c.session_id == session_id, S.c.delete_time_us == 0
-                    )
-                )
-            ).first()
-            if row is None:
-                return False
             result = await conn.execute(
                 update(S)
                 .where(S.c.session_id == session_id, S.c.delete_time_us == 0)
@@ -299,5 +311,6 @@ class SessionRepository:
             )
             if result.rowcount != 1:
                 return False
-            await self.quota.release(conn, tenant_of(session_id), int(row.stored_bytes))
+            # Its bytes stay stored, and counted, until it is purged (store/purge.py).
+            await self.quota.release(conn, tenant_of(session_id))
         return True

@@ -11,11 +11,12 @@ user's state never lose each other's keys.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.state import (
@@ -28,7 +29,7 @@ from ctxwarden.core.state import (
 from ctxwarden.store.errors import TooLarge, boundary
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.group_commit import AppendOp
-from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.quota import TenantQuota, state_bytes
 from ctxwarden.store.records import advance
 from ctxwarden.store.tables import PS, US, M, R, S
 from ctxwarden.store.upserts import insert_ignore
@@ -89,6 +90,13 @@ class StateRepository:
                 for table, key in shared:
                     await _ensure(conn, table, key, now)
         async with self.gate.begin() as conn:
+            # The state it replaces (if the session moved on meanwhile, the
+            # compare-and-set below fails and nothing is counted).
+            before = (
+                await conn.execute(
+                    select(S.c.state_json).where(S.c.session_id == op.session.session_id)
+                )
+            ).scalar()
             await advance(
                 conn,
                 op.session,
@@ -96,16 +104,20 @@ class StateRepository:
                 stored_bytes=S.c.stored_bytes + op.added_bytes,
                 state_json=state,
             )
-            await self.quota.add_bytes(conn, op.tenant, op.added_bytes)
             if op.rows:
                 await conn.execute(insert(M), list(op.rows))
             if op.record_values is not None:
                 await conn.execute(insert(R).values(**op.record_values))
-            # Always project before user: two transactions lock in the same order.
+            charged = op.added_bytes + state_bytes(state) - state_bytes(before)
+            # Always project before user: two transactions lock in the same order
+            # (and the tenant's counter last, as every write does).
             if delta.project is not None:
-                await _merge(conn, PS, _project_key(owner), delta.project, "project", now)
+                charged += await _merge(
+                    conn, PS, _project_key(owner), delta.project, "project", now
+                )
             if delta.user is not None:
-                await _merge(conn, US, _user_key(owner), delta.user, "user", now)
+                charged += await _merge(conn, US, _user_key(owner), delta.user, "user", now)
+            await self.quota.add_bytes(conn, op.tenant, charged)
 
 
 def _user_key(owner: StateOwner) -> dict[str, str]:
@@ -144,14 +156,47 @@ async def _merge(
     delta: Mapping[str, Any],
     scope: str,
     now_us: int,
-) -> None:
+) -> int:
+    """Merge ``delta`` into the row of ``key``; returns the bytes it adds (< 0:
+    frees). A row purged since ``_ensure`` (its owner's last session went) is
+    written again."""
     stored = await _read(conn, table, key, lock=True)
     merged = encode_state(merge_state(decode_state(stored), delta))
     size = len(merged.encode("utf-8", "surrogatepass"))
     if size > MAX_STATE_BYTES:
         raise TooLarge(f"state_delta.{scope}", size, MAX_STATE_BYTES)
-    await conn.execute(
-        update(table)
-        .where(*(table.c[k] == v for k, v in key.items()))
-        .values(state_json=merged, update_time_us=now_us)
-    )
+    if stored is None:
+        await conn.execute(insert(table).values(**key, state_json=merged, update_time_us=now_us))
+    else:
+        await conn.execute(
+            update(table)
+            .where(*(table.c[k] == v for k, v in key.items()))
+            .values(state_json=merged, update_time_us=now_us)
+        )
+    return state_bytes(merged) - state_bytes(stored)
+
+
+async def purge_orphans(conn: AsyncConnection, owners: Iterable[StateOwner]) -> Counter[str]:
+    """After the sessions of ``owners`` were purged: remove each user state no
+    session of its (tenant, project, user) has any more, and each project state
+    no session of its (tenant, project) has (live, archived or deleted sessions
+    all keep them). Returns the bytes freed, by tenant."""
+    freed: Counter[str] = Counter()
+    users = sorted({(o.tenant_id, o.project_id, o.user_id) for o in owners})
+    shared = [(PS, _project_key(StateOwner(t, p, ""))) for t, p in sorted({u[:2] for u in users})]
+    shared += [(US, _user_key(StateOwner(*u))) for u in users]  # project first, as appends
+    for table, key in shared:
+        if await _owned(conn, key):
+            continue
+        stored = await _read(conn, table, key, lock=True)
+        if stored is None:
+            continue
+        await conn.execute(delete(table).where(*(table.c[k] == v for k, v in key.items())))
+        freed[key["tenant_id"]] += state_bytes(stored)
+    return freed
+
+
+async def _owned(conn: AsyncConnection, key: dict[str, str]) -> bool:
+    """Whether a session of the owner ``key`` names is stored."""
+    query = select(S.c.session_id).where(*(S.c[k] == v for k, v in key.items())).limit(1)
+    return (await conn.execute(query)).first() is not None

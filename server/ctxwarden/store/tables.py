@@ -12,6 +12,7 @@ from sqlalchemy import Table
 from ctxwarden.store.models import (
     CompactionPlanRow,
     CompactionRow,
+    MemoryBlockRow,
     MemoryRow,
     MessageRow,
     ProjectStateRow,
@@ -42,3 +43,5 @@ PS = cast(Table, ProjectStateRow.__table__)
 """project_states (state shared by a project's sessions)"""
 MM = cast(Table, MemoryRow.__table__)
 """memories (long-term memory)"""
+MB = cast(Table, MemoryBlockRow.__table__)
+"""memory_blocks (every memory block of a session, for replay)"""

@@ -1,8 +1,8 @@
 """Export and import of one session's stored rows (``ctxwarden export``/``import``).
 
-Export reads the session row, its settings revisions, its checkpoints and its
-messages in one read transaction (a consistent snapshot), messages in pages by
-seq, so memory stays bounded whatever the history's length.
+Export reads the session row, its settings revisions, its memory blocks, its
+checkpoints and its messages in one read transaction (a consistent snapshot),
+messages in pages by seq, so memory stays bounded whatever the history's length.
 
 Import writes a whole session in one transaction: a failure anywhere (a bad
 record, a taken ID, a truncated file) rolls everything back, so no half
@@ -31,13 +31,16 @@ from ctxwarden.store.codec import session_from_row
 from ctxwarden.store.errors import DuplicateKey, boundary
 from ctxwarden.store.lineage import as_seen, chain_of
 from ctxwarden.store.lineage import where as lineage_where
-from ctxwarden.store.quota import TenantQuota
+from ctxwarden.store.memory_blocks import block_rows
+from ctxwarden.store.quota import TenantQuota, state_bytes
 from ctxwarden.store.sessions import SessionRepository
-from ctxwarden.store.tables import C, M, S, V
+from ctxwarden.store.tables import MB, C, M, S, V
 from ctxwarden.store.transfer_format import (
     Record,
     checkpoint_record,
     checkpoint_row,
+    memory_block_record,
+    memory_block_row,
     message_record_of,
     message_row,
     revision_record,
@@ -58,8 +61,8 @@ class SessionNotFound(LookupError):
 
 
 async def export_records(engine: AsyncEngine, key: str) -> AsyncIterator[Record]:
-    """The records of a live session, in file order: session, revisions,
-    checkpoints, messages (by seq). Raises SessionNotFound."""
+    """The records of a live session, in file order: session, revisions, memory
+    blocks, checkpoints, messages (by seq). Raises SessionNotFound."""
     async with engine.connect() as conn, conn.begin():
         row = await _live(conn, key)
         if row is None:
@@ -113,6 +116,8 @@ async def _session_records(conn: AsyncConnection, row: Any) -> AsyncIterator[Rec
     revisions = await conn.execute(select(V).where(V.c.session_id == key).order_by(V.c.revision))
     for r in revisions.all():
         yield revision_record(dict(r._mapping))
+    for block in await block_rows(conn, key):  # a fork's own: from its fork point on
+        yield memory_block_record(block)
     checkpoints = await conn.execute(
         select(C).where(C.c.session_id == key).order_by(C.c.created_at, C.c.compaction_id)
     )
@@ -143,6 +148,7 @@ class ImportResult:
     messages: int = 0
     revisions: int = 0
     checkpoints: int = 0
+    memory_blocks: int = 0
     renamed_checkpoints: dict[str, str] = field(default_factory=dict)
     """Source checkpoint ID -> the new ID it got (only IDs already taken)."""
 
@@ -189,7 +195,8 @@ class _Writer:
             if not 0 <= parent_seq <= min(self.written.last_seq[parent], int(values["last_seq"])):
                 raise ValueError(f"fork {key!r}: parent_seq {parent_seq} is out of range")
             values.update(parent_key=parent, parent_seq=parent_seq, fork_seq=parent_seq + 1)
-        await quota.claim_session(self.conn, tenant_of(key), int(values["stored_bytes"]))
+        charged = int(values["stored_bytes"]) + state_bytes(values.get("state_json"))
+        await quota.claim_session(self.conn, tenant_of(key), charged)
         # A deleted session of that ID moves out of the way, as on CreateSession.
         retired = await SessionRepository._retire_deleted(
             self.conn, session_from_row(SimpleNamespace(**values))
@@ -205,6 +212,10 @@ class _Writer:
     async def revision(self, record: Mapping[str, Any]) -> None:
         await self.conn.execute(insert(V).values(**revision_row(record, self.result.key)))
         self.result.revisions += 1
+
+    async def memory_block(self, record: Mapping[str, Any]) -> None:
+        await self.conn.execute(insert(MB).values(**memory_block_row(record, self.result.key)))
+        self.result.memory_blocks += 1
 
     async def checkpoint(self, record: Mapping[str, Any]) -> None:
         cid = str(record["compaction_id"])
@@ -271,6 +282,8 @@ class _Writer:
                 await self.checkpoint(record)
             elif kind == "revision":
                 await self.revision(record)
+            elif kind == "memory_block":
+                await self.memory_block(record)
             else:
                 raise ValueError(f"unexpected record type {kind!r}")
         await self.finish()
@@ -282,7 +295,8 @@ async def import_sessions(
     engine: AsyncEngine, sessions: Iterable[Incoming], *, quota: TenantQuota | None = None
 ) -> list[ImportResult]:
     """Write each session of ``sessions`` (records: a session record first, then
-    its revisions, checkpoints and messages in any order) in one transaction.
+    its revisions, memory blocks, checkpoints and messages in any order) in one
+    transaction.
     A fork's parent comes before it. Raises DuplicateKey when a live session
     has one of the keys, ValueError for records that do not fit together, and
     whatever a ``records`` raises (nothing is written then)."""

@@ -1,12 +1,12 @@
 """Stored rows <-> the records of a session export (``ctxwarden export``).
 
 A record is a JSON object with a ``type``: ``session``, ``revision``,
-``checkpoint`` or ``message``. Each holds every column of one stored row, with
-the encoded columns decoded (settings and bodies as JSON fields, bytes as
-base64), so that a record turns back into exactly the row it came from: an
-import writes the same values and the session builds the same model input.
-Keys (the tenant-scoped session key) are not part of a record; the importer
-chooses them.
+``memory_block``, ``checkpoint`` or ``message``. Each holds every column of one
+stored row, with the encoded columns decoded (settings and bodies as JSON
+fields, bytes as base64), so that a record turns back into exactly the row it
+came from: an import writes the same values and the session builds the same
+model input. Keys (the tenant-scoped session key) are not part of a record; the
+importer chooses them.
 """
 
 from __future__ import annotations
@@ -85,8 +85,25 @@ def session_record(row: Mapping[str, Any]) -> Record:
         "labels": json.loads(row["labels_json"]),
         "calibration": {"ratio": calibration["r"], "samples": calibration["n"]},
         "state": json.loads(state) if state else {},
+        **_memory(row.get("memory_json")),
         **_lineage(row),
     }
+
+
+def _memory(value: str | None) -> Record:
+    """The frozen memory block (only when the session has one: a session
+    without exports as before)."""
+    if not value:
+        return {}
+    block = json.loads(value)
+    return {"memory": {"text": block["text"], "memory_ids": list(block["ids"])}}
+
+
+def _memory_json(memory: Mapping[str, Any] | None) -> str | None:
+    """A record's memory block as the store holds it (None: no block)."""
+    if not memory or not memory.get("text"):
+        return None
+    return compact_json({"text": memory["text"], "ids": list(memory["memory_ids"])})
 
 
 def _lineage(row: Mapping[str, Any]) -> Record:
@@ -118,6 +135,7 @@ def session_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
         "labels_json": compact_json(record["labels"]),
         "calibration_json": compact_json({"n": calibration["samples"], "r": calibration["ratio"]}),
         "state_json": compact_json(state) if state else None,
+        "memory_json": _memory_json(record.get("memory")),
         "delete_time_us": 0,
     }
 
@@ -151,6 +169,32 @@ def revision_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
     }
 
 
+# -- memory blocks -----------------------------------------------------------
+
+
+def memory_block_record(row: Mapping[str, Any]) -> Record:
+    """A block of the session's history, in force from ``from_seq`` on (an
+    empty block: ``text`` "")."""
+    value = row["memory_json"]
+    block = json.loads(value) if value else {"text": "", "ids": []}
+    return {
+        "type": "memory_block",
+        "from_seq": row["from_seq"],
+        "create_time_us": row["create_time_us"],
+        "text": block["text"],
+        "memory_ids": list(block["ids"]),
+    }
+
+
+def memory_block_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {
+        "session_id": key,
+        "from_seq": int(record["from_seq"]),
+        "create_time_us": int(record["create_time_us"]),
+        "memory_json": _memory_json(record),
+    }
+
+
 # -- checkpoints -------------------------------------------------------------
 
 
@@ -167,7 +211,13 @@ def checkpoint_record(row: Mapping[str, Any]) -> Record:
         "superseded_at_seq": row["superseded_at_seq"],
         "create_time_us": row["created_at"],
         "details": json.loads(row["details_json"] or "{}"),
+        **_loss_report(row.get("loss_report_json")),
     }
+
+
+def _loss_report(text: str | None) -> Record:
+    """The checkpoint's loss report, when it has one (an optional key)."""
+    return {"loss_report": json.loads(text)} if text else {}
 
 
 def checkpoint_row(record: Mapping[str, Any], key: str, compaction_id: str) -> dict[str, Any]:
@@ -182,6 +232,9 @@ def checkpoint_row(record: Mapping[str, Any], key: str, compaction_id: str) -> d
         "superseded_at_seq": record["superseded_at_seq"],
         "created_at": record["create_time_us"],
         "details_json": compact_json(record["details"]),
+        "loss_report_json": (
+            compact_json(record["loss_report"]) if record.get("loss_report") else None
+        ),
     }
 
 

@@ -1,8 +1,9 @@
 """The ctxwarden session file: JSON Lines, one record a line.
 
-    {"format": "ctxwarden.session", "version": 1, ...}      header
+    {"format": "ctxwarden.session", "version": 2, ...}      header
     {"type": "session", ...}                                 the session row
     {"type": "revision", ...}*                               settings revisions
+    {"type": "memory_block", ...}*                           memory block history (v2)
     {"type": "checkpoint", ...}*                             compaction checkpoints
     {"type": "message", ...}*                                every message, by seq
     {"type": "end", "messages": N, ...}                      trailer (counts)
@@ -11,6 +12,10 @@ Both directions stream: the writer gets records one at a time, the reader
 parses one line at a time. A file without its trailer, or whose counts differ
 from the trailer's, is refused while it is read (so the import, one
 transaction, is rolled back).
+
+Version 2 added the memory block (the session record's ``memory``) and its
+history (``memory_block`` records, counted in the trailer); files of version 1
+are still read (their sessions have no block).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from datetime import UTC, datetime
 from typing import IO, Any, cast
 
 FORMAT = "ctxwarden.session"
-VERSION = 1
-COUNTED = ("revision", "checkpoint", "message")
+VERSION = 2
+COUNTED = ("revision", "memory_block", "checkpoint", "message")
+COUNTED_BY_VERSION = {1: ("revision", "checkpoint", "message"), 2: COUNTED}
+"""The record kinds each version's trailer counts (the versions read)."""
 
 Record = dict[str, Any]
 
@@ -45,7 +52,7 @@ def header(session_id: str, tenant: str) -> Record:
         "version": VERSION,
         "exported_time": datetime.now(UTC).isoformat(timespec="milliseconds"),
         "source": {"session_id": session_id, "tenant": tenant},
-        "records": ["session", "revision*", "checkpoint*", "message*", "end"],
+        "records": ["session", "revision*", "memory_block*", "checkpoint*", "message*", "end"],
     }
 
 
@@ -75,9 +82,11 @@ def read(lines: Iterable[str]) -> Iterator[Record]:
         head = None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise BadExport(f'not a {FORMAT} file (first line has no "format": "{FORMAT}")')
-    if head.get("version") != VERSION:
+    version = head.get("version")
+    counted = COUNTED_BY_VERSION.get(version) if isinstance(version, int) else None
+    if counted is None:
         raise BadExport(f"{FORMAT} version {head.get('version')!r} is not supported")
-    counts = dict.fromkeys(COUNTED, 0)
+    counts = dict.fromkeys(counted, 0)
     for n, line in enumerate(it, start=2):
         if not line.strip():
             continue
@@ -87,7 +96,7 @@ def read(lines: Iterable[str]) -> Iterator[Record]:
             raise BadExport(f"line {n} is not JSON: {exc}") from None
         kind = record.get("type") if isinstance(record, dict) else None
         if kind == "end":
-            expected = {k: record.get(f"{k}s") for k in COUNTED}
+            expected = {k: record.get(f"{k}s") for k in counted}
             if expected != counts:
                 raise BadExport(f"the trailer counts {expected}, the file holds {counts}")
             return

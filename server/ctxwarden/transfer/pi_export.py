@@ -82,6 +82,7 @@ def pi_summary(record: Record, pinned_state: str) -> str:
         turn_prefix_summary=d.get("turn_prefix_summary", ""),
         read_files=tuple(d.get("read_files", ())),
         modified_files=tuple(d.get("modified_files", ())),
+        preserved_anchors=d.get("preserved_anchors", ""),  # shown in the pinned state
     )
     text = summary_text(checkpoint, pinned_state)
     body, _, rest = text[len(SUMMARY_HEAD) :].partition("\n</summary>")

@@ -8,7 +8,7 @@ import type { CreateMemoryRequestSchema, DeleteMemoryRequestSchema, GetMemoryReq
 import { file_ctxwarden_v1_memory } from "./memory_pb.js";
 import type { Message as Message$1 } from "./message_pb.js";
 import { file_ctxwarden_v1_message } from "./message_pb.js";
-import type { Session, SessionSchema, ToolDefinition } from "./session_pb.js";
+import type { AnchorCategory, Session, SessionSchema, ToolDefinition } from "./session_pb.js";
 import { file_ctxwarden_v1_session } from "./session_pb.js";
 import type { Duration, EmptySchema, FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/context_service.proto.
  */
 export const file_ctxwarden_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJjdHh3YXJkZW4vdjEvY29udGV4dF9zZXJ2aWNlLnByb3RvEgxjdHh3YXJkZW4udjEiZgoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoHc2Vzc2lvbhgBIAEoCzIVLmN0eHdhcmRlbi52MS5TZXNzaW9uEhIKCnNlc3Npb25faWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIpMBChNMaXN0U2Vzc2lvbnNSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkSEgoKcHJvamVjdF9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCRIZChFwYXJlbnRfc2Vzc2lvbl9pZBgFIAEoCRIVCg1zaG93X2FyY2hpdmVkGAYgASgIIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn0KFFVwZGF0ZVNlc3Npb25SZXF1ZXN0EiYKB3Nlc3Npb24YASABKAsyFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSDAoEZXRhZxgDIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIvYBChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCghtZXNzYWdlcxgCIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCRInCgR2aWV3GAUgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3Ei0KC3N0YXRlX2RlbHRhGAYgASgLMhguY3R4d2FyZGVuLnYxLlN0YXRlRGVsdGFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIocBCgpTdGF0ZURlbHRhEigKB3Nlc3Npb24YASABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiUKBHVzZXIYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EigKB3Byb2plY3QYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IooCChhBcHBlbmRNb2RlbE91dHB1dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIuCgZmb3JtYXQYAiABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIXCg1yZXNwb25zZV9qc29uGAMgASgJSAASFAoKaXRlbXNfanNvbhgEIAEoCUgAEhIKCnJlcXVlc3RfaWQYBSABKAkSHgoRZXhwZWN0ZWRfbGFzdF9zZXEYBiABKANIAYgBARInCgR2aWV3GAcgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3QggKBm91dHB1dEIUChJfZXhwZWN0ZWRfbGFzdF9zZXEiawoWQXBwZW5kTWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhAKCGxhc3Rfc2VxGAIgASgDEhYKDmNvbnRleHRfdG9rZW5zGAMgASgDItkBChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGwoTaW5jbHVkZV9yb2xsZWRfYmFjaxgEIAEoCBIUCgxuZXdlc3RfZmlyc3QYBSABKAgSFgoJYWZ0ZXJfc2VxGAYgASgDSACIAQESLgoKYWZ0ZXJfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDAoKX2FmdGVyX3NlcSJYChRMaXN0TWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKNAgoWQnVpbGRNb2RlbElucHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKEW1heF9vdXRwdXRfdG9rZW5zGAIgASgDEhQKDGF1dG9fY29tcGFjdBgDIAEoCBIuCgZmb3JtYXQYBCABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIWCglhc19vZl9zZXEYBSABKANIAIgBARIUCgxyZXN1bWVfdG9rZW4YBiABKAkSKgoEdmlldxgHIAEoDjIcLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0VmlldxIWCg5yZWZyZXNoX21lbW9yeRgIIAEoCEIMCgpfYXNfb2Zfc2VxItACCg5Ub2tlbkJyZWFrZG93bhIVCg1zeXN0ZW1fdG9rZW5zGAEgASgDEhQKDHRvb2xzX3Rva2VucxgCIAEoAxIWCg5zdW1tYXJ5X3Rva2VucxgDIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMSFgoOY29udGV4dF93aW5kb3cYBiABKAMSHAoUY29tcGFjdGlvbl90aHJlc2hvbGQYByABKAMSEQoJZXN0aW1hdGVkGAggASgIEh0KFWFuY2hvcmVkX3RvdGFsX3Rva2VucxgJIAEoAxIcChRlc3RpbWF0ZV9lcnJvcl9yYXRpbxgKIAEoARIuCgZtZXRob2QYCyABKA4yHi5jdHh3YXJkZW4udjEuVG9rZW5Db3VudE1ldGhvZBIVCg1tZW1vcnlfdG9rZW5zGAwgASgDIjMKBk5vdGljZRIMCgRjb2RlGAEgASgJEgsKA3NlcRgCIAEoAxIOCgZkZXRhaWwYAyABKAki+AMKCk1vZGVsSW5wdXQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAIgASgJEisKBXRvb2xzGAMgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEicKCG1lc3NhZ2VzGAQgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USLAoGdG9rZW5zGAUgASgLMhwuY3R4d2FyZGVuLnYxLlRva2VuQnJlYWtkb3duEh4KFmNvbXBhY3Rpb25fcmVjb21tZW5kZWQYBiABKAgSFgoOZmlyc3Rfa2VwdF9zZXEYByABKAMSEAoIbGFzdF9zZXEYCCABKAMSFQoNY29tcGFjdGlvbl9pZBgJIAEoCRITCgtwcmVmaXhfaGFzaBgKIAEoCRIlCgdub3RpY2VzGAsgAygLMhQuY3R4d2FyZGVuLnYxLk5vdGljZRIPCgdzdW1tYXJ5GAwgASgJEhUKDXJlbmRlcmVkX2pzb24YDSABKAkSFAoMcmVzdW1lX3Rva2VuGA4gASgJEhcKD21lc3NhZ2VzX29mZnNldBgPIAEoAxIdChVyZW5kZXJlZF9wcmVmaXhfYnl0ZXMYECABKAMSFAoMbWVtb3J5X2Jsb2NrGBEgASgJEhIKCm1lbW9yeV9pZHMYEiADKAki3wEKE1JvbGxiYWNrVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgZ0b19zZXEYAiABKANIAIgBARIVCg1lcnJvcl9tZXNzYWdlGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSMwoOcHJvdmlkZXJfZXJyb3IYBSABKAsyGy5jdHh3YXJkZW4udjEuUHJvdmlkZXJFcnJvchIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoA0gBiAEBQgkKB190b19zZXFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIp0BCg1Qcm92aWRlckVycm9yEhMKC2h0dHBfc3RhdHVzGAEgASgFEgwKBGJvZHkYAiABKAkSOQoHaGVhZGVycxgDIAMoCzIoLmN0eHdhcmRlbi52MS5Qcm92aWRlckVycm9yLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKeAQoUUm9sbGJhY2tUdXJuUmVzcG9uc2USGAoQcm9sbGVkX2JhY2tfc2VxcxgBIAMoAxIsCgZhY3Rpb24YAiABKA4yHC5jdHh3YXJkZW4udjEuUmVjb3ZlcnlBY3Rpb24SLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcmVhc29uGAQgASgJIu0ECgpDb21wYWN0aW9uEhUKDWNvbXBhY3Rpb25faWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgdzdW1tYXJ5GAMgASgJEhsKE3R1cm5fcHJlZml4X3N1bW1hcnkYBCABKAkSFgoOZmlyc3Rfa2VwdF9zZXEYBSABKAMSFQoNdG9rZW5zX2JlZm9yZRgGIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYByABKAMSEgoKc3BsaXRfdHVybhgIIAEoCBISCgpyZWFkX2ZpbGVzGAkgAygJEhYKDm1vZGlmaWVkX2ZpbGVzGAogAygJEhIKCnN1bW1hcml6ZXIYCyABKAkSMAoHdHJpZ2dlchgMIAEoDjIfLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uVHJpZ2dlchIvCgtjcmVhdGVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc3VwZXJzZWRlZBgOIAEoCBIOCgZhdF9zZXEYDyABKAMSKAogdG9vbF9yZXN1bHRzX2NsZWFyZWRfdGhyb3VnaF9zZXEYFSABKAMSHAoUdG9vbF9yZXN1bHRzX2NsZWFyZWQYFiABKAMSIgoadG9vbF9yZXN1bHRfdG9rZW5zX2NsZWFyZWQYFyABKAMSFQoNY2xlYXJpbmdfb25seRgYIAEoCBIbChNwcm9wb3NlZF9tZW1vcnlfaWRzGBMgAygJEhUKDW1lbW9yeV90b2tlbnMYFCABKAMSLwoJbmV4dF9wbGFuGBAgASgLMhwuY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25QbGFuIpwBCg5Db21wYWN0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGluc3RydWN0aW9ucxgCIAEoCRIaChJrZWVwX3JlY2VudF90b2tlbnMYAyABKAMSEgoKcmVxdWVzdF9pZBgEIAEoCRIwCgd0cmlnZ2VyGAUgASgOMh8uY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25UcmlnZ2VyIkEKDVN1bW1hcnlQcm9tcHQSDgoGc3lzdGVtGAEgASgJEgwKBHVzZXIYAiABKAkSEgoKbWF4X3Rva2VucxgDIAEoAyKDAQoYUHJlcGFyZUNvbXBhY3Rpb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIhChlzdW1tYXJpemVyX2NvbnRleHRfd2luZG93GAQgASgDIq4DCg5Db21wYWN0aW9uUGxhbhIPCgdwbGFuX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFgoOZmlyc3Rfa2VwdF9zZXEYAyABKAMSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxISCgpzcGxpdF90dXJuGAUgASgIEhgKEHByZXZpb3VzX3N1bW1hcnkYBiABKAkSMwoOaGlzdG9yeV9wcm9tcHQYByABKAsyGy5jdHh3YXJkZW4udjEuU3VtbWFyeVByb21wdBI3ChJ0dXJuX3ByZWZpeF9wcm9tcHQYCCABKAsyGy5jdHh3YXJkZW4udjEuU3VtbWFyeVByb21wdBIvCgtleHBpcmVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoTc3VtbWFyaXplZF9mcm9tX3NlcRgKIAEoAxIZChFzdW1tYXJpemVkX3RvX3NlcRgLIAEoAxIMCgRzdGVwGAwgASgFEhIKCnN0ZXBfY291bnQYDSABKAUSIQoZc3VtbWFyaXplcl9jb250ZXh0X3dpbmRvdxgQIAEoAyKlAQoXQ29tbWl0Q29tcGFjdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdwbGFuX2lkGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSGwoTdHVybl9wcmVmaXhfc3VtbWFyeRgEIAEoCRI3ChFwcm9wb3NlZF9tZW1vcmllcxgFIAMoCzIcLmN0eHdhcmRlbi52MS5Qcm9wb3NlZE1lbW9yeSJTChZMaXN0Q29tcGFjdGlvbnNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiYQoXTGlzdENvbXBhY3Rpb25zUmVzcG9uc2USLQoLY29tcGFjdGlvbnMYASADKAsyGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiVgoUR2V0VG9vbE91dHB1dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNzZXEYAiABKAMSDgoGb2Zmc2V0GAMgASgDEg0KBWxpbWl0GAQgASgDImcKFUdldFRvb2xPdXRwdXRSZXNwb25zZRIPCgdjb250ZW50GAEgASgJEhMKC3RvdGFsX2J5dGVzGAIgASgDEhMKC3RvdGFsX2xpbmVzGAMgASgDEhMKC25leHRfb2Zmc2V0GAQgASgDIpoBChJDb3VudFRva2Vuc1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdG9rZW5pemVyGAIgASgJEicKCG1lc3NhZ2VzGAMgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USKwoFdG9vbHMYBCADKAsyHC5jdHh3YXJkZW4udjEuVG9vbERlZmluaXRpb24SDAoEdGV4dBgFIAEoCSKQAQoTQ291bnRUb2tlbnNSZXNwb25zZRIUCgx0b3RhbF90b2tlbnMYASABKAMSFgoObWVzc2FnZV90b2tlbnMYAiADKAMSEQoJdG9rZW5pemVyGAMgASgJEg0KBWV4YWN0GAQgASgIEhQKDHRvb2xzX3Rva2VucxgFIAEoAxITCgt0ZXh0X3Rva2VucxgGIAEoAyJkChJGb3JrU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZhdF9zZXEYAiABKAMSFgoObmV3X3Nlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCSIrChVBcmNoaXZlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSItChdVbmFyY2hpdmVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJKloKC01lc3NhZ2VWaWV3EhwKGE1FU1NBR0VfVklFV19VTlNQRUNJRklFRBAAEhUKEU1FU1NBR0VfVklFV19GVUxMEAESFgoSTUVTU0FHRV9WSUVXX0JBU0lDEAIqaQoOTW9kZWxJbnB1dFZpZXcSIAocTU9ERUxfSU5QVVRfVklFV19VTlNQRUNJRklFRBAAEhkKFU1PREVMX0lOUFVUX1ZJRVdfRlVMTBABEhoKFk1PREVMX0lOUFVUX1ZJRVdfQkFTSUMQAirsAQoQTW9kZWxJbnB1dEZvcm1hdBIiCh5NT0RFTF9JTlBVVF9GT1JNQVRfVU5TUEVDSUZJRUQQABIdChlNT0RFTF9JTlBVVF9GT1JNQVRfTkFUSVZFEAESIgoeTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9DSEFUEAISJwojTU9ERUxfSU5QVVRfRk9STUFUX09QRU5BSV9SRVNQT05TRVMQAxIpCiVNT0RFTF9JTlBVVF9GT1JNQVRfQU5USFJPUElDX01FU1NBR0VTEAQSHQoZTU9ERUxfSU5QVVRfRk9STUFUX0dFTUlOSRAFKpcBChBUb2tlbkNvdW50TWV0aG9kEiIKHlRPS0VOX0NPVU5UX01FVEhPRF9VTlNQRUNJRklFRBAAEhwKGFRPS0VOX0NPVU5UX01FVEhPRF9FWEFDVBABEh8KG1RPS0VOX0NPVU5UX01FVEhPRF9BTkNIT1JFRBACEiAKHFRPS0VOX0NPVU5UX01FVEhPRF9FU1RJTUFURUQQAyqNAQoOUmVjb3ZlcnlBY3Rpb24SHwobUkVDT1ZFUllfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGQoVUkVDT1ZFUllfQUNUSU9OX1JFVFJZEAESJQohUkVDT1ZFUllfQUNUSU9OX0NPTVBBQ1RfQU5EX1JFVFJZEAISGAoUUkVDT1ZFUllfQUNUSU9OX0ZBSUwQAyq8AQoRQ29tcGFjdGlvblRyaWdnZXISIgoeQ09NUEFDVElPTl9UUklHR0VSX1VOU1BFQ0lGSUVEEAASHQoZQ09NUEFDVElPTl9UUklHR0VSX01BTlVBTBABEiAKHENPTVBBQ1RJT05fVFJJR0dFUl9USFJFU0hPTEQQAhIfChtDT01QQUNUSU9OX1RSSUdHRVJfT1ZFUkZMT1cQAxIhCh1DT01QQUNUSU9OX1RSSUdHRVJfQkFDS0dST1VORBAEMpQQCg5Db250ZXh0U2VydmljZRJKCg1DcmVhdGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SRAoKR2V0U2Vzc2lvbhIfLmN0eHdhcmRlbi52MS5HZXRTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uElUKDExpc3RTZXNzaW9ucxIhLmN0eHdhcmRlbi52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEkoKDVVwZGF0ZVNlc3Npb24SIi5jdHh3YXJkZW4udjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJLCg1EZWxldGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5ElsKDkFwcGVuZE1lc3NhZ2VzEiMuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBokLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1Jlc3BvbnNlEl8KDlN0cmVhbU1lc3NhZ2VzEiMuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBokLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1Jlc3BvbnNlKAEwARJhChFBcHBlbmRNb2RlbE91dHB1dBImLmN0eHdhcmRlbi52MS5BcHBlbmRNb2RlbE91dHB1dFJlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJVCgxMaXN0TWVzc2FnZXMSIS5jdHh3YXJkZW4udjEuTGlzdE1lc3NhZ2VzUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5MaXN0TWVzc2FnZXNSZXNwb25zZRJRCg9CdWlsZE1vZGVsSW5wdXQSJC5jdHh3YXJkZW4udjEuQnVpbGRNb2RlbElucHV0UmVxdWVzdBoYLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0ElUKDFJvbGxiYWNrVHVybhIhLmN0eHdhcmRlbi52MS5Sb2xsYmFja1R1cm5SZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLlJvbGxiYWNrVHVyblJlc3BvbnNlEkEKB0NvbXBhY3QSHC5jdHh3YXJkZW4udjEuQ29tcGFjdFJlcXVlc3QaGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhJZChFQcmVwYXJlQ29tcGFjdGlvbhImLmN0eHdhcmRlbi52MS5QcmVwYXJlQ29tcGFjdGlvblJlcXVlc3QaHC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvblBsYW4SUwoQQ29tbWl0Q29tcGFjdGlvbhIlLmN0eHdhcmRlbi52MS5Db21taXRDb21wYWN0aW9uUmVxdWVzdBoYLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uEl4KD0xpc3RDb21wYWN0aW9ucxIkLmN0eHdhcmRlbi52MS5MaXN0Q29tcGFjdGlvbnNSZXF1ZXN0GiUuY3R4d2FyZGVuLnYxLkxpc3RDb21wYWN0aW9uc1Jlc3BvbnNlElgKDUdldFRvb2xPdXRwdXQSIi5jdHh3YXJkZW4udjEuR2V0VG9vbE91dHB1dFJlcXVlc3QaIy5jdHh3YXJkZW4udjEuR2V0VG9vbE91dHB1dFJlc3BvbnNlElIKC0NvdW50VG9rZW5zEiAuY3R4d2FyZGVuLnYxLkNvdW50VG9rZW5zUmVxdWVzdBohLmN0eHdhcmRlbi52MS5Db3VudFRva2Vuc1Jlc3BvbnNlEkYKC0ZvcmtTZXNzaW9uEiAuY3R4d2FyZGVuLnYxLkZvcmtTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uEkwKDkFyY2hpdmVTZXNzaW9uEiMuY3R4d2FyZGVuLnYxLkFyY2hpdmVTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uElAKEFVuYXJjaGl2ZVNlc3Npb24SJS5jdHh3YXJkZW4udjEuVW5hcmNoaXZlU2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJHCgxDcmVhdGVNZW1vcnkSIS5jdHh3YXJkZW4udjEuQ3JlYXRlTWVtb3J5UmVxdWVzdBoULmN0eHdhcmRlbi52MS5NZW1vcnkSQQoJR2V0TWVtb3J5Eh4uY3R4d2FyZGVuLnYxLkdldE1lbW9yeVJlcXVlc3QaFC5jdHh3YXJkZW4udjEuTWVtb3J5ElUKDExpc3RNZW1vcmllcxIhLmN0eHdhcmRlbi52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLkxpc3RNZW1vcmllc1Jlc3BvbnNlEkcKDFVwZGF0ZU1lbW9yeRIhLmN0eHdhcmRlbi52MS5VcGRhdGVNZW1vcnlSZXF1ZXN0GhQuY3R4d2FyZGVuLnYxLk1lbW9yeRJJCgxEZWxldGVNZW1vcnkSIS5jdHh3YXJkZW4udjEuRGVsZXRlTWVtb3J5UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_ctxwarden_v1_memory, file_ctxwarden_v1_message, file_ctxwarden_v1_session, file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiJjdHh3YXJkZW4vdjEvY29udGV4dF9zZXJ2aWNlLnByb3RvEgxjdHh3YXJkZW4udjEiZgoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoHc2Vzc2lvbhgBIAEoCzIVLmN0eHdhcmRlbi52MS5TZXNzaW9uEhIKCnNlc3Npb25faWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIpMBChNMaXN0U2Vzc2lvbnNSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAkSEgoKcHJvamVjdF9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCRIZChFwYXJlbnRfc2Vzc2lvbl9pZBgFIAEoCRIVCg1zaG93X2FyY2hpdmVkGAYgASgIIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIn0KFFVwZGF0ZVNlc3Npb25SZXF1ZXN0EiYKB3Nlc3Npb24YASABKAsyFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSDAoEZXRhZxgDIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIvYBChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCghtZXNzYWdlcxgCIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCRInCgR2aWV3GAUgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3Ei0KC3N0YXRlX2RlbHRhGAYgASgLMhguY3R4d2FyZGVuLnYxLlN0YXRlRGVsdGFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIocBCgpTdGF0ZURlbHRhEigKB3Nlc3Npb24YASABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiUKBHVzZXIYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EigKB3Byb2plY3QYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IooCChhBcHBlbmRNb2RlbE91dHB1dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIuCgZmb3JtYXQYAiABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIXCg1yZXNwb25zZV9qc29uGAMgASgJSAASFAoKaXRlbXNfanNvbhgEIAEoCUgAEhIKCnJlcXVlc3RfaWQYBSABKAkSHgoRZXhwZWN0ZWRfbGFzdF9zZXEYBiABKANIAYgBARInCgR2aWV3GAcgASgOMhkuY3R4d2FyZGVuLnYxLk1lc3NhZ2VWaWV3QggKBm91dHB1dEIUChJfZXhwZWN0ZWRfbGFzdF9zZXEiawoWQXBwZW5kTWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhAKCGxhc3Rfc2VxGAIgASgDEhYKDmNvbnRleHRfdG9rZW5zGAMgASgDItkBChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGwoTaW5jbHVkZV9yb2xsZWRfYmFjaxgEIAEoCBIUCgxuZXdlc3RfZmlyc3QYBSABKAgSFgoJYWZ0ZXJfc2VxGAYgASgDSACIAQESLgoKYWZ0ZXJfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDAoKX2FmdGVyX3NlcSJYChRMaXN0TWVzc2FnZXNSZXNwb25zZRInCghtZXNzYWdlcxgBIAMoCzIVLmN0eHdhcmRlbi52MS5NZXNzYWdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKNAgoWQnVpbGRNb2RlbElucHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKEW1heF9vdXRwdXRfdG9rZW5zGAIgASgDEhQKDGF1dG9fY29tcGFjdBgDIAEoCBIuCgZmb3JtYXQYBCABKA4yHi5jdHh3YXJkZW4udjEuTW9kZWxJbnB1dEZvcm1hdBIWCglhc19vZl9zZXEYBSABKANIAIgBARIUCgxyZXN1bWVfdG9rZW4YBiABKAkSKgoEdmlldxgHIAEoDjIcLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0VmlldxIWCg5yZWZyZXNoX21lbW9yeRgIIAEoCEIMCgpfYXNfb2Zfc2VxItACCg5Ub2tlbkJyZWFrZG93bhIVCg1zeXN0ZW1fdG9rZW5zGAEgASgDEhQKDHRvb2xzX3Rva2VucxgCIAEoAxIWCg5zdW1tYXJ5X3Rva2VucxgDIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgEIAEoAxIUCgx0b3RhbF90b2tlbnMYBSABKAMSFgoOY29udGV4dF93aW5kb3cYBiABKAMSHAoUY29tcGFjdGlvbl90aHJlc2hvbGQYByABKAMSEQoJZXN0aW1hdGVkGAggASgIEh0KFWFuY2hvcmVkX3RvdGFsX3Rva2VucxgJIAEoAxIcChRlc3RpbWF0ZV9lcnJvcl9yYXRpbxgKIAEoARIuCgZtZXRob2QYCyABKA4yHi5jdHh3YXJkZW4udjEuVG9rZW5Db3VudE1ldGhvZBIVCg1tZW1vcnlfdG9rZW5zGAwgASgDIjMKBk5vdGljZRIMCgRjb2RlGAEgASgJEgsKA3NlcRgCIAEoAxIOCgZkZXRhaWwYAyABKAki+AMKCk1vZGVsSW5wdXQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAIgASgJEisKBXRvb2xzGAMgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEicKCG1lc3NhZ2VzGAQgAygLMhUuY3R4d2FyZGVuLnYxLk1lc3NhZ2USLAoGdG9rZW5zGAUgASgLMhwuY3R4d2FyZGVuLnYxLlRva2VuQnJlYWtkb3duEh4KFmNvbXBhY3Rpb25fcmVjb21tZW5kZWQYBiABKAgSFgoOZmlyc3Rfa2VwdF9zZXEYByABKAMSEAoIbGFzdF9zZXEYCCABKAMSFQoNY29tcGFjdGlvbl9pZBgJIAEoCRITCgtwcmVmaXhfaGFzaBgKIAEoCRIlCgdub3RpY2VzGAsgAygLMhQuY3R4d2FyZGVuLnYxLk5vdGljZRIPCgdzdW1tYXJ5GAwgASgJEhUKDXJlbmRlcmVkX2pzb24YDSABKAkSFAoMcmVzdW1lX3Rva2VuGA4gASgJEhcKD21lc3NhZ2VzX29mZnNldBgPIAEoAxIdChVyZW5kZXJlZF9wcmVmaXhfYnl0ZXMYECABKAMSFAoMbWVtb3J5X2Jsb2NrGBEgASgJEhIKCm1lbW9yeV9pZHMYEiADKAki3wEKE1JvbGxiYWNrVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgZ0b19zZXEYAiABKANIAIgBARIVCg1lcnJvcl9tZXNzYWdlGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSMwoOcHJvdmlkZXJfZXJyb3IYBSABKAsyGy5jdHh3YXJkZW4udjEuUHJvdmlkZXJFcnJvchIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoA0gBiAEBQgkKB190b19zZXFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIp0BCg1Qcm92aWRlckVycm9yEhMKC2h0dHBfc3RhdHVzGAEgASgFEgwKBGJvZHkYAiABKAkSOQoHaGVhZGVycxgDIAMoCzIoLmN0eHdhcmRlbi52MS5Qcm92aWRlckVycm9yLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKeAQoUUm9sbGJhY2tUdXJuUmVzcG9uc2USGAoQcm9sbGVkX2JhY2tfc2VxcxgBIAMoAxIsCgZhY3Rpb24YAiABKA4yHC5jdHh3YXJkZW4udjEuUmVjb3ZlcnlBY3Rpb24SLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcmVhc29uGAQgASgJIqYFCgpDb21wYWN0aW9uEhUKDWNvbXBhY3Rpb25faWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIPCgdzdW1tYXJ5GAMgASgJEhsKE3R1cm5fcHJlZml4X3N1bW1hcnkYBCABKAkSFgoOZmlyc3Rfa2VwdF9zZXEYBSABKAMSFQoNdG9rZW5zX2JlZm9yZRgGIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYByABKAMSEgoKc3BsaXRfdHVybhgIIAEoCBISCgpyZWFkX2ZpbGVzGAkgAygJEhYKDm1vZGlmaWVkX2ZpbGVzGAogAygJEhIKCnN1bW1hcml6ZXIYCyABKAkSMAoHdHJpZ2dlchgMIAEoDjIfLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uVHJpZ2dlchIvCgtjcmVhdGVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc3VwZXJzZWRlZBgOIAEoCBIOCgZhdF9zZXEYDyABKAMSKAogdG9vbF9yZXN1bHRzX2NsZWFyZWRfdGhyb3VnaF9zZXEYFSABKAMSHAoUdG9vbF9yZXN1bHRzX2NsZWFyZWQYFiABKAMSIgoadG9vbF9yZXN1bHRfdG9rZW5zX2NsZWFyZWQYFyABKAMSFQoNY2xlYXJpbmdfb25seRgYIAEoCBIbChNwcm9wb3NlZF9tZW1vcnlfaWRzGBMgAygJEhUKDW1lbW9yeV90b2tlbnMYFCABKAMSLwoJbmV4dF9wbGFuGBAgASgLMhwuY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25QbGFuEjcKC2xvc3NfcmVwb3J0GBkgASgLMiIuY3R4d2FyZGVuLnYxLkNvbXBhY3Rpb25Mb3NzUmVwb3J0IlMKBkFuY2hvchIuCghjYXRlZ29yeRgBIAEoDjIcLmN0eHdhcmRlbi52MS5BbmNob3JDYXRlZ29yeRIMCgR0ZXh0GAIgASgJEgsKA3NlcRgDIAEoAyLwAQoTQW5jaG9yQ2F0ZWdvcnlDb3VudBIuCghjYXRlZ29yeRgBIAEoDjIcLmN0eHdhcmRlbi52MS5BbmNob3JDYXRlZ29yeRINCgV0b3RhbBgCIAEoBRIPCgdzdW1tYXJ5GAMgASgFEhQKDHBpbm5lZF9zdGF0ZRgEIAEoBRISCgpmaWxlX2xpc3RzGAUgASgFEhUKDWtlcHRfbWVzc2FnZXMYBiABKAUSFAoMbWVtb3J5X2Jsb2NrGAcgASgFEhIKCnJlaW5qZWN0ZWQYCCABKAUSDAoEbG9zdBgJIAEoBRIQCghzdXJ2aXZhbBgKIAEoASLDAQoUQ29tcGFjdGlvbkxvc3NSZXBvcnQSNQoKY2F0ZWdvcmllcxgBIAMoCzIhLmN0eHdhcmRlbi52MS5BbmNob3JDYXRlZ29yeUNvdW50EioKDGxvc3RfYW5jaG9ycxgCIAMoCzIULmN0eHdhcmRlbi52MS5BbmNob3ISHAoUbG9zdF9hbmNob3JzX29taXR0ZWQYAyABKAUSFQoNc3Bhbl9mcm9tX3NlcRgEIAEoAxITCgtzcGFuX3RvX3NlcRgFIAEoAyJWCg5BbmNob3JTdXJ2aXZhbBIuCghjYXRlZ29yeRgBIAEoDjIcLmN0eHdhcmRlbi52MS5BbmNob3JDYXRlZ29yeRIUCgxtaW5fZnJhY3Rpb24YAiABKAEinAEKDkNvbXBhY3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxISCgpyZXF1ZXN0X2lkGAQgASgJEjAKB3RyaWdnZXIYBSABKA4yHy5jdHh3YXJkZW4udjEuQ29tcGFjdGlvblRyaWdnZXIiQQoNU3VtbWFyeVByb21wdBIOCgZzeXN0ZW0YASABKAkSDAoEdXNlchgCIAEoCRISCgptYXhfdG9rZW5zGAMgASgDIoMBChhQcmVwYXJlQ29tcGFjdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxpbnN0cnVjdGlvbnMYAiABKAkSGgoSa2VlcF9yZWNlbnRfdG9rZW5zGAMgASgDEiEKGXN1bW1hcml6ZXJfY29udGV4dF93aW5kb3cYBCABKAMi7gMKDkNvbXBhY3Rpb25QbGFuEg8KB3BsYW5faWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIWCg5maXJzdF9rZXB0X3NlcRgDIAEoAxIVCg10b2tlbnNfYmVmb3JlGAQgASgDEhIKCnNwbGl0X3R1cm4YBSABKAgSGAoQcHJldmlvdXNfc3VtbWFyeRgGIAEoCRIzCg5oaXN0b3J5X3Byb21wdBgHIAEoCzIbLmN0eHdhcmRlbi52MS5TdW1tYXJ5UHJvbXB0EjcKEnR1cm5fcHJlZml4X3Byb21wdBgIIAEoCzIbLmN0eHdhcmRlbi52MS5TdW1tYXJ5UHJvbXB0Ei8KC2V4cGlyZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNzdW1tYXJpemVkX2Zyb21fc2VxGAogASgDEhkKEXN1bW1hcml6ZWRfdG9fc2VxGAsgASgDEgwKBHN0ZXAYDCABKAUSEgoKc3RlcF9jb3VudBgNIAEoBRIhChlzdW1tYXJpemVyX2NvbnRleHRfd2luZG93GBAgASgDEiUKB2FuY2hvcnMYESADKAsyFC5jdHh3YXJkZW4udjEuQW5jaG9yEhcKD2FuY2hvcnNfb21pdHRlZBgSIAEoBSLgAQoXQ29tbWl0Q29tcGFjdGlvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdwbGFuX2lkGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSGwoTdHVybl9wcmVmaXhfc3VtbWFyeRgEIAEoCRI3ChFwcm9wb3NlZF9tZW1vcmllcxgFIAMoCzIcLmN0eHdhcmRlbi52MS5Qcm9wb3NlZE1lbW9yeRI5ChNtaW5fYW5jaG9yX3N1cnZpdmFsGAYgAygLMhwuY3R4d2FyZGVuLnYxLkFuY2hvclN1cnZpdmFsIlMKFkxpc3RDb21wYWN0aW9uc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJhChdMaXN0Q29tcGFjdGlvbnNSZXNwb25zZRItCgtjb21wYWN0aW9ucxgBIAMoCzIYLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJWChRHZXRUb29sT3V0cHV0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoAxIOCgZvZmZzZXQYAyABKAMSDQoFbGltaXQYBCABKAMiZwoVR2V0VG9vbE91dHB1dFJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAkSEwoLdG90YWxfYnl0ZXMYAiABKAMSEwoLdG90YWxfbGluZXMYAyABKAMSEwoLbmV4dF9vZmZzZXQYBCABKAMimgEKEkNvdW50VG9rZW5zUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbml6ZXIYAiABKAkSJwoIbWVzc2FnZXMYAyADKAsyFS5jdHh3YXJkZW4udjEuTWVzc2FnZRIrCgV0b29scxgEIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhIMCgR0ZXh0GAUgASgJIpABChNDb3VudFRva2Vuc1Jlc3BvbnNlEhQKDHRvdGFsX3Rva2VucxgBIAEoAxIWCg5tZXNzYWdlX3Rva2VucxgCIAMoAxIRCgl0b2tlbml6ZXIYAyABKAkSDQoFZXhhY3QYBCABKAgSFAoMdG9vbHNfdG9rZW5zGAUgASgDEhMKC3RleHRfdG9rZW5zGAYgASgDImQKEkZvcmtTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBmF0X3NlcRgCIAEoAxIWCg5uZXdfc2Vzc2lvbl9pZBgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJIisKFUFyY2hpdmVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIi0KF1VuYXJjaGl2ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkqWgoLTWVzc2FnZVZpZXcSHAoYTUVTU0FHRV9WSUVXX1VOU1BFQ0lGSUVEEAASFQoRTUVTU0FHRV9WSUVXX0ZVTEwQARIWChJNRVNTQUdFX1ZJRVdfQkFTSUMQAippCg5Nb2RlbElucHV0VmlldxIgChxNT0RFTF9JTlBVVF9WSUVXX1VOU1BFQ0lGSUVEEAASGQoVTU9ERUxfSU5QVVRfVklFV19GVUxMEAESGgoWTU9ERUxfSU5QVVRfVklFV19CQVNJQxACKuwBChBNb2RlbElucHV0Rm9ybWF0EiIKHk1PREVMX0lOUFVUX0ZPUk1BVF9VTlNQRUNJRklFRBAAEh0KGU1PREVMX0lOUFVUX0ZPUk1BVF9OQVRJVkUQARIiCh5NT0RFTF9JTlBVVF9GT1JNQVRfT1BFTkFJX0NIQVQQAhInCiNNT0RFTF9JTlBVVF9GT1JNQVRfT1BFTkFJX1JFU1BPTlNFUxADEikKJU1PREVMX0lOUFVUX0ZPUk1BVF9BTlRIUk9QSUNfTUVTU0FHRVMQBBIdChlNT0RFTF9JTlBVVF9GT1JNQVRfR0VNSU5JEAUqlwEKEFRva2VuQ291bnRNZXRob2QSIgoeVE9LRU5fQ09VTlRfTUVUSE9EX1VOU1BFQ0lGSUVEEAASHAoYVE9LRU5fQ09VTlRfTUVUSE9EX0VYQUNUEAESHwobVE9LRU5fQ09VTlRfTUVUSE9EX0FOQ0hPUkVEEAISIAocVE9LRU5fQ09VTlRfTUVUSE9EX0VTVElNQVRFRBADKo0BCg5SZWNvdmVyeUFjdGlvbhIfChtSRUNPVkVSWV9BQ1RJT05fVU5TUEVDSUZJRUQQABIZChVSRUNPVkVSWV9BQ1RJT05fUkVUUlkQARIlCiFSRUNPVkVSWV9BQ1RJT05fQ09NUEFDVF9BTkRfUkVUUlkQAhIYChRSRUNPVkVSWV9BQ1RJT05fRkFJTBADKrwBChFDb21wYWN0aW9uVHJpZ2dlchIiCh5DT01QQUNUSU9OX1RSSUdHRVJfVU5TUEVDSUZJRUQQABIdChlDT01QQUNUSU9OX1RSSUdHRVJfTUFOVUFMEAESIAocQ09NUEFDVElPTl9UUklHR0VSX1RIUkVTSE9MRBACEh8KG0NPTVBBQ1RJT05fVFJJR0dFUl9PVkVSRkxPVxADEiEKHUNPTVBBQ1RJT05fVFJJR0dFUl9CQUNLR1JPVU5EEAQqjwIKDkFuY2hvckxvY2F0aW9uEh8KG0FOQ0hPUl9MT0NBVElPTl9VTlNQRUNJRklFRBAAEhsKF0FOQ0hPUl9MT0NBVElPTl9TVU1NQVJZEAESIAocQU5DSE9SX0xPQ0FUSU9OX1BJTk5FRF9TVEFURRACEh4KGkFOQ0hPUl9MT0NBVElPTl9GSUxFX0xJU1RTEAMSIQodQU5DSE9SX0xPQ0FUSU9OX0tFUFRfTUVTU0FHRVMQBBIgChxBTkNIT1JfTE9DQVRJT05fTUVNT1JZX0JMT0NLEAUSHgoaQU5DSE9SX0xPQ0FUSU9OX1JFSU5KRUNURUQQBhIYChRBTkNIT1JfTE9DQVRJT05fTE9TVBAHMpQQCg5Db250ZXh0U2VydmljZRJKCg1DcmVhdGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GhUuY3R4d2FyZGVuLnYxLlNlc3Npb24SRAoKR2V0U2Vzc2lvbhIfLmN0eHdhcmRlbi52MS5HZXRTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uElUKDExpc3RTZXNzaW9ucxIhLmN0eHdhcmRlbi52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEkoKDVVwZGF0ZVNlc3Npb24SIi5jdHh3YXJkZW4udjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJLCg1EZWxldGVTZXNzaW9uEiIuY3R4d2FyZGVuLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5ElsKDkFwcGVuZE1lc3NhZ2VzEiMuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBokLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1Jlc3BvbnNlEl8KDlN0cmVhbU1lc3NhZ2VzEiMuY3R4d2FyZGVuLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBokLmN0eHdhcmRlbi52MS5BcHBlbmRNZXNzYWdlc1Jlc3BvbnNlKAEwARJhChFBcHBlbmRNb2RlbE91dHB1dBImLmN0eHdhcmRlbi52MS5BcHBlbmRNb2RlbE91dHB1dFJlcXVlc3QaJC5jdHh3YXJkZW4udjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJVCgxMaXN0TWVzc2FnZXMSIS5jdHh3YXJkZW4udjEuTGlzdE1lc3NhZ2VzUmVxdWVzdBoiLmN0eHdhcmRlbi52MS5MaXN0TWVzc2FnZXNSZXNwb25zZRJRCg9CdWlsZE1vZGVsSW5wdXQSJC5jdHh3YXJkZW4udjEuQnVpbGRNb2RlbElucHV0UmVxdWVzdBoYLmN0eHdhcmRlbi52MS5Nb2RlbElucHV0ElUKDFJvbGxiYWNrVHVybhIhLmN0eHdhcmRlbi52MS5Sb2xsYmFja1R1cm5SZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLlJvbGxiYWNrVHVyblJlc3BvbnNlEkEKB0NvbXBhY3QSHC5jdHh3YXJkZW4udjEuQ29tcGFjdFJlcXVlc3QaGC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvbhJZChFQcmVwYXJlQ29tcGFjdGlvbhImLmN0eHdhcmRlbi52MS5QcmVwYXJlQ29tcGFjdGlvblJlcXVlc3QaHC5jdHh3YXJkZW4udjEuQ29tcGFjdGlvblBsYW4SUwoQQ29tbWl0Q29tcGFjdGlvbhIlLmN0eHdhcmRlbi52MS5Db21taXRDb21wYWN0aW9uUmVxdWVzdBoYLmN0eHdhcmRlbi52MS5Db21wYWN0aW9uEl4KD0xpc3RDb21wYWN0aW9ucxIkLmN0eHdhcmRlbi52MS5MaXN0Q29tcGFjdGlvbnNSZXF1ZXN0GiUuY3R4d2FyZGVuLnYxLkxpc3RDb21wYWN0aW9uc1Jlc3BvbnNlElgKDUdldFRvb2xPdXRwdXQSIi5jdHh3YXJkZW4udjEuR2V0VG9vbE91dHB1dFJlcXVlc3QaIy5jdHh3YXJkZW4udjEuR2V0VG9vbE91dHB1dFJlc3BvbnNlElIKC0NvdW50VG9rZW5zEiAuY3R4d2FyZGVuLnYxLkNvdW50VG9rZW5zUmVxdWVzdBohLmN0eHdhcmRlbi52MS5Db3VudFRva2Vuc1Jlc3BvbnNlEkYKC0ZvcmtTZXNzaW9uEiAuY3R4d2FyZGVuLnYxLkZvcmtTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uEkwKDkFyY2hpdmVTZXNzaW9uEiMuY3R4d2FyZGVuLnYxLkFyY2hpdmVTZXNzaW9uUmVxdWVzdBoVLmN0eHdhcmRlbi52MS5TZXNzaW9uElAKEFVuYXJjaGl2ZVNlc3Npb24SJS5jdHh3YXJkZW4udjEuVW5hcmNoaXZlU2Vzc2lvblJlcXVlc3QaFS5jdHh3YXJkZW4udjEuU2Vzc2lvbhJHCgxDcmVhdGVNZW1vcnkSIS5jdHh3YXJkZW4udjEuQ3JlYXRlTWVtb3J5UmVxdWVzdBoULmN0eHdhcmRlbi52MS5NZW1vcnkSQQoJR2V0TWVtb3J5Eh4uY3R4d2FyZGVuLnYxLkdldE1lbW9yeVJlcXVlc3QaFC5jdHh3YXJkZW4udjEuTWVtb3J5ElUKDExpc3RNZW1vcmllcxIhLmN0eHdhcmRlbi52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0GiIuY3R4d2FyZGVuLnYxLkxpc3RNZW1vcmllc1Jlc3BvbnNlEkcKDFVwZGF0ZU1lbW9yeRIhLmN0eHdhcmRlbi52MS5VcGRhdGVNZW1vcnlSZXF1ZXN0GhQuY3R4d2FyZGVuLnYxLk1lbW9yeRJJCgxEZWxldGVNZW1vcnkSIS5jdHh3YXJkZW4udjEuRGVsZXRlTWVtb3J5UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eUJCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_ctxwarden_v1_memory, file_ctxwarden_v1_message, file_ctxwarden_v1_session, file_google_protobuf_duration, file_google_protobuf_empty, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Request of CreateSession.
@@ -1224,6 +1224,14 @@ export type Compaction = Message<"ctxwarden.v1.Compaction"> & {
    * @generated from field: ctxwarden.v1.CompactionPlan next_plan = 16;
    */
   nextPlan?: CompactionPlan | undefined;
+
+  /**
+   * What the compacted span held and where it survives in the new effective
+   * context. Unset on checkpoints made before loss reports.
+   *
+   * @generated from field: ctxwarden.v1.CompactionLossReport loss_report = 25;
+   */
+  lossReport?: CompactionLossReport | undefined;
 };
 
 /**
@@ -1232,6 +1240,206 @@ export type Compaction = Message<"ctxwarden.v1.Compaction"> & {
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_context_service, 19);
+
+/**
+ * One anchor of a compacted span.
+ *
+ * @generated from message ctxwarden.v1.Anchor
+ */
+export type Anchor = Message<"ctxwarden.v1.Anchor"> & {
+  /**
+   * Its category.
+   *
+   * @generated from field: ctxwarden.v1.AnchorCategory category = 1;
+   */
+  category: AnchorCategory;
+
+  /**
+   * The anchor as found (at most 200 characters), e.g. "src/app.py",
+   * "never push to main", "read path=a.py".
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+
+  /**
+   * The first message of the span that holds it.
+   *
+   * @generated from field: int64 seq = 3;
+   */
+  seq: bigint;
+};
+
+/**
+ * Describes the message ctxwarden.v1.Anchor.
+ * Use `create(AnchorSchema)` to create a new message.
+ */
+export const AnchorSchema: GenMessage<Anchor> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_context_service, 20);
+
+/**
+ * How many anchors of one category a compaction's span held, by where each survives.
+ *
+ * @generated from message ctxwarden.v1.AnchorCategoryCount
+ */
+export type AnchorCategoryCount = Message<"ctxwarden.v1.AnchorCategoryCount"> & {
+  /**
+   * The category.
+   *
+   * @generated from field: ctxwarden.v1.AnchorCategory category = 1;
+   */
+  category: AnchorCategory;
+
+  /**
+   * Anchors of the category in the span.
+   *
+   * @generated from field: int32 total = 2;
+   */
+  total: number;
+
+  /**
+   * Found in the summary.
+   *
+   * @generated from field: int32 summary = 3;
+   */
+  summary: number;
+
+  /**
+   * Found in the pinned state.
+   *
+   * @generated from field: int32 pinned_state = 4;
+   */
+  pinnedState: number;
+
+  /**
+   * Found in the file lists.
+   *
+   * @generated from field: int32 file_lists = 5;
+   */
+  fileLists: number;
+
+  /**
+   * Found in the kept messages.
+   *
+   * @generated from field: int32 kept_messages = 6;
+   */
+  keptMessages: number;
+
+  /**
+   * Found in the memory block.
+   *
+   * @generated from field: int32 memory_block = 7;
+   */
+  memoryBlock: number;
+
+  /**
+   * Put back by ContextPolicy.preserve_lost_anchors.
+   *
+   * @generated from field: int32 reinjected = 8;
+   */
+  reinjected: number;
+
+  /**
+   * Found nowhere.
+   *
+   * @generated from field: int32 lost = 9;
+   */
+  lost: number;
+
+  /**
+   * (total - lost) / total; 1 when total is 0.
+   *
+   * @generated from field: double survival = 10;
+   */
+  survival: number;
+};
+
+/**
+ * Describes the message ctxwarden.v1.AnchorCategoryCount.
+ * Use `create(AnchorCategoryCountSchema)` to create a new message.
+ */
+export const AnchorCategoryCountSchema: GenMessage<AnchorCategoryCount> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_context_service, 21);
+
+/**
+ * What a compaction's span held that the new effective context no longer
+ * shows: its anchors (see AnchorCategory), counted by where they survive.
+ *
+ * @generated from message ctxwarden.v1.CompactionLossReport
+ */
+export type CompactionLossReport = Message<"ctxwarden.v1.CompactionLossReport"> & {
+  /**
+   * One per category, in the order of AnchorCategory.
+   *
+   * @generated from field: repeated ctxwarden.v1.AnchorCategoryCount categories = 1;
+   */
+  categories: AnchorCategoryCount[];
+
+  /**
+   * The lost anchors, at most 10 per category.
+   *
+   * @generated from field: repeated ctxwarden.v1.Anchor lost_anchors = 2;
+   */
+  lostAnchors: Anchor[];
+
+  /**
+   * Lost anchors not listed in lost_anchors.
+   *
+   * @generated from field: int32 lost_anchors_omitted = 3;
+   */
+  lostAnchorsOmitted: number;
+
+  /**
+   * First seq of the span (the messages summarised, or the tool results
+   * cleared); 0 when the span held no message.
+   *
+   * @generated from field: int64 span_from_seq = 4;
+   */
+  spanFromSeq: bigint;
+
+  /**
+   * Last seq of the span.
+   *
+   * @generated from field: int64 span_to_seq = 5;
+   */
+  spanToSeq: bigint;
+};
+
+/**
+ * Describes the message ctxwarden.v1.CompactionLossReport.
+ * Use `create(CompactionLossReportSchema)` to create a new message.
+ */
+export const CompactionLossReportSchema: GenMessage<CompactionLossReport> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_context_service, 22);
+
+/**
+ * A minimum share of a category's anchors a committed summary must keep.
+ *
+ * @generated from message ctxwarden.v1.AnchorSurvival
+ */
+export type AnchorSurvival = Message<"ctxwarden.v1.AnchorSurvival"> & {
+  /**
+   * The category. Required.
+   *
+   * @generated from field: ctxwarden.v1.AnchorCategory category = 1;
+   */
+  category: AnchorCategory;
+
+  /**
+   * The minimum share, 0 to 1, of the category's anchors that must survive
+   * (anywhere in the new effective context, see AnchorLocation).
+   *
+   * @generated from field: double min_fraction = 2;
+   */
+  minFraction: number;
+};
+
+/**
+ * Describes the message ctxwarden.v1.AnchorSurvival.
+ * Use `create(AnchorSurvivalSchema)` to create a new message.
+ */
+export const AnchorSurvivalSchema: GenMessage<AnchorSurvival> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_context_service, 23);
 
 /**
  * Request of Compact.
@@ -1280,7 +1488,7 @@ export type CompactRequest = Message<"ctxwarden.v1.CompactRequest"> & {
  * Use `create(CompactRequestSchema)` to create a new message.
  */
 export const CompactRequestSchema: GenMessage<CompactRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 20);
+  messageDesc(file_ctxwarden_v1_context_service, 24);
 
 /**
  * A prompt to send to an LLM to produce a summary.
@@ -1315,7 +1523,7 @@ export type SummaryPrompt = Message<"ctxwarden.v1.SummaryPrompt"> & {
  * Use `create(SummaryPromptSchema)` to create a new message.
  */
 export const SummaryPromptSchema: GenMessage<SummaryPrompt> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 21);
+  messageDesc(file_ctxwarden_v1_context_service, 25);
 
 /**
  * Request of PrepareCompaction.
@@ -1363,7 +1571,7 @@ export type PrepareCompactionRequest = Message<"ctxwarden.v1.PrepareCompactionRe
  * Use `create(PrepareCompactionRequestSchema)` to create a new message.
  */
 export const PrepareCompactionRequestSchema: GenMessage<PrepareCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 22);
+  messageDesc(file_ctxwarden_v1_context_service, 26);
 
 /**
  * A planned compaction, for the agent to summarise with its own LLM.
@@ -1474,6 +1682,23 @@ export type CompactionPlan = Message<"ctxwarden.v1.CompactionPlan"> & {
    * @generated from field: int64 summarizer_context_window = 16;
    */
   summarizerContextWindow: bigint;
+
+  /**
+   * The anchors of the messages this plan's prompts summarise (for a step of
+   * a chunked compaction: its chunk), at most 1000, in order of first
+   * appearance: tell the summariser to keep them. CommitCompaction checks the
+   * whole span against min_anchor_survival.
+   *
+   * @generated from field: repeated ctxwarden.v1.Anchor anchors = 17;
+   */
+  anchors: Anchor[];
+
+  /**
+   * Anchors not listed in anchors (past 1000).
+   *
+   * @generated from field: int32 anchors_omitted = 18;
+   */
+  anchorsOmitted: number;
 };
 
 /**
@@ -1481,7 +1706,7 @@ export type CompactionPlan = Message<"ctxwarden.v1.CompactionPlan"> & {
  * Use `create(CompactionPlanSchema)` to create a new message.
  */
 export const CompactionPlanSchema: GenMessage<CompactionPlan> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 23);
+  messageDesc(file_ctxwarden_v1_context_service, 27);
 
 /**
  * Request of CommitCompaction.
@@ -1525,6 +1750,16 @@ export type CommitCompactionRequest = Message<"ctxwarden.v1.CommitCompactionRequ
    * @generated from field: repeated ctxwarden.v1.ProposedMemory proposed_memories = 5;
    */
   proposedMemories: ProposedMemory[];
+
+  /**
+   * Refuse the summary (FAILED_PRECONDITION, reason ANCHORS_LOST, nothing
+   * stored, the plan stays valid) when less than this share of a category's
+   * anchors would survive; the error names the missing anchors. At most one
+   * entry per category. Checked on the last step of a chunked compaction only.
+   *
+   * @generated from field: repeated ctxwarden.v1.AnchorSurvival min_anchor_survival = 6;
+   */
+  minAnchorSurvival: AnchorSurvival[];
 };
 
 /**
@@ -1532,7 +1767,7 @@ export type CommitCompactionRequest = Message<"ctxwarden.v1.CommitCompactionRequ
  * Use `create(CommitCompactionRequestSchema)` to create a new message.
  */
 export const CommitCompactionRequestSchema: GenMessage<CommitCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 24);
+  messageDesc(file_ctxwarden_v1_context_service, 28);
 
 /**
  * Request of ListCompactions (AIP-158 pagination).
@@ -1567,7 +1802,7 @@ export type ListCompactionsRequest = Message<"ctxwarden.v1.ListCompactionsReques
  * Use `create(ListCompactionsRequestSchema)` to create a new message.
  */
 export const ListCompactionsRequestSchema: GenMessage<ListCompactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 25);
+  messageDesc(file_ctxwarden_v1_context_service, 29);
 
 /**
  * One page of checkpoints, newest first.
@@ -1595,7 +1830,7 @@ export type ListCompactionsResponse = Message<"ctxwarden.v1.ListCompactionsRespo
  * Use `create(ListCompactionsResponseSchema)` to create a new message.
  */
 export const ListCompactionsResponseSchema: GenMessage<ListCompactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 26);
+  messageDesc(file_ctxwarden_v1_context_service, 30);
 
 /**
  * Request of GetToolOutput.
@@ -1637,7 +1872,7 @@ export type GetToolOutputRequest = Message<"ctxwarden.v1.GetToolOutputRequest"> 
  * Use `create(GetToolOutputRequestSchema)` to create a new message.
  */
 export const GetToolOutputRequestSchema: GenMessage<GetToolOutputRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 27);
+  messageDesc(file_ctxwarden_v1_context_service, 31);
 
 /**
  * A chunk of a stored tool result.
@@ -1679,7 +1914,7 @@ export type GetToolOutputResponse = Message<"ctxwarden.v1.GetToolOutputResponse"
  * Use `create(GetToolOutputResponseSchema)` to create a new message.
  */
 export const GetToolOutputResponseSchema: GenMessage<GetToolOutputResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 28);
+  messageDesc(file_ctxwarden_v1_context_service, 32);
 
 /**
  * Request of CountTokens: what to count and with which tokenizer.
@@ -1729,7 +1964,7 @@ export type CountTokensRequest = Message<"ctxwarden.v1.CountTokensRequest"> & {
  * Use `create(CountTokensRequestSchema)` to create a new message.
  */
 export const CountTokensRequestSchema: GenMessage<CountTokensRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 29);
+  messageDesc(file_ctxwarden_v1_context_service, 33);
 
 /**
  * Token counts of a CountTokens request.
@@ -1785,7 +2020,7 @@ export type CountTokensResponse = Message<"ctxwarden.v1.CountTokensResponse"> & 
  * Use `create(CountTokensResponseSchema)` to create a new message.
  */
 export const CountTokensResponseSchema: GenMessage<CountTokensResponse> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 30);
+  messageDesc(file_ctxwarden_v1_context_service, 34);
 
 /**
  * Request of ForkSession.
@@ -1833,7 +2068,7 @@ export type ForkSessionRequest = Message<"ctxwarden.v1.ForkSessionRequest"> & {
  * Use `create(ForkSessionRequestSchema)` to create a new message.
  */
 export const ForkSessionRequestSchema: GenMessage<ForkSessionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 31);
+  messageDesc(file_ctxwarden_v1_context_service, 35);
 
 /**
  * Request of ArchiveSession.
@@ -1854,7 +2089,7 @@ export type ArchiveSessionRequest = Message<"ctxwarden.v1.ArchiveSessionRequest"
  * Use `create(ArchiveSessionRequestSchema)` to create a new message.
  */
 export const ArchiveSessionRequestSchema: GenMessage<ArchiveSessionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 32);
+  messageDesc(file_ctxwarden_v1_context_service, 36);
 
 /**
  * Request of UnarchiveSession.
@@ -1875,7 +2110,7 @@ export type UnarchiveSessionRequest = Message<"ctxwarden.v1.UnarchiveSessionRequ
  * Use `create(UnarchiveSessionRequestSchema)` to create a new message.
  */
 export const UnarchiveSessionRequestSchema: GenMessage<UnarchiveSessionRequest> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_context_service, 33);
+  messageDesc(file_ctxwarden_v1_context_service, 37);
 
 /**
  * How much of a message a response carries (AIP-157 partial responses).
@@ -2132,6 +2367,76 @@ export enum CompactionTrigger {
  */
 export const CompactionTriggerSchema: GenEnum<CompactionTrigger> = /*@__PURE__*/
   enumDesc(file_ctxwarden_v1_context_service, 5);
+
+/**
+ * Where an anchor of a compacted span survives after the compaction; each
+ * anchor is counted at the first place found, in the order of the values.
+ *
+ * @generated from enum ctxwarden.v1.AnchorLocation
+ */
+export enum AnchorLocation {
+  /**
+   * Unset.
+   *
+   * @generated from enum value: ANCHOR_LOCATION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * In the summary (or the turn-prefix summary).
+   *
+   * @generated from enum value: ANCHOR_LOCATION_SUMMARY = 1;
+   */
+  SUMMARY = 1,
+
+  /**
+   * In the session's pinned state.
+   *
+   * @generated from enum value: ANCHOR_LOCATION_PINNED_STATE = 2;
+   */
+  PINNED_STATE = 2,
+
+  /**
+   * In the read or modified file lists.
+   *
+   * @generated from enum value: ANCHOR_LOCATION_FILE_LISTS = 3;
+   */
+  FILE_LISTS = 3,
+
+  /**
+   * In the kept messages, as the model input shows them.
+   *
+   * @generated from enum value: ANCHOR_LOCATION_KEPT_MESSAGES = 4;
+   */
+  KEPT_MESSAGES = 4,
+
+  /**
+   * In the memory block.
+   *
+   * @generated from enum value: ANCHOR_LOCATION_MEMORY_BLOCK = 5;
+   */
+  MEMORY_BLOCK = 5,
+
+  /**
+   * Put back into the pinned state by ContextPolicy.preserve_lost_anchors.
+   *
+   * @generated from enum value: ANCHOR_LOCATION_REINJECTED = 6;
+   */
+  REINJECTED = 6,
+
+  /**
+   * Nowhere in the new effective context.
+   *
+   * @generated from enum value: ANCHOR_LOCATION_LOST = 7;
+   */
+  LOST = 7,
+}
+
+/**
+ * Describes the enum ctxwarden.v1.AnchorLocation.
+ */
+export const AnchorLocationSchema: GenEnum<AnchorLocation> = /*@__PURE__*/
+  enumDesc(file_ctxwarden_v1_context_service, 6);
 
 /**
  * Owns the context of LLM agents: stores every message, builds exactly what

@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ctxwarden/v1/session.proto.
  */
 export const file_ctxwarden_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIoQDCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAxIjChtjbGVhcl90b29sX3Jlc3VsdHNfYXRfbGVhc3QYCiABKAMSHwoXY2xlYXJfdG9vbF9yZXN1bHRzX2tlZXAYCyABKAMSGQoRbWVtb3J5X21heF90b2tlbnMYCCABKAMSMwoMbWVtb3J5X3dyaXRlGAkgASgOMh0uY3R4d2FyZGVuLnYxLk1lbW9yeVdyaXRlTW9kZRIlCh1iYWNrZ3JvdW5kX2NvbXBhY3Rpb25fcGVyY2VudBgNIAEoAyLJBQoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRINCgV0aXRsZRgEIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAUgASgJEisKBXRvb2xzGAYgAygLMhwuY3R4d2FyZGVuLnYxLlRvb2xEZWZpbml0aW9uEg0KBW1vZGVsGAcgASgJEisKBnBvbGljeRgIIAEoCzIbLmN0eHdhcmRlbi52MS5Db250ZXh0UG9saWN5EhQKDHBpbm5lZF9zdGF0ZRgJIAEoCRIxCgZsYWJlbHMYCiADKAsyIS5jdHh3YXJkZW4udjEuU2Vzc2lvbi5MYWJlbHNFbnRyeRIQCghsYXN0X3NlcRgLIAEoAxIWCg5jb250ZXh0X3Rva2VucxgMIAEoAxIMCgRldGFnGA0gASgJEi8KC2NyZWF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoFc3RhdGUYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EisKCnVzZXJfc3RhdGUYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KDXByb2plY3Rfc3RhdGUYEiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhkKEXBhcmVudF9zZXNzaW9uX2lkGBMgASgJEhIKCnBhcmVudF9zZXEYFCABKAMSMAoMYXJjaGl2ZV90aW1lGBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKooBCg9NZW1vcnlXcml0ZU1vZGUSIQodTUVNT1JZX1dSSVRFX01PREVfVU5TUEVDSUZJRUQQABIZChVNRU1PUllfV1JJVEVfTU9ERV9PRkYQARIdChlNRU1PUllfV1JJVEVfTU9ERV9QUk9QT1NFEAISGgoWTUVNT1JZX1dSSVRFX01PREVfQVVUTxADQkJaQGdpdGh1Yi5jb20vY3R4d2FyZGVuL2N0eHdhcmRlbi9jbGllbnQvZ28vY3R4d2FyZGVudjE7Y3R4d2FyZGVudjFiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpjdHh3YXJkZW4vdjEvc2Vzc2lvbi5wcm90bxIMY3R4d2FyZGVuLnYxIkwKDlRvb2xEZWZpbml0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSFwoPcGFyYW1ldGVyc19qc29uGAMgASgJIsUDCg1Db250ZXh0UG9saWN5EhYKDmNvbnRleHRfd2luZG93GAEgASgDEhYKDnJlc2VydmVfdG9rZW5zGAIgASgDEhoKEmtlZXBfcmVjZW50X3Rva2VucxgDIAEoAxIdChV0b29sX291dHB1dF9tYXhfYnl0ZXMYBCABKAMSHQoVdG9vbF9vdXRwdXRfbWF4X2xpbmVzGAUgASgDEhEKCXRva2VuaXplchgGIAEoCRIZChFrZWVwX3Rvb2xfcmVzdWx0cxgHIAEoAxIjChtjbGVhcl90b29sX3Jlc3VsdHNfYXRfbGVhc3QYCiABKAMSHwoXY2xlYXJfdG9vbF9yZXN1bHRzX2tlZXAYCyABKAMSGQoRbWVtb3J5X21heF90b2tlbnMYCCABKAMSMwoMbWVtb3J5X3dyaXRlGAkgASgOMh0uY3R4d2FyZGVuLnYxLk1lbW9yeVdyaXRlTW9kZRIlCh1iYWNrZ3JvdW5kX2NvbXBhY3Rpb25fcGVyY2VudBgNIAEoAxI/ChVwcmVzZXJ2ZV9sb3N0X2FuY2hvcnMYDiABKAsyIC5jdHh3YXJkZW4udjEuQW5jaG9yUHJlc2VydmF0aW9uIloKEkFuY2hvclByZXNlcnZhdGlvbhIwCgpjYXRlZ29yaWVzGAEgAygOMhwuY3R4d2FyZGVuLnYxLkFuY2hvckNhdGVnb3J5EhIKCm1heF90b2tlbnMYAiABKAMiyQUKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhIKCnByb2plY3RfaWQYAyABKAkSDQoFdGl0bGUYBCABKAkSFQoNc3lzdGVtX3Byb21wdBgFIAEoCRIrCgV0b29scxgGIAMoCzIcLmN0eHdhcmRlbi52MS5Ub29sRGVmaW5pdGlvbhINCgVtb2RlbBgHIAEoCRIrCgZwb2xpY3kYCCABKAsyGy5jdHh3YXJkZW4udjEuQ29udGV4dFBvbGljeRIUCgxwaW5uZWRfc3RhdGUYCSABKAkSMQoGbGFiZWxzGAogAygLMiEuY3R4d2FyZGVuLnYxLlNlc3Npb24uTGFiZWxzRW50cnkSEAoIbGFzdF9zZXEYCyABKAMSFgoOY29udGV4dF90b2tlbnMYDCABKAMSDAoEZXRhZxgNIAEoCRIvCgtjcmVhdGVfdGltZRgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBXN0YXRlGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgp1c2VyX3N0YXRlGBEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCg1wcm9qZWN0X3N0YXRlGBIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIZChFwYXJlbnRfc2Vzc2lvbl9pZBgTIAEoCRISCgpwYXJlbnRfc2VxGBQgASgDEjAKDGFyY2hpdmVfdGltZRgVIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASqFAgoOQW5jaG9yQ2F0ZWdvcnkSHwobQU5DSE9SX0NBVEVHT1JZX1VOU1BFQ0lGSUVEEAASHQoZQU5DSE9SX0NBVEVHT1JZX0ZJTEVfUEFUSBABEhcKE0FOQ0hPUl9DQVRFR09SWV9VUkwQAhIeChpBTkNIT1JfQ0FURUdPUllfSURFTlRJRklFUhADEhwKGEFOQ0hPUl9DQVRFR09SWV9RVUFOVElUWRAEEh4KGkFOQ0hPUl9DQVRFR09SWV9DT05TVFJBSU5UEAUSHQoZQU5DSE9SX0NBVEVHT1JZX09QRU5fVEFTSxAGEh0KGUFOQ0hPUl9DQVRFR09SWV9UT09MX0NBTEwQByqKAQoPTWVtb3J5V3JpdGVNb2RlEiEKHU1FTU9SWV9XUklURV9NT0RFX1VOU1BFQ0lGSUVEEAASGQoVTUVNT1JZX1dSSVRFX01PREVfT0ZGEAESHQoZTUVNT1JZX1dSSVRFX01PREVfUFJPUE9TRRACEhoKFk1FTU9SWV9XUklURV9NT0RFX0FVVE8QA0JCWkBnaXRodWIuY29tL2N0eHdhcmRlbi9jdHh3YXJkZW4vY2xpZW50L2dvL2N0eHdhcmRlbnYxO2N0eHdhcmRlbnYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A tool the model may call. Sent to the model with every input, so it is part
@@ -159,6 +159,15 @@ export type ContextPolicy = Message<"ctxwarden.v1.ContextPolicy"> & {
    * @generated from field: int64 background_compaction_percent = 13;
    */
   backgroundCompactionPercent: bigint;
+
+  /**
+   * Put the anchors of these categories that a compaction's summary lost back
+   * into the pinned state (see CompactionLossReport). Computed once, at the
+   * compaction, and stored with its checkpoint. Unset: nothing is put back.
+   *
+   * @generated from field: ctxwarden.v1.AnchorPreservation preserve_lost_anchors = 14;
+   */
+  preserveLostAnchors?: AnchorPreservation | undefined;
 };
 
 /**
@@ -167,6 +176,38 @@ export type ContextPolicy = Message<"ctxwarden.v1.ContextPolicy"> & {
  */
 export const ContextPolicySchema: GenMessage<ContextPolicy> = /*@__PURE__*/
   messageDesc(file_ctxwarden_v1_session, 1);
+
+/**
+ * Which lost anchors a compaction puts back into the pinned state
+ * (ContextPolicy.preserve_lost_anchors).
+ *
+ * @generated from message ctxwarden.v1.AnchorPreservation
+ */
+export type AnchorPreservation = Message<"ctxwarden.v1.AnchorPreservation"> & {
+  /**
+   * The categories to put back, e.g. ANCHOR_CATEGORY_CONSTRAINT and
+   * ANCHOR_CATEGORY_OPEN_TASK. Empty: none.
+   *
+   * @generated from field: repeated ctxwarden.v1.AnchorCategory categories = 1;
+   */
+  categories: AnchorCategory[];
+
+  /**
+   * At most this many tokens of them (one line each; the previous
+   * checkpoint's preserved anchors that the new summary still lacks come
+   * after this compaction's). 0 means 512.
+   *
+   * @generated from field: int64 max_tokens = 2;
+   */
+  maxTokens: bigint;
+};
+
+/**
+ * Describes the message ctxwarden.v1.AnchorPreservation.
+ * Use `create(AnchorPreservationSchema)` to create a new message.
+ */
+export const AnchorPreservationSchema: GenMessage<AnchorPreservation> = /*@__PURE__*/
+  messageDesc(file_ctxwarden_v1_session, 2);
 
 /**
  * One agent conversation. Its complete history is kept forever; the model sees
@@ -346,7 +387,80 @@ export type Session = Message<"ctxwarden.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_ctxwarden_v1_session, 2);
+  messageDesc(file_ctxwarden_v1_session, 3);
+
+/**
+ * A kind of anchor: a concrete fact a compaction must not lose silently
+ * (see the README's "Loss reports" for exactly what each one matches).
+ *
+ * @generated from enum ctxwarden.v1.AnchorCategory
+ */
+export enum AnchorCategory {
+  /**
+   * Unset; never reported.
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A file or directory path, e.g. src/app.py, ./a.py, /etc/hosts.
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_FILE_PATH = 1;
+   */
+  FILE_PATH = 1,
+
+  /**
+   * A URL (http, https, ftp, ws, wss, ssh, git, file).
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_URL = 2;
+   */
+  URL = 2,
+
+  /**
+   * A commit SHA, ticket or issue (ABC-123, #123), error code (E1234,
+   * ORA-00942, HTTP 503) or UUID.
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_IDENTIFIER = 3;
+   */
+  IDENTIFIER = 3,
+
+  /**
+   * A number with a unit, e.g. 30 s, 512 MiB, 3.5%, 10ms.
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_QUANTITY = 4;
+   */
+  QUANTITY = 4,
+
+  /**
+   * A sentence of a user message with must, never, always, only, don't or
+   * do not (and the same in German, French, Spanish and Chinese).
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_CONSTRAINT = 5;
+   */
+  CONSTRAINT = 5,
+
+  /**
+   * A TODO, an unchecked list item (- [ ] ...), or a user question no
+   * assistant text answers later in the span.
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_OPEN_TASK = 6;
+   */
+  OPEN_TASK = 6,
+
+  /**
+   * A tool call, with its key argument, e.g. read path=a.py.
+   *
+   * @generated from enum value: ANCHOR_CATEGORY_TOOL_CALL = 7;
+   */
+  TOOL_CALL = 7,
+}
+
+/**
+ * Describes the enum ctxwarden.v1.AnchorCategory.
+ */
+export const AnchorCategorySchema: GenEnum<AnchorCategory> = /*@__PURE__*/
+  enumDesc(file_ctxwarden_v1_session, 0);
 
 /**
  * What a session's compactions do with durable facts (ContextPolicy.memory_write).
@@ -387,5 +501,5 @@ export enum MemoryWriteMode {
  * Describes the enum ctxwarden.v1.MemoryWriteMode.
  */
 export const MemoryWriteModeSchema: GenEnum<MemoryWriteMode> = /*@__PURE__*/
-  enumDesc(file_ctxwarden_v1_session, 0);
+  enumDesc(file_ctxwarden_v1_session, 1);
 

@@ -1,0 +1,1 @@
+"""Offline evaluation of compaction (``ctxwarden eval compaction``)."""
