@@ -305,6 +305,6 @@ def test_langgraph_example(server_target: str, tmp_path: Path) -> None:
     """Run as written, in the LangGraph suite's virtualenv (the tested versions)."""
     code = _example("langgraph")
     expected = _commented(code)
-    code = code.replace('"shop"', f'"shop-{tmp_path.name}"').replace("t-9", f"t-9-{tmp_path.name}")
+    code = code.replace('"shop"', f'"shop-{tmp_path.name}"')  # list_memories reads the project
     (suite,) = [s for s in SUITES if s.name == "langgraph-checkpoint"]
     assert _run(code, server_target, tmp_path, python_for(suite)) == expected

@@ -301,3 +301,21 @@ def test_count_tokens_refuses_hf_paths_outside_the_allowlist(
     secret.write_text("not json")
     request = pb.CountTokensRequest(tokenizer=f"hf:{secret}", text="x")
     expect_error(INVALID, "TOKENIZER_NOT_ALLOWED", stub.CountTokens, request, timeout=30)
+
+
+@pytest.mark.parametrize("request_id", ["é", "a" * 129, "a b"])
+def test_an_unreadable_model_output_with_a_malformed_request_id_is_invalid_key(
+    stub: pb_grpc.ContextServiceStub, request_id: str
+) -> None:
+    """Found by the structured fuzzer: a body that does not read made the server look
+    the key up in the request log (a retry may no longer read); on MySQL a non-ASCII
+    key there was UNAVAILABLE (a collation error). Now INVALID_KEY before any read."""
+    sid = new_session(stub)
+    body = json.dumps({"object": "chat.completion", "choices": [{"message": {"content": "x"}}]})
+    request = pb.AppendModelOutputRequest(
+        session_id=sid,
+        format=pb.MODEL_INPUT_FORMAT_OPENAI_CHAT,
+        items_json=body,
+        request_id=request_id,
+    )
+    expect_error(INVALID, "INVALID_KEY", stub.AppendModelOutput, request, timeout=30)

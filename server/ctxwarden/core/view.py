@@ -153,10 +153,12 @@ class Digests(Sequence[int]):
         return _sealed(self.base, self.links[index])
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Digests):
+        """By value, as any sequence of ints (a list of them too)."""
+        if isinstance(other, Digests) and other.base == self.base:
+            return self.links[: self.size] == other.links[: other.size]
+        if not isinstance(other, Sequence):
             return NotImplemented
-        mine, theirs = self.links[: self.size], other.links[: other.size]
-        return self.base == other.base and mine == theirs
+        return len(other) == self.size and all(a == b for a, b in zip(self, other, strict=True))
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -17,7 +17,7 @@ from ctxwarden.core.ingest import ingest_items, ingest_response
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.render import Format
-from ctxwarden.core.validation import MAX_JSON_DEPTH, check_session_id, load_json
+from ctxwarden.core.validation import MAX_JSON_DEPTH, check_key, check_session_id, load_json
 from ctxwarden.service.messages import BIG_WORK_CHARS, Messages
 from ctxwarden.service.results import AppendResult, IdempotencyKey
 from ctxwarden.service.runtime import SessionRuntime
@@ -47,6 +47,8 @@ class ModelOutputs:
         """Read ``response_json`` (a response body, or the events of one streamed
         call) or ``items_json`` (input items) in format ``fmt``; append the result."""
         check_session_id(session_id)
+        if key is not None:
+            check_key(key.request_id, "request_id")
         target = _provider_format(fmt)
         if response_json is None and items_json is None:
             raise InvalidArgument(

@@ -23,7 +23,7 @@ from ctxwarden.core.errors import (
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import visible_id
-from ctxwarden.core.validation import check_session_id
+from ctxwarden.core.validation import check_key, check_session_id
 from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.errors import store_error
 from ctxwarden.service.hot import EvictionCause, HotSessions
@@ -209,6 +209,9 @@ class SessionRuntime:
     async def replay(self, scope: RequestScope, key: IdempotencyKey | None) -> StoredRequest | None:
         if key is None:
             return None
+        # Checked here too: every request-log lookup passes this way, and a key the
+        # columns cannot hold must be INVALID_KEY, never a database error.
+        check_key(key.request_id, "request_id")
         stored = await self.db(lambda: self.store.requests.get(scope, key.request_id))
         if stored is not None and stored.request_hash != key.request_hash:
             raise InvalidArgument(
