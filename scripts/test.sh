@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # System packages first, so a missing one is named here rather than deep inside a later step.
 if ! scripts/system_packages.sh --check; then
-  echo "test.sh: install the missing system packages first (see README.md, Quick start)" >&2
+  echo "test.sh: install the missing system packages first (see docs/testing.md, System packages)" >&2
   exit 1
 fi
 PY="${PYTHON_BIN:-python3}"
@@ -26,11 +26,16 @@ fi
 .venv/bin/python -m pip install --quiet -e ./client/python -e '.[test,gen]' 2>&1 \
   | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import ctxwarden, ctxwarden_client" >/dev/null
+# The docs site's generator (mkdocs.yml), pinned.
+.venv/bin/python -m pip install --quiet -r docs/requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
 scripts/check_contract.sh
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check server client/python tests bench
 .venv/bin/ruff format --check server client/python tests bench
 .venv/bin/mypy
+# The docs site: broken links and anchors fail the build (not with --quiet, which hides the
+# warnings --strict counts); it is written to a temporary directory.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$(mktemp -d)"
 # The other clients' suites (against real servers they start themselves) run beside pytest,
 # each into a log of its own: most of their time is spent compiling and waiting on servers.
 # CTXWARDEN_TEST_PARTS picks what runs (default: all): a comma-separated subset of

@@ -1,4 +1,5 @@
-"""The README's walkthrough runs as written, with a server restart in between."""
+"""The Python samples of the README and the docs site run as written (the walkthrough with a
+server restart in between), and their Go, TypeScript and Java programs are the tested files."""
 
 from __future__ import annotations
 
@@ -8,15 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.docs.pages import README, blocks, page_text
 from tests.support.server import ServerProcess
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _blocks() -> dict[str, str]:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    """The named Python samples of the README and the docs pages, by name."""
     named = {}
-    for block in blocks:
+    for block in (b.code for b in blocks("python")):
         first = block.splitlines()[0]
         if first.startswith("# walkthrough part"):
             named[first.split(":")[0].removeprefix("# walkthrough ")] = block
@@ -36,6 +36,8 @@ def _blocks() -> dict[str, str]:
             named["lifecycle"] = block
         elif first.startswith("# memory example"):
             named["memory"] = block
+        elif first.startswith("# loss report example"):
+            named["loss report"] = block
     return named
 
 
@@ -68,6 +70,12 @@ def test_walkthrough_runs_as_written(backend_url: str, tmp_path: Path) -> None:
         assert out2.splitlines()[1] == "[1, 1, 1, 2]"
     finally:
         server.stop()
+
+
+def test_readme_is_short() -> None:
+    """The README is the first read (issue: at most 300 lines); the manual is docs/."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 300, len(lines)
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
@@ -106,6 +114,11 @@ def test_memory_example_runs(server_target: str, tmp_path: Path) -> None:
         assert out == ["1 2", "False", "True"]
 
 
+def test_loss_report_example_runs(server_target: str, tmp_path: Path) -> None:
+    out = _run(_blocks()["loss report"], server_target, tmp_path).splitlines()
+    assert out == ["ANCHORS_LOST 2", "1 2 2"]
+
+
 def test_chunked_compaction_example_runs(server_target: str, tmp_path: Path) -> None:
     out = _run(_blocks()["chunked compaction"], server_target, tmp_path).splitlines()
     assert out == ["True True"]
@@ -121,22 +134,29 @@ def test_background_compaction_example_runs(backend_url: str, tmp_path: Path) ->
     assert out == ["COMPACTION_TRIGGER_BACKGROUND", "True"]
 
 
-def test_go_and_ts_snippets_are_excerpts_of_the_tested_examples() -> None:
-    text = README.read_text().replace(_one_loop_section(), "")  # checked below
-    root = README.parent
-    go_src = (root / "client/go/example/quickstart/main.go").read_text()
-    ts_src = (root / "client/ts/examples/agent-loop.ts").read_text()
-    go_blocks = re.findall(r"```go\n(.*?)```", text, flags=re.S)
-    ts_blocks = re.findall(r"```ts\n(.*?)```", text, flags=re.S)
-    assert go_blocks and ts_blocks
-    for block in go_blocks:  # a complete program: the whole file
-        assert block == go_src, block[:80]
+README_PROGRAMS = {
+    "go": "client/go/example/hello/main.go",
+    "ts": "client/ts/examples/auth.ts",
+    "java": "client/java/ctxwarden-client/src/test/java/dev/ctxwarden/examples/Hello.java",
+}
+"""The README's program per language: the file its client's tests run, shown verbatim."""
 
-    def flat(code: str) -> str:  # the example indents the flow inside a function
-        return "\n".join(line.strip() for line in code.splitlines())
 
-    for block in ts_blocks:
-        assert flat(block) in flat(ts_src), block[:80]
+def _readme_program(path: str) -> str:
+    source = (README.parent / path).read_text()
+    if path.endswith("auth.ts"):  # the region the client's README shows, importing the package
+        region = re.search(r"// #region readme-auth\n(.*?)// #endregion readme-auth", source, re.S)
+        assert region, f"no region readme-auth in {path}"
+        return region.group(1).replace('from "../src/index.js"', 'from "@ctxwarden/client"')
+    return source
+
+
+def test_readme_programs_are_the_tested_files() -> None:
+    text = README.read_text()
+    for lang, path in README_PROGRAMS.items():
+        found = re.findall(rf"^```{lang}\n(.*?)^```", text, flags=re.S | re.M)
+        assert found == [_readme_program(path)], f"the README's {lang} program is not {path}"
+        assert path in text, f"the README does not name {path}"
 
 
 def test_one_loop_example_runs_against_a_provider(backend_url: str, tmp_path: Path) -> None:
@@ -167,9 +187,7 @@ def test_one_loop_example_runs_against_a_provider(backend_url: str, tmp_path: Pa
 
 
 def _one_loop_section() -> str:
-    text = README.read_text()
-    start = text.index("## One loop, any provider")
-    return text[start : text.index("\n## ", start + 1)]
+    return page_text("guides/provider-loops.md")
 
 
 def test_one_loop_go_and_ts_excerpts_are_verbatim() -> None:
@@ -189,4 +207,4 @@ def test_one_loop_go_and_ts_excerpts_are_verbatim() -> None:
             textwrap.dedent("\n".join(src_lines[i : i + window])) == block.rstrip("\n")
             for i in range(len(src_lines) - window + 1)
         )
-        assert found, f"the README's {lang} loop is not an excerpt of {path}"
+        assert found, f"the provider-loops page's {lang} loop is not an excerpt of {path}"

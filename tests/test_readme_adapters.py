@@ -1,4 +1,4 @@
-"""The README's adapter examples run as written against a real server.
+"""The adapter examples of the docs (guides/frameworks/) run as written against a real server.
 
 The ADK examples run in the ADK suite's own virtualenv (tests/frameworks/frameworks.py:
 google-adk 2.13.0 cannot share the test extra's environment).
@@ -7,21 +7,20 @@ google-adk 2.13.0 cannot share the test extra's environment).
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.docs.pages import blocks
 from tests.frameworks.frameworks import CLIENT, SUITES, python_for
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _example(name: str) -> str:
-    blocks: list[str] = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    (block,) = [b for b in blocks if b.startswith(f"# adapter example: {name}\n")]
+    (block,) = [
+        b.code for b in blocks("python") if b.code.startswith(f"# adapter example: {name}\n")
+    ]
     return block
 
 

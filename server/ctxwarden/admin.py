@@ -209,6 +209,10 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
             compact(admin, args.session_id, args.instructions, out)
         elif args.command == "rollback":
             rollback(admin, args.session_id, args.to_seq, out)
+        elif args.command == "usage":
+            from ctxwarden.usage_cli import print_usage
+
+            print_usage(admin, args.session_id, args.json, out)
         return 0
     except grpc.RpcError as exc:
         print(f"ctxwarden: {exc.code().name}: {exc.details()}", file=sys.stderr)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from ctxwarden import lifecycle_serve, listen
+from ctxwarden import lifecycle_serve, listen, loop_slices
 from ctxwarden.api import reflection_v1
 from ctxwarden.api.auth import Authenticator, JwtConfig, describe, load_api_keys, load_jwks
 from ctxwarden.api.convert import new_encoding_cache
@@ -33,6 +33,7 @@ from ctxwarden.observability.db import instrument_engine
 from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
 from ctxwarden.observability.interceptor import RpcObserver
 from ctxwarden.observability.logging import configure_logging
+from ctxwarden.observability.loop_lag import LoopLag
 from ctxwarden.observability.metrics import (
     Metrics,
     MetricsServer,
@@ -50,6 +51,7 @@ from ctxwarden.store.urls import is_sqlite
 
 if TYPE_CHECKING:
     from ctxwarden.console.server import ConsoleServer
+    from ctxwarden.worker_link import WorkerLink
 
 log = logging.getLogger("ctxwarden")
 
@@ -170,7 +172,8 @@ async def build_manager(
     return SessionManager(store, settings, summarizer, metrics=hooks)
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, link: WorkerLink | None = None) -> None:
+    """Serve until SIGTERM/SIGINT; ``link``: as one worker of ``serve --workers N``."""
     if settings.model_table_file:
         from ctxwarden.modeltable import load_model_table
 
@@ -208,7 +211,7 @@ async def serve(settings: Settings) -> None:
             except ConsoleError as exc:
                 raise BadConfig(str(exc)) from exc
         await _serve_grpc(
-            settings, manager, auth, credentials, obs, tracing, metrics_server, console
+            settings, manager, auth, credentials, obs, tracing, metrics_server, console, link
         )
     finally:
         await lifecycle_serve.stop(schedule)
@@ -263,6 +266,7 @@ async def _serve_grpc(
     tracing: Tracing | None,
     metrics_server: MetricsServer | None,
     console: ConsoleServer | None = None,
+    link: WorkerLink | None = None,
 ) -> None:
     encodings = new_encoding_cache(max(0, settings.encoding_cache_mb) * 1024 * 1024)
     servicer = ContextServicer(manager, settings.limits, encodings)
@@ -273,7 +277,7 @@ async def _serve_grpc(
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     server.add_generic_rpc_handlers((servicer.handler(),))
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health.aio.HealthServicer() if link is None else link.health_servicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if settings.reflection:
         reflection_v1.enable(
@@ -290,13 +294,23 @@ async def _serve_grpc(
         interval=settings.health_interval_seconds,
         metrics=obs,
     )
+    loop_lag = LoopLag(obs.registry)
     await server.start()
     manager.start()
     for name in HEALTH_SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor.start()
-    _announce(settings, address.bound(port), credentials, auth, metrics_server)
-    if console is not None:
+    loop_lag.start()
+    loop_slices.tune_gc()
+    if link is not None:
+        link.ready(
+            address.bound(port),
+            metrics_server.address if metrics_server else "",
+            console.address if console else "",
+        )
+    else:
+        _announce(settings, address.bound(port), credentials, auth, metrics_server)
+    if console is not None and link is None:
         # ... and this one (after those) for the console.
         print(f"ctxwarden console on {console.address}", flush=True)
 
@@ -310,6 +324,7 @@ async def _serve_grpc(
     # the probe (it can no longer flip health back), then drain, then close the pool.
     await health_servicer.enter_graceful_shutdown()
     await monitor.stop()
+    await loop_lag.stop()
     await server.stop(settings.shutdown_grace_seconds)
     await manager.close(settings.shutdown_grace_seconds)
     log.info("stopped")
@@ -352,14 +367,14 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, link: WorkerLink | None = None) -> int:
     try:
         configure_logging(settings.log_level, settings.log_format)
     except ValueError as exc:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, link))
     except (SchemaOutdated, BadConfig) as exc:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2

@@ -50,6 +50,19 @@ AUTO_WRITERS = "auto (1 on SQLite, 2 on MySQL and PostgreSQL)"
 AUTO_BACKGROUND = "auto (2 with a summariser, 0 without)"
 
 
+def _price_table(path: str) -> list[str]:
+    if not path:
+        return []
+    from ctxwarden.core.prices import PriceTableError
+    from ctxwarden.service.usage import load_price_table
+
+    try:
+        load_price_table(path)
+    except PriceTableError as exc:
+        return [f"price_table: {exc}"]
+    return []
+
+
 def problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with the settings, one line per setting (empty: all good)."""
     out: list[str] = []
@@ -68,6 +81,7 @@ def problems(args: argparse.Namespace) -> list[str]:
             "for the default"
         )
     out += _background(args)
+    out += _price_table(getattr(args, "price_table", ""))
     if args.tenant_retention:
         from ctxwarden.lifecycle_args import load_tenant_rules
 

@@ -14,10 +14,10 @@ from ctxwarden import checks, configfile
 from ctxwarden.config import DEFAULT_LISTEN
 from ctxwarden.evaluation.cli import add_eval_command
 from ctxwarden.serve_args import add_database
-from ctxwarden.serve_settings import settings
+from ctxwarden.serve_settings import settings, workers_problem
 from ctxwarden.store.urls import UnsupportedDatabase
 
-OPERATOR_COMMANDS = ("sessions", "context", "compact", "rollback")
+OPERATOR_COMMANDS = ("sessions", "context", "compact", "rollback", "usage")
 
 
 def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -105,6 +105,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         sub, "rollback", "roll back a session's failed turn, or rewind it"
     )
     rollback.add_argument("--to-seq", type=int, default=None)
+    from ctxwarden.usage_cli import add_usage_command
+
+    add_usage_command(sub, _add_client)
 
     from ctxwarden.transfer.run import add_arguments as add_transfer
 
@@ -125,7 +128,7 @@ def config_check(parser: argparse.ArgumentParser, path: str) -> int:
         if path:
             configfile.apply(subparser(parser, "serve"), configfile.load(path), path)
         args = parser.parse_args(argv)
-        wrong = checks.problems(args)
+        wrong = checks.problems(args) + [w for w in (workers_problem(args),) if w]
         if wrong:
             raise ValueError("\n  " + "\n  ".join(wrong))
         serve_settings = settings(args)

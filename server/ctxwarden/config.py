@@ -96,6 +96,8 @@ class Settings:
     hf_tokenizer_dirs: tuple[str, ...] = ()
     """Directories clients may name hf: tokenizers in (policy.tokenizer)."""
     model_table_file: str = ""
+    price_table_file: str = ""
+    """JSON price table (core.prices) that prices the usage ledger ("": no costs)."""
     retention: RetentionRules = field(default_factory=RetentionRules)
     """Per-tenant and server-wide retention rules (core.retention)."""
     purge_interval_seconds: float = 0.0

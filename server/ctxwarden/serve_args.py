@@ -307,6 +307,13 @@ def _limits(sec: argparse._ArgumentGroup) -> None:
         "start when the address is taken)",
     )
     sec.add_argument(
+        "--workers",
+        **from_env("CTXWARDEN_WORKERS", 1),
+        help="server processes sharing the port (SO_REUSEPORT), each with its own event "
+        "loop: about one per CPU core; MySQL/MariaDB and PostgreSQL only "
+        "(env CTXWARDEN_WORKERS; default %(default)s)",
+    )
+    sec.add_argument(
         "--unix-socket-mode",
         **from_env("CTXWARDEN_UNIX_SOCKET_MODE", "0660"),
         help="octal file mode of a unix:PATH listening socket "
@@ -387,6 +394,12 @@ def _files(serve: argparse.ArgumentParser) -> None:
         **from_env("CTXWARDEN_MODEL_TABLE", ""),
         help="TOML/JSON file overriding or extending the built-in model table "
         "(env CTXWARDEN_MODEL_TABLE)",
+    )
+    serve.add_argument(
+        "--price-table",
+        **from_env("CTXWARDEN_PRICE_TABLE", ""),
+        help="JSON file of token prices per model and kind: GetUsage, the console and "
+        "the metrics then show costs (env CTXWARDEN_PRICE_TABLE)",
     )
     serve.add_argument(
         "--hf-tokenizer-dir",

@@ -25,6 +25,24 @@ def _mode(text: object) -> int:
     return mode
 
 
+def workers_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--workers`` (None: nothing)."""
+    from ctxwarden.store.urls import is_sqlite
+
+    if args.workers < 1:
+        return f"workers = {args.workers!r}: must be 1 or more"
+    if args.workers == 1:
+        return None
+    if is_sqlite(args.database_url):
+        return (
+            f"workers = {args.workers}: a SQLite file has one writer, so it is served by "
+            "one process; use --workers 1, or MySQL/MariaDB or PostgreSQL for more"
+        )
+    if args.listen.startswith("unix:"):
+        return f"workers = {args.workers}: workers share a TCP port; --listen is a unix socket"
+    return None
+
+
 def background_compactions(args: argparse.Namespace) -> int:
     """``--background-compactions``, or when unset (-1): 2 with a summariser, 0 without."""
     if args.background_compactions >= 0:
@@ -95,6 +113,7 @@ def settings(args: argparse.Namespace) -> Settings:
         db_pool_timeout_seconds=args.db_pool_timeout,
         hf_tokenizer_dirs=tuple(args.hf_tokenizer_dir),
         model_table_file=args.model_table,
+        price_table_file=args.price_table,
         retention=_rules(args),
         purge_interval_seconds=args.purge_interval,
         idle_evict_seconds=args.idle_evict_seconds,

@@ -4,6 +4,7 @@ Debian's Chromium driven by Playwright."""
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,6 +93,9 @@ def browser() -> Iterator[Browser]:
 
     Module-scoped: Playwright's sync API runs an event loop of its own while it is
     open, and the asyncio tests of other modules need the thread's loop back."""
+    if not CHROMIUM.exists() and os.environ.get("CTXWARDEN_TEST_PARTS"):
+        # A partial run (docs/testing.md) may lack Chromium; a full run, as in CI, may not.
+        pytest.skip("chromium is not installed (/usr/bin/chromium): the console's browser tests")
     assert CHROMIUM.exists(), "install Debian's chromium (see scripts/system_packages.sh)"
     with sync_playwright() as p:
         # --no-sandbox: CI runs the suite as root, where Chromium will not start sandboxed.

@@ -5,6 +5,7 @@ it finds in a span and in a summary is exact (lookalikes are no anchors)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -358,3 +359,23 @@ def _assistant(text: str, calls: list[tuple[str, dict[str, object]]] | None = No
     for i, (name, args) in enumerate(calls or []):
         content.append(ContentBlock.of_tool_call(f"c{i}", name, json.dumps(args)))
     return Message(Role.ASSISTANT, tuple(content), stop_reason=StopReason.STOP)
+
+
+def _extraction_seconds(text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        anchors_of_text(text)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@pytest.mark.parametrize("unit", ["\n", " \n", "\r\n", "\t\n- \n"])
+def test_extraction_is_linear_in_blank_lines(unit: str) -> None:
+    """Found by the structured fuzzer (an AppendMessages that auto-compacted a message of
+    20,000 newlines ran out of its 20 s deadline): the unchecked-item pattern started
+    ``\\s*`` at every line start, O(n²) in blank lines. Four times the text may cost about
+    four times the time (quadratic would be sixteen); measured side by side."""
+    small, big = unit * 5_000, unit * 20_000
+    ratio = _extraction_seconds(big) / max(_extraction_seconds(small), 1e-6)
+    assert ratio < 9, f"4x the text took {ratio:.1f}x the time"

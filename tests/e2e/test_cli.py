@@ -35,9 +35,15 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 def test_config_check_and_precedence(tmp_path: Path) -> None:
-    shipped = cli("config", "check", str(ROOT / "deploy/k8s/base/config.toml"))
+    # The Deployment supplies the database URL from its Secret; the shipped file runs two
+    # workers, which a SQLite file (the default without a URL) cannot have.
+    shipped_config = str(ROOT / "deploy/k8s/base/config.toml")
+    secret = {"CTXWARDEN_DATABASE_URL": "mysql+aiomysql://u:s3cret@db:3306/x"}
+    shipped = cli("config", "check", shipped_config, env=secret)
     assert shipped.returncode == 0, shipped.stderr
-    assert "max_hot_sessions = 500" in shipped.stdout
+    assert "max_hot_sessions = 250" in shipped.stdout and "workers = 2" in shipped.stdout
+    on_sqlite = cli("config", "check", shipped_config)
+    assert on_sqlite.returncode == 2 and "use --workers 1" in on_sqlite.stderr
     conf = tmp_path / "c.toml"
     conf.write_text(
         'database_url = "mysql+aiomysql://u:s3cret@db:3306/x"\nmax_hot_sessions = 7\n'

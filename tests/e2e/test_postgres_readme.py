@@ -1,4 +1,5 @@
-"""The README's PostgreSQL commands work as written: migrate an empty database, serve it."""
+"""The docs' PostgreSQL commands (docs/operations/databases.md) work as written: migrate an
+empty database, serve it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.support.builders import user
 from tests.support.databases import fresh_database
 from tests.support.server import ServerProcess
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "operations" / "databases.md"
 README_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/ctxwarden"
 
 

@@ -128,5 +128,9 @@ LINEAGE_MEMORY_TARGETED: dict[str, Callable[[Pool, bool], Strategy]] = {
     "ListMemories": _list_memories,
     "UpdateMemory": _update_memory,
     "DeleteMemory": lambda p, h: st.builds(mem.DeleteMemoryRequest, memory_id=_memory_ids(p, h)),
+    # The usage ledger: a session's, or the tenant's ("").
+    "GetUsage": lambda p, h: st.builds(
+        pb.GetUsageRequest, session_id=st.one_of(st.just(""), session_ids(p, h))
+    ),
 }
 """``(pool, hostile) -> strategy`` for the RPCs of forks, archiving and memories."""

@@ -129,3 +129,15 @@ def view_problems(mi: pb.ModelInput, visible: list[str], known: set[str]) -> lis
     elif shown != visible[len(visible) - len(shown) :]:
         problems.append(f"the view {shown} is not a tail of the visible messages {visible}")
     return problems
+
+
+def ledger_problems(report: pb.UsageReport, agent: list[int]) -> list[str]:
+    """GetUsage's totals are the sum of the usage of the messages stored (each once),
+    and the summariser's calls (none with the extractive summariser) are apart."""
+    t = report.total
+    got = [t.calls, t.input_tokens, t.cache_read_tokens, t.cache_write_tokens]
+    got += [t.output_tokens, t.reasoning_tokens]
+    problems = [] if got == agent else [f"usage totals {got} != stored messages' {agent}"]
+    if report.summarizer.calls:
+        problems.append(f"the extractive summariser reported {report.summarizer.calls} calls")
+    return problems

@@ -10,7 +10,8 @@ or result in the view or any rendering; no failed, rolled-back or history-only m
 the view; replay at every seq equals what was returned then; a fork equals its source's
 replay at the fork point and never leaks either way; what a provider sent survives
 rendering back to it; export -> import and restart are byte-identical; every acknowledged
-append is stored exactly once; the tenant quota holds (a refused append leaves no trace)."""
+append is stored exactly once; the tenant quota holds (a refused append leaves no trace);
+the usage ledger is the sum of the usage of the messages stored, unchanged by a retry."""
 
 from __future__ import annotations
 
@@ -96,6 +97,9 @@ class WholeApi(RuleBasedStateMachine):
         STATS["steps"] += 1
         return ref
 
+    def usage(self, sid: str) -> pb.UsageReport:
+        return self.stub.GetUsage(pb.GetUsageRequest(session_id=sid))
+
     def build(self, sid: str, **kw: Any) -> pb.ModelInput:
         return self.stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid, **kw))
 
@@ -169,6 +173,9 @@ class WholeApi(RuleBasedStateMachine):
             msg = user(text)
         elif kind == "assistant":
             msg = assistant(text)
+            msg.usage.CopyFrom(
+                m.Usage(input_tokens=n % 97, cache_read_tokens=n % 13, output_tokens=9)
+            )
         elif kind == "failed":
             msg = failed("500 internal error " + text)
         else:
@@ -226,6 +233,7 @@ class WholeApi(RuleBasedStateMachine):
         before = list(ref.ids)
         self.stub.AppendMessages(ref.last_request)
         assert ref.ids == before
+        assert not checks.ledger_problems(self.usage(ref.sid), ref.usage)
         STATS["idempotent retries"] += 1
 
     @precondition(lambda self: self.writable())
@@ -422,6 +430,7 @@ class WholeApi(RuleBasedStateMachine):
         problems = checks.view_problems(mi, ref.visible, set(ref.ids))
         for kind, fmt in checks.RENDERED.items():
             problems += checks.rendered_pairs(kind, self.build(ref.sid, format=fmt).rendered_json)
+        problems += checks.ledger_problems(self.usage(ref.sid), ref.usage)
         assert not problems, problems
         ref.latest = checks.normalized(mi)
         seqs = sorted(ref.replays)

@@ -37,6 +37,9 @@ class Ref:
     archived: bool = False
     last_request: pb.AppendMessagesRequest | None = None
     """The last acknowledged AppendMessages request (sent again to check idempotency)."""
+    usage: list[int] = field(default_factory=lambda: [0] * 6)
+    """The usage ledger's agent totals: the sum of the usage of every message stored
+    (calls, input, cache read, cache write, output, reasoning); rollbacks refund nothing."""
 
     def before_append(self) -> None:
         k = self.last_seq + 1
@@ -63,6 +66,11 @@ class Ref:
         self.ids.append(msg.message_id)
         self.own += 1
         self.by_seq[msg.seq] = msg.message_id
+        if msg.HasField("usage"):
+            u = msg.usage
+            counts = [1, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens]
+            counts += [u.output_tokens, u.reasoning_tokens]
+            self.usage = [a + b for a, b in zip(self.usage, counts, strict=True)]
         failed = msg.stop_reason == m.STOP_REASON_ERROR or bool(msg.error_message)
         shown = msg.visibility != m.MESSAGE_VISIBILITY_HISTORY_ONLY and not failed
         self.calls[msg.message_id] = [
@@ -97,4 +105,5 @@ class Ref:
         twin.visible = list(self.visible)
         twin.own = len(twin.ids)
         twin.state = dict(self.state)
+        twin.usage = list(self.usage)  # the ledger travels with the export (a fork's starts at 0)
         return twin

@@ -41,7 +41,7 @@ def _legacy_rows(url: str) -> None:
     values.pop("version")
     values.pop("state_json")  # from 0007 on
     later = ("parent_key", "parent_seq", "fork_seq", "archive_time_us", "memory_json")
-    for column in later:  # from 0008, 0009 and 0010 on
+    for column in (*later, "usage_json"):  # from 0008, 0009, 0010 and 0013 on
         values.pop(column)
     values["compaction_id"] = ""
     values["stored_bytes"] = 123

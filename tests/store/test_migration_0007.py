@@ -33,7 +33,7 @@ def _rows_of_0006(url: str) -> None:
     )
     session.pop("state_json")
     later = ("parent_key", "parent_seq", "fork_seq", "archive_time_us", "memory_json")
-    for column in later:  # from 0008, 0009 and 0010 on
+    for column in (*later, "usage_json"):  # from 0008, 0009, 0010 and 0013 on
         session.pop(column)
     message = message_row_values(
         SID, Message(Role.USER, (ContentBlock.of_text("hello"),), seq=1, message_id="m1")

@@ -1,7 +1,8 @@
 """ErrorInfo reasons come from one catalogue (ctxwarden.core.reasons.ErrorReason).
 
 The server code names every reason it sends as an ``ErrorReason`` member (no
-string literals), the README's table of reasons lists exactly the catalogue
+string literals), the generated reference's table of reasons (docs/reference/errors.md,
+scripts/gen_docs.py) lists exactly the catalogue
 with each reason's status code, and no member is left unused (but the retired
 ones, which no code may send).
 """
@@ -21,7 +22,7 @@ from ctxwarden.core.reasons import RETIRED, ErrorReason
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "server" / "ctxwarden"
 CATALOGUE = PACKAGE / "core" / "reasons.py"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "reference" / "errors.md"
 
 REASON_ARGUMENT = {
     "rich_status": 3,
@@ -212,8 +213,8 @@ def test_every_catalogue_member_is_used() -> None:
 
 
 def _readme_table() -> dict[str, set[str]]:
-    """Reason -> status codes, from the README's table of error reasons."""
-    section = README.read_text().split("\n### Error reasons\n", 1)[1]
+    """Reason -> status codes, from the reference's table of error reasons."""
+    section = README.read_text()
     rows: dict[str, set[str]] = {}
     in_table = False
     for line in section.splitlines():

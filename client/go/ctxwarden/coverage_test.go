@@ -115,6 +115,7 @@ var directRPCs = map[string]bool{
 	"ForkSession":       true,
 	"ArchiveSession":    true,
 	"UnarchiveSession":  true,
+	"GetUsage":          true,
 	"CreateMemory":      true,
 	"GetMemory":         true,
 	"ListMemories":      true,

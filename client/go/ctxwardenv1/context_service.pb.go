@@ -256,6 +256,87 @@ func (TokenCountMethod) EnumDescriptor() ([]byte, []int) {
 	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{3}
 }
 
+// Why an input shares less with the previous one than that input held.
+type CacheBreakReason int32
+
+const (
+	// The prefix did not shrink: the previous input is a prefix of this one.
+	CacheBreakReason_CACHE_BREAK_REASON_UNSPECIFIED CacheBreakReason = 0
+	// No previous input of the session and format in this server's memory.
+	CacheBreakReason_CACHE_BREAK_REASON_FIRST_INPUT CacheBreakReason = 1
+	// A compaction replaced the summary and dropped messages.
+	CacheBreakReason_CACHE_BREAK_REASON_COMPACTION CacheBreakReason = 2
+	// A layered clearing stubbed old tool results.
+	CacheBreakReason_CACHE_BREAK_REASON_CLEARING CacheBreakReason = 3
+	// A rollback removed messages (or brought an older checkpoint back).
+	CacheBreakReason_CACHE_BREAK_REASON_ROLLBACK CacheBreakReason = 4
+	// The system prompt changed.
+	CacheBreakReason_CACHE_BREAK_REASON_SYSTEM_PROMPT CacheBreakReason = 5
+	// The tool definitions changed.
+	CacheBreakReason_CACHE_BREAK_REASON_TOOLS CacheBreakReason = 6
+	// The model changed (a provider caches per model).
+	CacheBreakReason_CACHE_BREAK_REASON_MODEL CacheBreakReason = 7
+	// The memory block was selected again with another content.
+	CacheBreakReason_CACHE_BREAK_REASON_MEMORY_REFRESH CacheBreakReason = 8
+	// The view shows a kept message otherwise (truncation, stubs, a policy change).
+	CacheBreakReason_CACHE_BREAK_REASON_VIEW_CHANGE CacheBreakReason = 9
+)
+
+// Enum value maps for CacheBreakReason.
+var (
+	CacheBreakReason_name = map[int32]string{
+		0: "CACHE_BREAK_REASON_UNSPECIFIED",
+		1: "CACHE_BREAK_REASON_FIRST_INPUT",
+		2: "CACHE_BREAK_REASON_COMPACTION",
+		3: "CACHE_BREAK_REASON_CLEARING",
+		4: "CACHE_BREAK_REASON_ROLLBACK",
+		5: "CACHE_BREAK_REASON_SYSTEM_PROMPT",
+		6: "CACHE_BREAK_REASON_TOOLS",
+		7: "CACHE_BREAK_REASON_MODEL",
+		8: "CACHE_BREAK_REASON_MEMORY_REFRESH",
+		9: "CACHE_BREAK_REASON_VIEW_CHANGE",
+	}
+	CacheBreakReason_value = map[string]int32{
+		"CACHE_BREAK_REASON_UNSPECIFIED":    0,
+		"CACHE_BREAK_REASON_FIRST_INPUT":    1,
+		"CACHE_BREAK_REASON_COMPACTION":     2,
+		"CACHE_BREAK_REASON_CLEARING":       3,
+		"CACHE_BREAK_REASON_ROLLBACK":       4,
+		"CACHE_BREAK_REASON_SYSTEM_PROMPT":  5,
+		"CACHE_BREAK_REASON_TOOLS":          6,
+		"CACHE_BREAK_REASON_MODEL":          7,
+		"CACHE_BREAK_REASON_MEMORY_REFRESH": 8,
+		"CACHE_BREAK_REASON_VIEW_CHANGE":    9,
+	}
+)
+
+func (x CacheBreakReason) Enum() *CacheBreakReason {
+	p := new(CacheBreakReason)
+	*p = x
+	return p
+}
+
+func (x CacheBreakReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CacheBreakReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_ctxwarden_v1_context_service_proto_enumTypes[4].Descriptor()
+}
+
+func (CacheBreakReason) Type() protoreflect.EnumType {
+	return &file_ctxwarden_v1_context_service_proto_enumTypes[4]
+}
+
+func (x CacheBreakReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CacheBreakReason.Descriptor instead.
+func (CacheBreakReason) EnumDescriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{4}
+}
+
 // What the agent should do after a failed turn.
 type RecoveryAction int32
 
@@ -297,11 +378,11 @@ func (x RecoveryAction) String() string {
 }
 
 func (RecoveryAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxwarden_v1_context_service_proto_enumTypes[4].Descriptor()
+	return file_ctxwarden_v1_context_service_proto_enumTypes[5].Descriptor()
 }
 
 func (RecoveryAction) Type() protoreflect.EnumType {
-	return &file_ctxwarden_v1_context_service_proto_enumTypes[4]
+	return &file_ctxwarden_v1_context_service_proto_enumTypes[5]
 }
 
 func (x RecoveryAction) Number() protoreflect.EnumNumber {
@@ -310,7 +391,7 @@ func (x RecoveryAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RecoveryAction.Descriptor instead.
 func (RecoveryAction) EnumDescriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{4}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{5}
 }
 
 // What started a compaction.
@@ -359,11 +440,11 @@ func (x CompactionTrigger) String() string {
 }
 
 func (CompactionTrigger) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxwarden_v1_context_service_proto_enumTypes[5].Descriptor()
+	return file_ctxwarden_v1_context_service_proto_enumTypes[6].Descriptor()
 }
 
 func (CompactionTrigger) Type() protoreflect.EnumType {
-	return &file_ctxwarden_v1_context_service_proto_enumTypes[5]
+	return &file_ctxwarden_v1_context_service_proto_enumTypes[6]
 }
 
 func (x CompactionTrigger) Number() protoreflect.EnumNumber {
@@ -372,7 +453,7 @@ func (x CompactionTrigger) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompactionTrigger.Descriptor instead.
 func (CompactionTrigger) EnumDescriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{5}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{6}
 }
 
 // Where an anchor of a compacted span survives after the compaction; each
@@ -433,11 +514,11 @@ func (x AnchorLocation) String() string {
 }
 
 func (AnchorLocation) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxwarden_v1_context_service_proto_enumTypes[6].Descriptor()
+	return file_ctxwarden_v1_context_service_proto_enumTypes[7].Descriptor()
 }
 
 func (AnchorLocation) Type() protoreflect.EnumType {
-	return &file_ctxwarden_v1_context_service_proto_enumTypes[6]
+	return &file_ctxwarden_v1_context_service_proto_enumTypes[7]
 }
 
 func (x AnchorLocation) Number() protoreflect.EnumNumber {
@@ -446,7 +527,61 @@ func (x AnchorLocation) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AnchorLocation.Descriptor instead.
 func (AnchorLocation) EnumDescriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{6}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{7}
+}
+
+// Who made the provider calls a ModelUsage counts.
+type UsageSource int32
+
+const (
+	// Unset.
+	UsageSource_USAGE_SOURCE_UNSPECIFIED UsageSource = 0
+	// The agent: the usage of the assistant messages it appended
+	// (AppendMessages, AppendModelOutput).
+	UsageSource_USAGE_SOURCE_AGENT UsageSource = 1
+	// The server's summariser (Compact, auto_compact, background compactions).
+	UsageSource_USAGE_SOURCE_SUMMARIZER UsageSource = 2
+)
+
+// Enum value maps for UsageSource.
+var (
+	UsageSource_name = map[int32]string{
+		0: "USAGE_SOURCE_UNSPECIFIED",
+		1: "USAGE_SOURCE_AGENT",
+		2: "USAGE_SOURCE_SUMMARIZER",
+	}
+	UsageSource_value = map[string]int32{
+		"USAGE_SOURCE_UNSPECIFIED": 0,
+		"USAGE_SOURCE_AGENT":       1,
+		"USAGE_SOURCE_SUMMARIZER":  2,
+	}
+)
+
+func (x UsageSource) Enum() *UsageSource {
+	p := new(UsageSource)
+	*p = x
+	return p
+}
+
+func (x UsageSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UsageSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_ctxwarden_v1_context_service_proto_enumTypes[8].Descriptor()
+}
+
+func (UsageSource) Type() protoreflect.EnumType {
+	return &file_ctxwarden_v1_context_service_proto_enumTypes[8]
+}
+
+func (x UsageSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UsageSource.Descriptor instead.
+func (UsageSource) EnumDescriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{8}
 }
 
 // Request of CreateSession.
@@ -1381,8 +1516,13 @@ type BuildModelInputRequest struct {
 	// compactions, so the input keeps its stable prefix; a refresh that changes
 	// the block changes the prefix.
 	RefreshMemory bool `protobuf:"varint,8,opt,name=refresh_memory,json=refreshMemory,proto3" json:"refresh_memory,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Set ModelInput.cache_prefix: what this input shares with the previous
+	// input returned for the session and format. Off by default: without it a
+	// ModelInput depends only on the session's state, not on earlier calls.
+	// The usage ledger (GetUsage) counts every live input either way.
+	ReportCachePrefix bool `protobuf:"varint,9,opt,name=report_cache_prefix,json=reportCachePrefix,proto3" json:"report_cache_prefix,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BuildModelInputRequest) Reset() {
@@ -1467,6 +1607,13 @@ func (x *BuildModelInputRequest) GetView() ModelInputView {
 func (x *BuildModelInputRequest) GetRefreshMemory() bool {
 	if x != nil {
 		return x.RefreshMemory
+	}
+	return false
+}
+
+func (x *BuildModelInputRequest) GetReportCachePrefix() bool {
+	if x != nil {
+		return x.ReportCachePrefix
 	}
 	return false
 }
@@ -1742,7 +1889,11 @@ type ModelInput struct {
 	// "ctxwarden.memory", seq 0), before the summary.
 	MemoryBlock string `protobuf:"bytes,17,opt,name=memory_block,json=memoryBlock,proto3" json:"memory_block,omitempty"`
 	// IDs of the memories in memory_block, in block order.
-	MemoryIds     []string `protobuf:"bytes,18,rep,name=memory_ids,json=memoryIds,proto3" json:"memory_ids,omitempty"`
+	MemoryIds []string `protobuf:"bytes,18,rep,name=memory_ids,json=memoryIds,proto3" json:"memory_ids,omitempty"`
+	// With BuildModelInputRequest.report_cache_prefix: the prefix this input
+	// shares with the previous live input returned for the session and format
+	// (what a provider's prompt cache can serve), and why it shrank.
+	CachePrefix   *CachePrefix `protobuf:"bytes,19,opt,name=cache_prefix,json=cachePrefix,proto3" json:"cache_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1903,6 +2054,275 @@ func (x *ModelInput) GetMemoryIds() []string {
 	return nil
 }
 
+func (x *ModelInput) GetCachePrefix() *CachePrefix {
+	if x != nil {
+		return x.CachePrefix
+	}
+	return nil
+}
+
+// The prefix of a ModelInput that the previous input of the session and
+// format shared: tools and system prompt whole, then memory block and
+// summary whole, then whole messages (providers cache whole blocks).
+type CachePrefix struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens of the shared prefix, counted like TokenBreakdown's parts.
+	SharedTokens int64 `protobuf:"varint,1,opt,name=shared_tokens,json=sharedTokens,proto3" json:"shared_tokens,omitempty"`
+	// UTF-8 bytes of the shared prefix: of rendered_json for a provider
+	// format, of the texts the tokenizer counts for the native format.
+	SharedBytes int64 `protobuf:"varint,2,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	// Tokens of this input (the sum of TokenBreakdown's parts, uncalibrated).
+	InputTokens int64 `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens of the previous input (0 for a first input).
+	PreviousInputTokens int64 `protobuf:"varint,4,opt,name=previous_input_tokens,json=previousInputTokens,proto3" json:"previous_input_tokens,omitempty"`
+	// Why the prefix is shorter than the previous input; UNSPECIFIED when not.
+	BreakReason   CacheBreakReason `protobuf:"varint,5,opt,name=break_reason,json=breakReason,proto3,enum=ctxwarden.v1.CacheBreakReason" json:"break_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CachePrefix) Reset() {
+	*x = CachePrefix{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CachePrefix) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CachePrefix) ProtoMessage() {}
+
+func (x *CachePrefix) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CachePrefix.ProtoReflect.Descriptor instead.
+func (*CachePrefix) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CachePrefix) GetSharedTokens() int64 {
+	if x != nil {
+		return x.SharedTokens
+	}
+	return 0
+}
+
+func (x *CachePrefix) GetSharedBytes() int64 {
+	if x != nil {
+		return x.SharedBytes
+	}
+	return 0
+}
+
+func (x *CachePrefix) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *CachePrefix) GetPreviousInputTokens() int64 {
+	if x != nil {
+		return x.PreviousInputTokens
+	}
+	return 0
+}
+
+func (x *CachePrefix) GetBreakReason() CacheBreakReason {
+	if x != nil {
+		return x.BreakReason
+	}
+	return CacheBreakReason_CACHE_BREAK_REASON_UNSPECIFIED
+}
+
+// The cache ledger of a session or a tenant: the live inputs BuildModelInput
+// returned, the tokens they shared with the input before (predicted
+// cacheable), and, for the provider calls whose usage was appended right after
+// a build, the prediction next to what the provider reported.
+type CacheLedger struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// BuildModelInput calls counted (live inputs; replays are not).
+	Builds int64 `protobuf:"varint,1,opt,name=builds,proto3" json:"builds,omitempty"`
+	// Tokens of those inputs.
+	InputTokens int64 `protobuf:"varint,2,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens they shared with the previous input: what a prompt cache can serve.
+	PredictedCachedTokens int64 `protobuf:"varint,3,opt,name=predicted_cached_tokens,json=predictedCachedTokens,proto3" json:"predicted_cached_tokens,omitempty"`
+	// Assistant messages with usage appended after a build (each build pairs once).
+	PairedCalls int64 `protobuf:"varint,4,opt,name=paired_calls,json=pairedCalls,proto3" json:"paired_calls,omitempty"`
+	// The predicted cached tokens of the builds those calls followed.
+	PairedPredictedCachedTokens int64 `protobuf:"varint,5,opt,name=paired_predicted_cached_tokens,json=pairedPredictedCachedTokens,proto3" json:"paired_predicted_cached_tokens,omitempty"`
+	// The cache read tokens the provider reported for those calls.
+	PairedObservedCacheReadTokens int64 `protobuf:"varint,6,opt,name=paired_observed_cache_read_tokens,json=pairedObservedCacheReadTokens,proto3" json:"paired_observed_cache_read_tokens,omitempty"`
+	// Their whole prompt as reported (input, cache read and cache write).
+	PairedObservedPromptTokens int64 `protobuf:"varint,7,opt,name=paired_observed_prompt_tokens,json=pairedObservedPromptTokens,proto3" json:"paired_observed_prompt_tokens,omitempty"`
+	// How often the prefix shrank, by reason.
+	Breaks        []*CacheBreakCount `protobuf:"bytes,8,rep,name=breaks,proto3" json:"breaks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheLedger) Reset() {
+	*x = CacheLedger{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheLedger) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheLedger) ProtoMessage() {}
+
+func (x *CacheLedger) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheLedger.ProtoReflect.Descriptor instead.
+func (*CacheLedger) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CacheLedger) GetBuilds() int64 {
+	if x != nil {
+		return x.Builds
+	}
+	return 0
+}
+
+func (x *CacheLedger) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *CacheLedger) GetPredictedCachedTokens() int64 {
+	if x != nil {
+		return x.PredictedCachedTokens
+	}
+	return 0
+}
+
+func (x *CacheLedger) GetPairedCalls() int64 {
+	if x != nil {
+		return x.PairedCalls
+	}
+	return 0
+}
+
+func (x *CacheLedger) GetPairedPredictedCachedTokens() int64 {
+	if x != nil {
+		return x.PairedPredictedCachedTokens
+	}
+	return 0
+}
+
+func (x *CacheLedger) GetPairedObservedCacheReadTokens() int64 {
+	if x != nil {
+		return x.PairedObservedCacheReadTokens
+	}
+	return 0
+}
+
+func (x *CacheLedger) GetPairedObservedPromptTokens() int64 {
+	if x != nil {
+		return x.PairedObservedPromptTokens
+	}
+	return 0
+}
+
+func (x *CacheLedger) GetBreaks() []*CacheBreakCount {
+	if x != nil {
+		return x.Breaks
+	}
+	return nil
+}
+
+// How often the prefix shrank for one reason.
+type CacheBreakCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reason.
+	Reason CacheBreakReason `protobuf:"varint,1,opt,name=reason,proto3,enum=ctxwarden.v1.CacheBreakReason" json:"reason,omitempty"`
+	// Times.
+	Count int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// Tokens of previous inputs that were not shared (the provider processes
+	// them again).
+	TokensLost    int64 `protobuf:"varint,3,opt,name=tokens_lost,json=tokensLost,proto3" json:"tokens_lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheBreakCount) Reset() {
+	*x = CacheBreakCount{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheBreakCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheBreakCount) ProtoMessage() {}
+
+func (x *CacheBreakCount) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheBreakCount.ProtoReflect.Descriptor instead.
+func (*CacheBreakCount) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CacheBreakCount) GetReason() CacheBreakReason {
+	if x != nil {
+		return x.Reason
+	}
+	return CacheBreakReason_CACHE_BREAK_REASON_UNSPECIFIED
+}
+
+func (x *CacheBreakCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CacheBreakCount) GetTokensLost() int64 {
+	if x != nil {
+		return x.TokensLost
+	}
+	return 0
+}
+
 // Request of RollbackTurn.
 type RollbackTurnRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1930,7 +2350,7 @@ type RollbackTurnRequest struct {
 
 func (x *RollbackTurnRequest) Reset() {
 	*x = RollbackTurnRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[16]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2362,7 @@ func (x *RollbackTurnRequest) String() string {
 func (*RollbackTurnRequest) ProtoMessage() {}
 
 func (x *RollbackTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[16]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2375,7 @@ func (x *RollbackTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackTurnRequest.ProtoReflect.Descriptor instead.
 func (*RollbackTurnRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{16}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RollbackTurnRequest) GetSessionId() string {
@@ -2016,7 +2436,7 @@ type ProviderError struct {
 
 func (x *ProviderError) Reset() {
 	*x = ProviderError{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[17]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2448,7 @@ func (x *ProviderError) String() string {
 func (*ProviderError) ProtoMessage() {}
 
 func (x *ProviderError) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[17]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2461,7 @@ func (x *ProviderError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderError.ProtoReflect.Descriptor instead.
 func (*ProviderError) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{17}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProviderError) GetHttpStatus() int32 {
@@ -2082,7 +2502,7 @@ type RollbackTurnResponse struct {
 
 func (x *RollbackTurnResponse) Reset() {
 	*x = RollbackTurnResponse{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[18]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2514,7 @@ func (x *RollbackTurnResponse) String() string {
 func (*RollbackTurnResponse) ProtoMessage() {}
 
 func (x *RollbackTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[18]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2527,7 @@ func (x *RollbackTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackTurnResponse.ProtoReflect.Descriptor instead.
 func (*RollbackTurnResponse) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{18}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RollbackTurnResponse) GetRolledBackSeqs() []int64 {
@@ -2199,14 +2619,19 @@ type Compaction struct {
 	NextPlan *CompactionPlan `protobuf:"bytes,16,opt,name=next_plan,json=nextPlan,proto3" json:"next_plan,omitempty"`
 	// What the compacted span held and where it survives in the new effective
 	// context. Unset on checkpoints made before loss reports.
-	LossReport    *CompactionLossReport `protobuf:"bytes,25,opt,name=loss_report,json=lossReport,proto3" json:"loss_report,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LossReport *CompactionLossReport `protobuf:"bytes,25,opt,name=loss_report,json=lossReport,proto3" json:"loss_report,omitempty"`
+	// Tokens the server's summariser reported for this compaction, every call
+	// of it summed (chunks and the turn prefix included); counted in the
+	// session's usage ledger (GetUsage). Unset when no summariser call reported
+	// usage (agent-side summaries, the extractive summariser, a clearing).
+	SummarizerUsage *Usage `protobuf:"bytes,26,opt,name=summarizer_usage,json=summarizerUsage,proto3" json:"summarizer_usage,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[19]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2643,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[19]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2656,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{19}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Compaction) GetCompactionId() string {
@@ -2395,6 +2820,13 @@ func (x *Compaction) GetLossReport() *CompactionLossReport {
 	return nil
 }
 
+func (x *Compaction) GetSummarizerUsage() *Usage {
+	if x != nil {
+		return x.SummarizerUsage
+	}
+	return nil
+}
+
 // One anchor of a compacted span.
 type Anchor struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2411,7 +2843,7 @@ type Anchor struct {
 
 func (x *Anchor) Reset() {
 	*x = Anchor{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2855,7 @@ func (x *Anchor) String() string {
 func (*Anchor) ProtoMessage() {}
 
 func (x *Anchor) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[20]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2868,7 @@ func (x *Anchor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Anchor.ProtoReflect.Descriptor instead.
 func (*Anchor) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{20}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Anchor) GetCategory() AnchorCategory {
@@ -2489,7 +2921,7 @@ type AnchorCategoryCount struct {
 
 func (x *AnchorCategoryCount) Reset() {
 	*x = AnchorCategoryCount{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2933,7 @@ func (x *AnchorCategoryCount) String() string {
 func (*AnchorCategoryCount) ProtoMessage() {}
 
 func (x *AnchorCategoryCount) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[21]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2946,7 @@ func (x *AnchorCategoryCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorCategoryCount.ProtoReflect.Descriptor instead.
 func (*AnchorCategoryCount) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{21}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AnchorCategoryCount) GetCategory() AnchorCategory {
@@ -2608,7 +3040,7 @@ type CompactionLossReport struct {
 
 func (x *CompactionLossReport) Reset() {
 	*x = CompactionLossReport{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +3052,7 @@ func (x *CompactionLossReport) String() string {
 func (*CompactionLossReport) ProtoMessage() {}
 
 func (x *CompactionLossReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[22]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +3065,7 @@ func (x *CompactionLossReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionLossReport.ProtoReflect.Descriptor instead.
 func (*CompactionLossReport) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{22}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CompactionLossReport) GetCategories() []*AnchorCategoryCount {
@@ -2685,7 +3117,7 @@ type AnchorSurvival struct {
 
 func (x *AnchorSurvival) Reset() {
 	*x = AnchorSurvival{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +3129,7 @@ func (x *AnchorSurvival) String() string {
 func (*AnchorSurvival) ProtoMessage() {}
 
 func (x *AnchorSurvival) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[23]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3142,7 @@ func (x *AnchorSurvival) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorSurvival.ProtoReflect.Descriptor instead.
 func (*AnchorSurvival) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{23}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AnchorSurvival) GetCategory() AnchorCategory {
@@ -2746,7 +3178,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +3190,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[24]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +3203,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{24}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompactRequest) GetSessionId() string {
@@ -2824,7 +3256,7 @@ type SummaryPrompt struct {
 
 func (x *SummaryPrompt) Reset() {
 	*x = SummaryPrompt{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +3268,7 @@ func (x *SummaryPrompt) String() string {
 func (*SummaryPrompt) ProtoMessage() {}
 
 func (x *SummaryPrompt) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[25]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +3281,7 @@ func (x *SummaryPrompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryPrompt.ProtoReflect.Descriptor instead.
 func (*SummaryPrompt) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{25}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SummaryPrompt) GetSystem() string {
@@ -2896,7 +3328,7 @@ type PrepareCompactionRequest struct {
 
 func (x *PrepareCompactionRequest) Reset() {
 	*x = PrepareCompactionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3340,7 @@ func (x *PrepareCompactionRequest) String() string {
 func (*PrepareCompactionRequest) ProtoMessage() {}
 
 func (x *PrepareCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[26]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3353,7 @@ func (x *PrepareCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareCompactionRequest.ProtoReflect.Descriptor instead.
 func (*PrepareCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{26}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PrepareCompactionRequest) GetSessionId() string {
@@ -3002,7 +3434,7 @@ type CompactionPlan struct {
 
 func (x *CompactionPlan) Reset() {
 	*x = CompactionPlan{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3446,7 @@ func (x *CompactionPlan) String() string {
 func (*CompactionPlan) ProtoMessage() {}
 
 func (x *CompactionPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[27]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3459,7 @@ func (x *CompactionPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionPlan.ProtoReflect.Descriptor instead.
 func (*CompactionPlan) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{27}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompactionPlan) GetPlanId() string {
@@ -3168,7 +3600,7 @@ type CommitCompactionRequest struct {
 
 func (x *CommitCompactionRequest) Reset() {
 	*x = CommitCompactionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3612,7 @@ func (x *CommitCompactionRequest) String() string {
 func (*CommitCompactionRequest) ProtoMessage() {}
 
 func (x *CommitCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[28]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3625,7 @@ func (x *CommitCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitCompactionRequest.ProtoReflect.Descriptor instead.
 func (*CommitCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{28}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommitCompactionRequest) GetSessionId() string {
@@ -3253,7 +3685,7 @@ type ListCompactionsRequest struct {
 
 func (x *ListCompactionsRequest) Reset() {
 	*x = ListCompactionsRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3697,7 @@ func (x *ListCompactionsRequest) String() string {
 func (*ListCompactionsRequest) ProtoMessage() {}
 
 func (x *ListCompactionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[29]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3710,7 @@ func (x *ListCompactionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCompactionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCompactionsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{29}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListCompactionsRequest) GetSessionId() string {
@@ -3315,7 +3747,7 @@ type ListCompactionsResponse struct {
 
 func (x *ListCompactionsResponse) Reset() {
 	*x = ListCompactionsResponse{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3759,7 @@ func (x *ListCompactionsResponse) String() string {
 func (*ListCompactionsResponse) ProtoMessage() {}
 
 func (x *ListCompactionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[30]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3772,7 @@ func (x *ListCompactionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCompactionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCompactionsResponse) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{30}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListCompactionsResponse) GetCompactions() []*Compaction {
@@ -3374,7 +3806,7 @@ type GetToolOutputRequest struct {
 
 func (x *GetToolOutputRequest) Reset() {
 	*x = GetToolOutputRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3818,7 @@ func (x *GetToolOutputRequest) String() string {
 func (*GetToolOutputRequest) ProtoMessage() {}
 
 func (x *GetToolOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[31]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3831,7 @@ func (x *GetToolOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolOutputRequest.ProtoReflect.Descriptor instead.
 func (*GetToolOutputRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{31}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetToolOutputRequest) GetSessionId() string {
@@ -3447,7 +3879,7 @@ type GetToolOutputResponse struct {
 
 func (x *GetToolOutputResponse) Reset() {
 	*x = GetToolOutputResponse{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3891,7 @@ func (x *GetToolOutputResponse) String() string {
 func (*GetToolOutputResponse) ProtoMessage() {}
 
 func (x *GetToolOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[32]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3904,7 @@ func (x *GetToolOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolOutputResponse.ProtoReflect.Descriptor instead.
 func (*GetToolOutputResponse) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{32}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetToolOutputResponse) GetContent() string {
@@ -3523,7 +3955,7 @@ type CountTokensRequest struct {
 
 func (x *CountTokensRequest) Reset() {
 	*x = CountTokensRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3967,7 @@ func (x *CountTokensRequest) String() string {
 func (*CountTokensRequest) ProtoMessage() {}
 
 func (x *CountTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[33]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3980,7 @@ func (x *CountTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTokensRequest.ProtoReflect.Descriptor instead.
 func (*CountTokensRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{33}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CountTokensRequest) GetModel() string {
@@ -3607,7 +4039,7 @@ type CountTokensResponse struct {
 
 func (x *CountTokensResponse) Reset() {
 	*x = CountTokensResponse{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[34]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +4051,7 @@ func (x *CountTokensResponse) String() string {
 func (*CountTokensResponse) ProtoMessage() {}
 
 func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[34]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +4064,7 @@ func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTokensResponse.ProtoReflect.Descriptor instead.
 func (*CountTokensResponse) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{34}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CountTokensResponse) GetTotalTokens() int64 {
@@ -3700,7 +4132,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[35]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +4144,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[35]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +4157,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{35}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ForkSessionRequest) GetSessionId() string {
@@ -3767,7 +4199,7 @@ type ArchiveSessionRequest struct {
 
 func (x *ArchiveSessionRequest) Reset() {
 	*x = ArchiveSessionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[36]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +4211,7 @@ func (x *ArchiveSessionRequest) String() string {
 func (*ArchiveSessionRequest) ProtoMessage() {}
 
 func (x *ArchiveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[36]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +4224,7 @@ func (x *ArchiveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveSessionRequest.ProtoReflect.Descriptor instead.
 func (*ArchiveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{36}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ArchiveSessionRequest) GetSessionId() string {
@@ -3813,7 +4245,7 @@ type UnarchiveSessionRequest struct {
 
 func (x *UnarchiveSessionRequest) Reset() {
 	*x = UnarchiveSessionRequest{}
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[37]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4257,7 @@ func (x *UnarchiveSessionRequest) String() string {
 func (*UnarchiveSessionRequest) ProtoMessage() {}
 
 func (x *UnarchiveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[37]
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4270,7 @@ func (x *UnarchiveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnarchiveSessionRequest.ProtoReflect.Descriptor instead.
 func (*UnarchiveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{37}
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UnarchiveSessionRequest) GetSessionId() string {
@@ -3846,6 +4278,342 @@ func (x *UnarchiveSessionRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+// Request of GetUsage.
+type GetUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's ID; empty for the totals of every session of the caller's
+	// tenant (deleted sessions count until they are purged).
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetUsageRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// Totals of what providers reported, by token kind. Input, cache read and
+// cache write are disjoint parts of the prompt; reasoning is part of output.
+type UsageTotals struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Provider calls counted (messages or summariser calls that reported usage).
+	Calls int64 `protobuf:"varint,1,opt,name=calls,proto3" json:"calls,omitempty"`
+	// Uncached input tokens.
+	InputTokens int64 `protobuf:"varint,2,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Input tokens read from the provider's prompt cache.
+	CacheReadTokens int64 `protobuf:"varint,3,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	// Input tokens written to the provider's prompt cache.
+	CacheWriteTokens int64 `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// Output tokens, reasoning included.
+	OutputTokens int64 `protobuf:"varint,5,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Output tokens spent reasoning.
+	ReasoningTokens int64 `protobuf:"varint,6,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	// The cost by the server's price table, in UsageReport.currency; 0 without
+	// a price table or a price for the model.
+	Cost          float64 `protobuf:"fixed64,7,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageTotals) Reset() {
+	*x = UsageTotals{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageTotals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageTotals) ProtoMessage() {}
+
+func (x *UsageTotals) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageTotals.ProtoReflect.Descriptor instead.
+func (*UsageTotals) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *UsageTotals) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetCost() float64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+// The totals of one model and source.
+type ModelUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model as the message named it (else the session's model); "" if none.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Who made the calls.
+	Source UsageSource `protobuf:"varint,2,opt,name=source,proto3,enum=ctxwarden.v1.UsageSource" json:"source,omitempty"`
+	// What they reported.
+	Totals *UsageTotals `protobuf:"bytes,3,opt,name=totals,proto3" json:"totals,omitempty"`
+	// False when the price table has no price for the model (cost is 0).
+	Priced        bool `protobuf:"varint,4,opt,name=priced,proto3" json:"priced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelUsage) Reset() {
+	*x = ModelUsage{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelUsage) ProtoMessage() {}
+
+func (x *ModelUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelUsage.ProtoReflect.Descriptor instead.
+func (*ModelUsage) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ModelUsage) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelUsage) GetSource() UsageSource {
+	if x != nil {
+		return x.Source
+	}
+	return UsageSource_USAGE_SOURCE_UNSPECIFIED
+}
+
+func (x *ModelUsage) GetTotals() *UsageTotals {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+func (x *ModelUsage) GetPriced() bool {
+	if x != nil {
+		return x.Priced
+	}
+	return false
+}
+
+// The usage ledger of a session or a tenant. Totals only grow: a rollback or
+// a compaction does not undo what a provider billed, and a request retried
+// with the same request_id (or a message re-sent with its message_id) is
+// counted once.
+type UsageReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's ID; empty for a tenant's totals.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Sessions counted (1 for a session).
+	SessionCount int64 `protobuf:"varint,2,opt,name=session_count,json=sessionCount,proto3" json:"session_count,omitempty"`
+	// Every call counted, agent and summariser.
+	Total *UsageTotals `protobuf:"bytes,3,opt,name=total,proto3" json:"total,omitempty"`
+	// The server's summariser calls alone (included in total).
+	Summarizer *UsageTotals `protobuf:"bytes,4,opt,name=summarizer,proto3" json:"summarizer,omitempty"`
+	// Per model and source, by source, then model.
+	Models []*ModelUsage `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
+	// True when the server has a price table (serve --price-table).
+	Priced bool `protobuf:"varint,6,opt,name=priced,proto3" json:"priced,omitempty"`
+	// The price table's currency, e.g. "USD"; empty without a price table.
+	Currency string `protobuf:"bytes,7,opt,name=currency,proto3" json:"currency,omitempty"`
+	// The cache ledger: predicted cacheable tokens next to the input tokens and
+	// to what providers reported as cache reads. Counts kept in memory since the
+	// session's last write are stored with its next one.
+	Cache         *CacheLedger `protobuf:"bytes,8,opt,name=cache,proto3" json:"cache,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageReport) Reset() {
+	*x = UsageReport{}
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageReport) ProtoMessage() {}
+
+func (x *UsageReport) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxwarden_v1_context_service_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
+func (*UsageReport) Descriptor() ([]byte, []int) {
+	return file_ctxwarden_v1_context_service_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UsageReport) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *UsageReport) GetSessionCount() int64 {
+	if x != nil {
+		return x.SessionCount
+	}
+	return 0
+}
+
+func (x *UsageReport) GetTotal() *UsageTotals {
+	if x != nil {
+		return x.Total
+	}
+	return nil
+}
+
+func (x *UsageReport) GetSummarizer() *UsageTotals {
+	if x != nil {
+		return x.Summarizer
+	}
+	return nil
+}
+
+func (x *UsageReport) GetModels() []*ModelUsage {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *UsageReport) GetPriced() bool {
+	if x != nil {
+		return x.Priced
+	}
+	return false
+}
+
+func (x *UsageReport) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *UsageReport) GetCache() *CacheLedger {
+	if x != nil {
+		return x.Cache
+	}
+	return nil
 }
 
 var File_ctxwarden_v1_context_service_proto protoreflect.FileDescriptor
@@ -3930,7 +4698,7 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"_after_seq\"q\n" +
 	"\x14ListMessagesResponse\x121\n" +
 	"\bmessages\x18\x01 \x03(\v2\x15.ctxwarden.v1.MessageR\bmessages\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe9\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x99\x03\n" +
 	"\x16BuildModelInputRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12*\n" +
@@ -3940,7 +4708,8 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\tas_of_seq\x18\x05 \x01(\x03H\x00R\aasOfSeq\x88\x01\x01\x12!\n" +
 	"\fresume_token\x18\x06 \x01(\tR\vresumeToken\x120\n" +
 	"\x04view\x18\a \x01(\x0e2\x1c.ctxwarden.v1.ModelInputViewR\x04view\x12%\n" +
-	"\x0erefresh_memory\x18\b \x01(\bR\rrefreshMemoryB\f\n" +
+	"\x0erefresh_memory\x18\b \x01(\bR\rrefreshMemory\x12.\n" +
+	"\x13report_cache_prefix\x18\t \x01(\bR\x11reportCachePrefixB\f\n" +
 	"\n" +
 	"_as_of_seq\"\x84\x04\n" +
 	"\x0eTokenBreakdown\x12#\n" +
@@ -3960,7 +4729,7 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x06Notice\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xdc\x05\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x9a\x06\n" +
 	"\n" +
 	"ModelInput\x12\x1d\n" +
 	"\n" +
@@ -3984,7 +4753,28 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x15rendered_prefix_bytes\x18\x10 \x01(\x03R\x13renderedPrefixBytes\x12!\n" +
 	"\fmemory_block\x18\x11 \x01(\tR\vmemoryBlock\x12\x1d\n" +
 	"\n" +
-	"memory_ids\x18\x12 \x03(\tR\tmemoryIds\"\xaa\x02\n" +
+	"memory_ids\x18\x12 \x03(\tR\tmemoryIds\x12<\n" +
+	"\fcache_prefix\x18\x13 \x01(\v2\x19.ctxwarden.v1.CachePrefixR\vcachePrefix\"\xef\x01\n" +
+	"\vCachePrefix\x12#\n" +
+	"\rshared_tokens\x18\x01 \x01(\x03R\fsharedTokens\x12!\n" +
+	"\fshared_bytes\x18\x02 \x01(\x03R\vsharedBytes\x12!\n" +
+	"\finput_tokens\x18\x03 \x01(\x03R\vinputTokens\x122\n" +
+	"\x15previous_input_tokens\x18\x04 \x01(\x03R\x13previousInputTokens\x12A\n" +
+	"\fbreak_reason\x18\x05 \x01(\x0e2\x1e.ctxwarden.v1.CacheBreakReasonR\vbreakReason\"\xac\x03\n" +
+	"\vCacheLedger\x12\x16\n" +
+	"\x06builds\x18\x01 \x01(\x03R\x06builds\x12!\n" +
+	"\finput_tokens\x18\x02 \x01(\x03R\vinputTokens\x126\n" +
+	"\x17predicted_cached_tokens\x18\x03 \x01(\x03R\x15predictedCachedTokens\x12!\n" +
+	"\fpaired_calls\x18\x04 \x01(\x03R\vpairedCalls\x12C\n" +
+	"\x1epaired_predicted_cached_tokens\x18\x05 \x01(\x03R\x1bpairedPredictedCachedTokens\x12H\n" +
+	"!paired_observed_cache_read_tokens\x18\x06 \x01(\x03R\x1dpairedObservedCacheReadTokens\x12A\n" +
+	"\x1dpaired_observed_prompt_tokens\x18\a \x01(\x03R\x1apairedObservedPromptTokens\x125\n" +
+	"\x06breaks\x18\b \x03(\v2\x1d.ctxwarden.v1.CacheBreakCountR\x06breaks\"\x80\x01\n" +
+	"\x0fCacheBreakCount\x126\n" +
+	"\x06reason\x18\x01 \x01(\x0e2\x1e.ctxwarden.v1.CacheBreakReasonR\x06reason\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1f\n" +
+	"\vtokens_lost\x18\x03 \x01(\x03R\n" +
+	"tokensLost\"\xaa\x02\n" +
 	"\x13RollbackTurnRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -4009,7 +4799,7 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\x0e2\x1c.ctxwarden.v1.RecoveryActionR\x06action\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xed\a\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xad\b\n" +
 	"\n" +
 	"Compaction\x12#\n" +
 	"\rcompaction_id\x18\x01 \x01(\tR\fcompactionId\x12\x1d\n" +
@@ -4044,7 +4834,8 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\rmemory_tokens\x18\x14 \x01(\x03R\fmemoryTokens\x129\n" +
 	"\tnext_plan\x18\x10 \x01(\v2\x1c.ctxwarden.v1.CompactionPlanR\bnextPlan\x12C\n" +
 	"\vloss_report\x18\x19 \x01(\v2\".ctxwarden.v1.CompactionLossReportR\n" +
-	"lossReport\"h\n" +
+	"lossReport\x12>\n" +
+	"\x10summarizer_usage\x18\x1a \x01(\v2\x13.ctxwarden.v1.UsageR\x0fsummarizerUsage\"h\n" +
 	"\x06Anchor\x128\n" +
 	"\bcategory\x18\x01 \x01(\x0e2\x1c.ctxwarden.v1.AnchorCategoryR\bcategory\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x10\n" +
@@ -4173,7 +4964,36 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"8\n" +
 	"\x17UnarchiveSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId*Z\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"0\n" +
+	"\x0fGetUsageRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x84\x02\n" +
+	"\vUsageTotals\x12\x14\n" +
+	"\x05calls\x18\x01 \x01(\x03R\x05calls\x12!\n" +
+	"\finput_tokens\x18\x02 \x01(\x03R\vinputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\x04 \x01(\x03R\x10cacheWriteTokens\x12#\n" +
+	"\routput_tokens\x18\x05 \x01(\x03R\foutputTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x06 \x01(\x03R\x0freasoningTokens\x12\x12\n" +
+	"\x04cost\x18\a \x01(\x01R\x04cost\"\xa0\x01\n" +
+	"\n" +
+	"ModelUsage\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x121\n" +
+	"\x06source\x18\x02 \x01(\x0e2\x19.ctxwarden.v1.UsageSourceR\x06source\x121\n" +
+	"\x06totals\x18\x03 \x01(\v2\x19.ctxwarden.v1.UsageTotalsR\x06totals\x12\x16\n" +
+	"\x06priced\x18\x04 \x01(\bR\x06priced\"\xd4\x02\n" +
+	"\vUsageReport\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
+	"\rsession_count\x18\x02 \x01(\x03R\fsessionCount\x12/\n" +
+	"\x05total\x18\x03 \x01(\v2\x19.ctxwarden.v1.UsageTotalsR\x05total\x129\n" +
+	"\n" +
+	"summarizer\x18\x04 \x01(\v2\x19.ctxwarden.v1.UsageTotalsR\n" +
+	"summarizer\x120\n" +
+	"\x06models\x18\x05 \x03(\v2\x18.ctxwarden.v1.ModelUsageR\x06models\x12\x16\n" +
+	"\x06priced\x18\x06 \x01(\bR\x06priced\x12\x1a\n" +
+	"\bcurrency\x18\a \x01(\tR\bcurrency\x12/\n" +
+	"\x05cache\x18\b \x01(\v2\x19.ctxwarden.v1.CacheLedgerR\x05cache*Z\n" +
 	"\vMessageView\x12\x1c\n" +
 	"\x18MESSAGE_VIEW_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11MESSAGE_VIEW_FULL\x10\x01\x12\x16\n" +
@@ -4193,7 +5013,18 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x1eTOKEN_COUNT_METHOD_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18TOKEN_COUNT_METHOD_EXACT\x10\x01\x12\x1f\n" +
 	"\x1bTOKEN_COUNT_METHOD_ANCHORED\x10\x02\x12 \n" +
-	"\x1cTOKEN_COUNT_METHOD_ESTIMATED\x10\x03*\x8d\x01\n" +
+	"\x1cTOKEN_COUNT_METHOD_ESTIMATED\x10\x03*\xec\x02\n" +
+	"\x10CacheBreakReason\x12\"\n" +
+	"\x1eCACHE_BREAK_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eCACHE_BREAK_REASON_FIRST_INPUT\x10\x01\x12!\n" +
+	"\x1dCACHE_BREAK_REASON_COMPACTION\x10\x02\x12\x1f\n" +
+	"\x1bCACHE_BREAK_REASON_CLEARING\x10\x03\x12\x1f\n" +
+	"\x1bCACHE_BREAK_REASON_ROLLBACK\x10\x04\x12$\n" +
+	" CACHE_BREAK_REASON_SYSTEM_PROMPT\x10\x05\x12\x1c\n" +
+	"\x18CACHE_BREAK_REASON_TOOLS\x10\x06\x12\x1c\n" +
+	"\x18CACHE_BREAK_REASON_MODEL\x10\a\x12%\n" +
+	"!CACHE_BREAK_REASON_MEMORY_REFRESH\x10\b\x12\"\n" +
+	"\x1eCACHE_BREAK_REASON_VIEW_CHANGE\x10\t*\x8d\x01\n" +
 	"\x0eRecoveryAction\x12\x1f\n" +
 	"\x1bRECOVERY_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RECOVERY_ACTION_RETRY\x10\x01\x12%\n" +
@@ -4213,7 +5044,11 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\x1dANCHOR_LOCATION_KEPT_MESSAGES\x10\x04\x12 \n" +
 	"\x1cANCHOR_LOCATION_MEMORY_BLOCK\x10\x05\x12\x1e\n" +
 	"\x1aANCHOR_LOCATION_REINJECTED\x10\x06\x12\x18\n" +
-	"\x14ANCHOR_LOCATION_LOST\x10\a2\x94\x10\n" +
+	"\x14ANCHOR_LOCATION_LOST\x10\a*`\n" +
+	"\vUsageSource\x12\x1c\n" +
+	"\x18USAGE_SOURCE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12USAGE_SOURCE_AGENT\x10\x01\x12\x1b\n" +
+	"\x17USAGE_SOURCE_SUMMARIZER\x10\x022\xda\x10\n" +
 	"\x0eContextService\x12J\n" +
 	"\rCreateSession\x12\".ctxwarden.v1.CreateSessionRequest\x1a\x15.ctxwarden.v1.Session\x12D\n" +
 	"\n" +
@@ -4235,7 +5070,8 @@ const file_ctxwarden_v1_context_service_proto_rawDesc = "" +
 	"\vCountTokens\x12 .ctxwarden.v1.CountTokensRequest\x1a!.ctxwarden.v1.CountTokensResponse\x12F\n" +
 	"\vForkSession\x12 .ctxwarden.v1.ForkSessionRequest\x1a\x15.ctxwarden.v1.Session\x12L\n" +
 	"\x0eArchiveSession\x12#.ctxwarden.v1.ArchiveSessionRequest\x1a\x15.ctxwarden.v1.Session\x12P\n" +
-	"\x10UnarchiveSession\x12%.ctxwarden.v1.UnarchiveSessionRequest\x1a\x15.ctxwarden.v1.Session\x12G\n" +
+	"\x10UnarchiveSession\x12%.ctxwarden.v1.UnarchiveSessionRequest\x1a\x15.ctxwarden.v1.Session\x12D\n" +
+	"\bGetUsage\x12\x1d.ctxwarden.v1.GetUsageRequest\x1a\x19.ctxwarden.v1.UsageReport\x12G\n" +
 	"\fCreateMemory\x12!.ctxwarden.v1.CreateMemoryRequest\x1a\x14.ctxwarden.v1.Memory\x12A\n" +
 	"\tGetMemory\x12\x1e.ctxwarden.v1.GetMemoryRequest\x1a\x14.ctxwarden.v1.Memory\x12U\n" +
 	"\fListMemories\x12!.ctxwarden.v1.ListMemoriesRequest\x1a\".ctxwarden.v1.ListMemoriesResponse\x12G\n" +
@@ -4254,174 +5090,197 @@ func file_ctxwarden_v1_context_service_proto_rawDescGZIP() []byte {
 	return file_ctxwarden_v1_context_service_proto_rawDescData
 }
 
-var file_ctxwarden_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_ctxwarden_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_ctxwarden_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_ctxwarden_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_ctxwarden_v1_context_service_proto_goTypes = []any{
 	(MessageView)(0),                 // 0: ctxwarden.v1.MessageView
 	(ModelInputView)(0),              // 1: ctxwarden.v1.ModelInputView
 	(ModelInputFormat)(0),            // 2: ctxwarden.v1.ModelInputFormat
 	(TokenCountMethod)(0),            // 3: ctxwarden.v1.TokenCountMethod
-	(RecoveryAction)(0),              // 4: ctxwarden.v1.RecoveryAction
-	(CompactionTrigger)(0),           // 5: ctxwarden.v1.CompactionTrigger
-	(AnchorLocation)(0),              // 6: ctxwarden.v1.AnchorLocation
-	(*CreateSessionRequest)(nil),     // 7: ctxwarden.v1.CreateSessionRequest
-	(*GetSessionRequest)(nil),        // 8: ctxwarden.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),      // 9: ctxwarden.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 10: ctxwarden.v1.ListSessionsResponse
-	(*UpdateSessionRequest)(nil),     // 11: ctxwarden.v1.UpdateSessionRequest
-	(*DeleteSessionRequest)(nil),     // 12: ctxwarden.v1.DeleteSessionRequest
-	(*AppendMessagesRequest)(nil),    // 13: ctxwarden.v1.AppendMessagesRequest
-	(*StateDelta)(nil),               // 14: ctxwarden.v1.StateDelta
-	(*AppendModelOutputRequest)(nil), // 15: ctxwarden.v1.AppendModelOutputRequest
-	(*AppendMessagesResponse)(nil),   // 16: ctxwarden.v1.AppendMessagesResponse
-	(*ListMessagesRequest)(nil),      // 17: ctxwarden.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),     // 18: ctxwarden.v1.ListMessagesResponse
-	(*BuildModelInputRequest)(nil),   // 19: ctxwarden.v1.BuildModelInputRequest
-	(*TokenBreakdown)(nil),           // 20: ctxwarden.v1.TokenBreakdown
-	(*Notice)(nil),                   // 21: ctxwarden.v1.Notice
-	(*ModelInput)(nil),               // 22: ctxwarden.v1.ModelInput
-	(*RollbackTurnRequest)(nil),      // 23: ctxwarden.v1.RollbackTurnRequest
-	(*ProviderError)(nil),            // 24: ctxwarden.v1.ProviderError
-	(*RollbackTurnResponse)(nil),     // 25: ctxwarden.v1.RollbackTurnResponse
-	(*Compaction)(nil),               // 26: ctxwarden.v1.Compaction
-	(*Anchor)(nil),                   // 27: ctxwarden.v1.Anchor
-	(*AnchorCategoryCount)(nil),      // 28: ctxwarden.v1.AnchorCategoryCount
-	(*CompactionLossReport)(nil),     // 29: ctxwarden.v1.CompactionLossReport
-	(*AnchorSurvival)(nil),           // 30: ctxwarden.v1.AnchorSurvival
-	(*CompactRequest)(nil),           // 31: ctxwarden.v1.CompactRequest
-	(*SummaryPrompt)(nil),            // 32: ctxwarden.v1.SummaryPrompt
-	(*PrepareCompactionRequest)(nil), // 33: ctxwarden.v1.PrepareCompactionRequest
-	(*CompactionPlan)(nil),           // 34: ctxwarden.v1.CompactionPlan
-	(*CommitCompactionRequest)(nil),  // 35: ctxwarden.v1.CommitCompactionRequest
-	(*ListCompactionsRequest)(nil),   // 36: ctxwarden.v1.ListCompactionsRequest
-	(*ListCompactionsResponse)(nil),  // 37: ctxwarden.v1.ListCompactionsResponse
-	(*GetToolOutputRequest)(nil),     // 38: ctxwarden.v1.GetToolOutputRequest
-	(*GetToolOutputResponse)(nil),    // 39: ctxwarden.v1.GetToolOutputResponse
-	(*CountTokensRequest)(nil),       // 40: ctxwarden.v1.CountTokensRequest
-	(*CountTokensResponse)(nil),      // 41: ctxwarden.v1.CountTokensResponse
-	(*ForkSessionRequest)(nil),       // 42: ctxwarden.v1.ForkSessionRequest
-	(*ArchiveSessionRequest)(nil),    // 43: ctxwarden.v1.ArchiveSessionRequest
-	(*UnarchiveSessionRequest)(nil),  // 44: ctxwarden.v1.UnarchiveSessionRequest
-	nil,                              // 45: ctxwarden.v1.ProviderError.HeadersEntry
-	(*Session)(nil),                  // 46: ctxwarden.v1.Session
-	(*fieldmaskpb.FieldMask)(nil),    // 47: google.protobuf.FieldMask
-	(*Message)(nil),                  // 48: ctxwarden.v1.Message
-	(*structpb.Struct)(nil),          // 49: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
-	(*ToolDefinition)(nil),           // 51: ctxwarden.v1.ToolDefinition
-	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
-	(AnchorCategory)(0),              // 53: ctxwarden.v1.AnchorCategory
-	(*ProposedMemory)(nil),           // 54: ctxwarden.v1.ProposedMemory
-	(*CreateMemoryRequest)(nil),      // 55: ctxwarden.v1.CreateMemoryRequest
-	(*GetMemoryRequest)(nil),         // 56: ctxwarden.v1.GetMemoryRequest
-	(*ListMemoriesRequest)(nil),      // 57: ctxwarden.v1.ListMemoriesRequest
-	(*UpdateMemoryRequest)(nil),      // 58: ctxwarden.v1.UpdateMemoryRequest
-	(*DeleteMemoryRequest)(nil),      // 59: ctxwarden.v1.DeleteMemoryRequest
-	(*emptypb.Empty)(nil),            // 60: google.protobuf.Empty
-	(*Memory)(nil),                   // 61: ctxwarden.v1.Memory
-	(*ListMemoriesResponse)(nil),     // 62: ctxwarden.v1.ListMemoriesResponse
+	(CacheBreakReason)(0),            // 4: ctxwarden.v1.CacheBreakReason
+	(RecoveryAction)(0),              // 5: ctxwarden.v1.RecoveryAction
+	(CompactionTrigger)(0),           // 6: ctxwarden.v1.CompactionTrigger
+	(AnchorLocation)(0),              // 7: ctxwarden.v1.AnchorLocation
+	(UsageSource)(0),                 // 8: ctxwarden.v1.UsageSource
+	(*CreateSessionRequest)(nil),     // 9: ctxwarden.v1.CreateSessionRequest
+	(*GetSessionRequest)(nil),        // 10: ctxwarden.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),      // 11: ctxwarden.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 12: ctxwarden.v1.ListSessionsResponse
+	(*UpdateSessionRequest)(nil),     // 13: ctxwarden.v1.UpdateSessionRequest
+	(*DeleteSessionRequest)(nil),     // 14: ctxwarden.v1.DeleteSessionRequest
+	(*AppendMessagesRequest)(nil),    // 15: ctxwarden.v1.AppendMessagesRequest
+	(*StateDelta)(nil),               // 16: ctxwarden.v1.StateDelta
+	(*AppendModelOutputRequest)(nil), // 17: ctxwarden.v1.AppendModelOutputRequest
+	(*AppendMessagesResponse)(nil),   // 18: ctxwarden.v1.AppendMessagesResponse
+	(*ListMessagesRequest)(nil),      // 19: ctxwarden.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),     // 20: ctxwarden.v1.ListMessagesResponse
+	(*BuildModelInputRequest)(nil),   // 21: ctxwarden.v1.BuildModelInputRequest
+	(*TokenBreakdown)(nil),           // 22: ctxwarden.v1.TokenBreakdown
+	(*Notice)(nil),                   // 23: ctxwarden.v1.Notice
+	(*ModelInput)(nil),               // 24: ctxwarden.v1.ModelInput
+	(*CachePrefix)(nil),              // 25: ctxwarden.v1.CachePrefix
+	(*CacheLedger)(nil),              // 26: ctxwarden.v1.CacheLedger
+	(*CacheBreakCount)(nil),          // 27: ctxwarden.v1.CacheBreakCount
+	(*RollbackTurnRequest)(nil),      // 28: ctxwarden.v1.RollbackTurnRequest
+	(*ProviderError)(nil),            // 29: ctxwarden.v1.ProviderError
+	(*RollbackTurnResponse)(nil),     // 30: ctxwarden.v1.RollbackTurnResponse
+	(*Compaction)(nil),               // 31: ctxwarden.v1.Compaction
+	(*Anchor)(nil),                   // 32: ctxwarden.v1.Anchor
+	(*AnchorCategoryCount)(nil),      // 33: ctxwarden.v1.AnchorCategoryCount
+	(*CompactionLossReport)(nil),     // 34: ctxwarden.v1.CompactionLossReport
+	(*AnchorSurvival)(nil),           // 35: ctxwarden.v1.AnchorSurvival
+	(*CompactRequest)(nil),           // 36: ctxwarden.v1.CompactRequest
+	(*SummaryPrompt)(nil),            // 37: ctxwarden.v1.SummaryPrompt
+	(*PrepareCompactionRequest)(nil), // 38: ctxwarden.v1.PrepareCompactionRequest
+	(*CompactionPlan)(nil),           // 39: ctxwarden.v1.CompactionPlan
+	(*CommitCompactionRequest)(nil),  // 40: ctxwarden.v1.CommitCompactionRequest
+	(*ListCompactionsRequest)(nil),   // 41: ctxwarden.v1.ListCompactionsRequest
+	(*ListCompactionsResponse)(nil),  // 42: ctxwarden.v1.ListCompactionsResponse
+	(*GetToolOutputRequest)(nil),     // 43: ctxwarden.v1.GetToolOutputRequest
+	(*GetToolOutputResponse)(nil),    // 44: ctxwarden.v1.GetToolOutputResponse
+	(*CountTokensRequest)(nil),       // 45: ctxwarden.v1.CountTokensRequest
+	(*CountTokensResponse)(nil),      // 46: ctxwarden.v1.CountTokensResponse
+	(*ForkSessionRequest)(nil),       // 47: ctxwarden.v1.ForkSessionRequest
+	(*ArchiveSessionRequest)(nil),    // 48: ctxwarden.v1.ArchiveSessionRequest
+	(*UnarchiveSessionRequest)(nil),  // 49: ctxwarden.v1.UnarchiveSessionRequest
+	(*GetUsageRequest)(nil),          // 50: ctxwarden.v1.GetUsageRequest
+	(*UsageTotals)(nil),              // 51: ctxwarden.v1.UsageTotals
+	(*ModelUsage)(nil),               // 52: ctxwarden.v1.ModelUsage
+	(*UsageReport)(nil),              // 53: ctxwarden.v1.UsageReport
+	nil,                              // 54: ctxwarden.v1.ProviderError.HeadersEntry
+	(*Session)(nil),                  // 55: ctxwarden.v1.Session
+	(*fieldmaskpb.FieldMask)(nil),    // 56: google.protobuf.FieldMask
+	(*Message)(nil),                  // 57: ctxwarden.v1.Message
+	(*structpb.Struct)(nil),          // 58: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),    // 59: google.protobuf.Timestamp
+	(*ToolDefinition)(nil),           // 60: ctxwarden.v1.ToolDefinition
+	(*durationpb.Duration)(nil),      // 61: google.protobuf.Duration
+	(*Usage)(nil),                    // 62: ctxwarden.v1.Usage
+	(AnchorCategory)(0),              // 63: ctxwarden.v1.AnchorCategory
+	(*ProposedMemory)(nil),           // 64: ctxwarden.v1.ProposedMemory
+	(*CreateMemoryRequest)(nil),      // 65: ctxwarden.v1.CreateMemoryRequest
+	(*GetMemoryRequest)(nil),         // 66: ctxwarden.v1.GetMemoryRequest
+	(*ListMemoriesRequest)(nil),      // 67: ctxwarden.v1.ListMemoriesRequest
+	(*UpdateMemoryRequest)(nil),      // 68: ctxwarden.v1.UpdateMemoryRequest
+	(*DeleteMemoryRequest)(nil),      // 69: ctxwarden.v1.DeleteMemoryRequest
+	(*emptypb.Empty)(nil),            // 70: google.protobuf.Empty
+	(*Memory)(nil),                   // 71: ctxwarden.v1.Memory
+	(*ListMemoriesResponse)(nil),     // 72: ctxwarden.v1.ListMemoriesResponse
 }
 var file_ctxwarden_v1_context_service_proto_depIdxs = []int32{
-	46, // 0: ctxwarden.v1.CreateSessionRequest.session:type_name -> ctxwarden.v1.Session
-	46, // 1: ctxwarden.v1.ListSessionsResponse.sessions:type_name -> ctxwarden.v1.Session
-	46, // 2: ctxwarden.v1.UpdateSessionRequest.session:type_name -> ctxwarden.v1.Session
-	47, // 3: ctxwarden.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
-	48, // 4: ctxwarden.v1.AppendMessagesRequest.messages:type_name -> ctxwarden.v1.Message
+	55, // 0: ctxwarden.v1.CreateSessionRequest.session:type_name -> ctxwarden.v1.Session
+	55, // 1: ctxwarden.v1.ListSessionsResponse.sessions:type_name -> ctxwarden.v1.Session
+	55, // 2: ctxwarden.v1.UpdateSessionRequest.session:type_name -> ctxwarden.v1.Session
+	56, // 3: ctxwarden.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	57, // 4: ctxwarden.v1.AppendMessagesRequest.messages:type_name -> ctxwarden.v1.Message
 	0,  // 5: ctxwarden.v1.AppendMessagesRequest.view:type_name -> ctxwarden.v1.MessageView
-	14, // 6: ctxwarden.v1.AppendMessagesRequest.state_delta:type_name -> ctxwarden.v1.StateDelta
-	49, // 7: ctxwarden.v1.StateDelta.session:type_name -> google.protobuf.Struct
-	49, // 8: ctxwarden.v1.StateDelta.user:type_name -> google.protobuf.Struct
-	49, // 9: ctxwarden.v1.StateDelta.project:type_name -> google.protobuf.Struct
+	16, // 6: ctxwarden.v1.AppendMessagesRequest.state_delta:type_name -> ctxwarden.v1.StateDelta
+	58, // 7: ctxwarden.v1.StateDelta.session:type_name -> google.protobuf.Struct
+	58, // 8: ctxwarden.v1.StateDelta.user:type_name -> google.protobuf.Struct
+	58, // 9: ctxwarden.v1.StateDelta.project:type_name -> google.protobuf.Struct
 	2,  // 10: ctxwarden.v1.AppendModelOutputRequest.format:type_name -> ctxwarden.v1.ModelInputFormat
 	0,  // 11: ctxwarden.v1.AppendModelOutputRequest.view:type_name -> ctxwarden.v1.MessageView
-	48, // 12: ctxwarden.v1.AppendMessagesResponse.messages:type_name -> ctxwarden.v1.Message
-	50, // 13: ctxwarden.v1.ListMessagesRequest.after_time:type_name -> google.protobuf.Timestamp
-	48, // 14: ctxwarden.v1.ListMessagesResponse.messages:type_name -> ctxwarden.v1.Message
+	57, // 12: ctxwarden.v1.AppendMessagesResponse.messages:type_name -> ctxwarden.v1.Message
+	59, // 13: ctxwarden.v1.ListMessagesRequest.after_time:type_name -> google.protobuf.Timestamp
+	57, // 14: ctxwarden.v1.ListMessagesResponse.messages:type_name -> ctxwarden.v1.Message
 	2,  // 15: ctxwarden.v1.BuildModelInputRequest.format:type_name -> ctxwarden.v1.ModelInputFormat
 	1,  // 16: ctxwarden.v1.BuildModelInputRequest.view:type_name -> ctxwarden.v1.ModelInputView
 	3,  // 17: ctxwarden.v1.TokenBreakdown.method:type_name -> ctxwarden.v1.TokenCountMethod
-	51, // 18: ctxwarden.v1.ModelInput.tools:type_name -> ctxwarden.v1.ToolDefinition
-	48, // 19: ctxwarden.v1.ModelInput.messages:type_name -> ctxwarden.v1.Message
-	20, // 20: ctxwarden.v1.ModelInput.tokens:type_name -> ctxwarden.v1.TokenBreakdown
-	21, // 21: ctxwarden.v1.ModelInput.notices:type_name -> ctxwarden.v1.Notice
-	24, // 22: ctxwarden.v1.RollbackTurnRequest.provider_error:type_name -> ctxwarden.v1.ProviderError
-	45, // 23: ctxwarden.v1.ProviderError.headers:type_name -> ctxwarden.v1.ProviderError.HeadersEntry
-	4,  // 24: ctxwarden.v1.RollbackTurnResponse.action:type_name -> ctxwarden.v1.RecoveryAction
-	52, // 25: ctxwarden.v1.RollbackTurnResponse.retry_after:type_name -> google.protobuf.Duration
-	5,  // 26: ctxwarden.v1.Compaction.trigger:type_name -> ctxwarden.v1.CompactionTrigger
-	50, // 27: ctxwarden.v1.Compaction.create_time:type_name -> google.protobuf.Timestamp
-	34, // 28: ctxwarden.v1.Compaction.next_plan:type_name -> ctxwarden.v1.CompactionPlan
-	29, // 29: ctxwarden.v1.Compaction.loss_report:type_name -> ctxwarden.v1.CompactionLossReport
-	53, // 30: ctxwarden.v1.Anchor.category:type_name -> ctxwarden.v1.AnchorCategory
-	53, // 31: ctxwarden.v1.AnchorCategoryCount.category:type_name -> ctxwarden.v1.AnchorCategory
-	28, // 32: ctxwarden.v1.CompactionLossReport.categories:type_name -> ctxwarden.v1.AnchorCategoryCount
-	27, // 33: ctxwarden.v1.CompactionLossReport.lost_anchors:type_name -> ctxwarden.v1.Anchor
-	53, // 34: ctxwarden.v1.AnchorSurvival.category:type_name -> ctxwarden.v1.AnchorCategory
-	5,  // 35: ctxwarden.v1.CompactRequest.trigger:type_name -> ctxwarden.v1.CompactionTrigger
-	32, // 36: ctxwarden.v1.CompactionPlan.history_prompt:type_name -> ctxwarden.v1.SummaryPrompt
-	32, // 37: ctxwarden.v1.CompactionPlan.turn_prefix_prompt:type_name -> ctxwarden.v1.SummaryPrompt
-	50, // 38: ctxwarden.v1.CompactionPlan.expire_time:type_name -> google.protobuf.Timestamp
-	27, // 39: ctxwarden.v1.CompactionPlan.anchors:type_name -> ctxwarden.v1.Anchor
-	54, // 40: ctxwarden.v1.CommitCompactionRequest.proposed_memories:type_name -> ctxwarden.v1.ProposedMemory
-	30, // 41: ctxwarden.v1.CommitCompactionRequest.min_anchor_survival:type_name -> ctxwarden.v1.AnchorSurvival
-	26, // 42: ctxwarden.v1.ListCompactionsResponse.compactions:type_name -> ctxwarden.v1.Compaction
-	48, // 43: ctxwarden.v1.CountTokensRequest.messages:type_name -> ctxwarden.v1.Message
-	51, // 44: ctxwarden.v1.CountTokensRequest.tools:type_name -> ctxwarden.v1.ToolDefinition
-	7,  // 45: ctxwarden.v1.ContextService.CreateSession:input_type -> ctxwarden.v1.CreateSessionRequest
-	8,  // 46: ctxwarden.v1.ContextService.GetSession:input_type -> ctxwarden.v1.GetSessionRequest
-	9,  // 47: ctxwarden.v1.ContextService.ListSessions:input_type -> ctxwarden.v1.ListSessionsRequest
-	11, // 48: ctxwarden.v1.ContextService.UpdateSession:input_type -> ctxwarden.v1.UpdateSessionRequest
-	12, // 49: ctxwarden.v1.ContextService.DeleteSession:input_type -> ctxwarden.v1.DeleteSessionRequest
-	13, // 50: ctxwarden.v1.ContextService.AppendMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
-	13, // 51: ctxwarden.v1.ContextService.StreamMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
-	15, // 52: ctxwarden.v1.ContextService.AppendModelOutput:input_type -> ctxwarden.v1.AppendModelOutputRequest
-	17, // 53: ctxwarden.v1.ContextService.ListMessages:input_type -> ctxwarden.v1.ListMessagesRequest
-	19, // 54: ctxwarden.v1.ContextService.BuildModelInput:input_type -> ctxwarden.v1.BuildModelInputRequest
-	23, // 55: ctxwarden.v1.ContextService.RollbackTurn:input_type -> ctxwarden.v1.RollbackTurnRequest
-	31, // 56: ctxwarden.v1.ContextService.Compact:input_type -> ctxwarden.v1.CompactRequest
-	33, // 57: ctxwarden.v1.ContextService.PrepareCompaction:input_type -> ctxwarden.v1.PrepareCompactionRequest
-	35, // 58: ctxwarden.v1.ContextService.CommitCompaction:input_type -> ctxwarden.v1.CommitCompactionRequest
-	36, // 59: ctxwarden.v1.ContextService.ListCompactions:input_type -> ctxwarden.v1.ListCompactionsRequest
-	38, // 60: ctxwarden.v1.ContextService.GetToolOutput:input_type -> ctxwarden.v1.GetToolOutputRequest
-	40, // 61: ctxwarden.v1.ContextService.CountTokens:input_type -> ctxwarden.v1.CountTokensRequest
-	42, // 62: ctxwarden.v1.ContextService.ForkSession:input_type -> ctxwarden.v1.ForkSessionRequest
-	43, // 63: ctxwarden.v1.ContextService.ArchiveSession:input_type -> ctxwarden.v1.ArchiveSessionRequest
-	44, // 64: ctxwarden.v1.ContextService.UnarchiveSession:input_type -> ctxwarden.v1.UnarchiveSessionRequest
-	55, // 65: ctxwarden.v1.ContextService.CreateMemory:input_type -> ctxwarden.v1.CreateMemoryRequest
-	56, // 66: ctxwarden.v1.ContextService.GetMemory:input_type -> ctxwarden.v1.GetMemoryRequest
-	57, // 67: ctxwarden.v1.ContextService.ListMemories:input_type -> ctxwarden.v1.ListMemoriesRequest
-	58, // 68: ctxwarden.v1.ContextService.UpdateMemory:input_type -> ctxwarden.v1.UpdateMemoryRequest
-	59, // 69: ctxwarden.v1.ContextService.DeleteMemory:input_type -> ctxwarden.v1.DeleteMemoryRequest
-	46, // 70: ctxwarden.v1.ContextService.CreateSession:output_type -> ctxwarden.v1.Session
-	46, // 71: ctxwarden.v1.ContextService.GetSession:output_type -> ctxwarden.v1.Session
-	10, // 72: ctxwarden.v1.ContextService.ListSessions:output_type -> ctxwarden.v1.ListSessionsResponse
-	46, // 73: ctxwarden.v1.ContextService.UpdateSession:output_type -> ctxwarden.v1.Session
-	60, // 74: ctxwarden.v1.ContextService.DeleteSession:output_type -> google.protobuf.Empty
-	16, // 75: ctxwarden.v1.ContextService.AppendMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
-	16, // 76: ctxwarden.v1.ContextService.StreamMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
-	16, // 77: ctxwarden.v1.ContextService.AppendModelOutput:output_type -> ctxwarden.v1.AppendMessagesResponse
-	18, // 78: ctxwarden.v1.ContextService.ListMessages:output_type -> ctxwarden.v1.ListMessagesResponse
-	22, // 79: ctxwarden.v1.ContextService.BuildModelInput:output_type -> ctxwarden.v1.ModelInput
-	25, // 80: ctxwarden.v1.ContextService.RollbackTurn:output_type -> ctxwarden.v1.RollbackTurnResponse
-	26, // 81: ctxwarden.v1.ContextService.Compact:output_type -> ctxwarden.v1.Compaction
-	34, // 82: ctxwarden.v1.ContextService.PrepareCompaction:output_type -> ctxwarden.v1.CompactionPlan
-	26, // 83: ctxwarden.v1.ContextService.CommitCompaction:output_type -> ctxwarden.v1.Compaction
-	37, // 84: ctxwarden.v1.ContextService.ListCompactions:output_type -> ctxwarden.v1.ListCompactionsResponse
-	39, // 85: ctxwarden.v1.ContextService.GetToolOutput:output_type -> ctxwarden.v1.GetToolOutputResponse
-	41, // 86: ctxwarden.v1.ContextService.CountTokens:output_type -> ctxwarden.v1.CountTokensResponse
-	46, // 87: ctxwarden.v1.ContextService.ForkSession:output_type -> ctxwarden.v1.Session
-	46, // 88: ctxwarden.v1.ContextService.ArchiveSession:output_type -> ctxwarden.v1.Session
-	46, // 89: ctxwarden.v1.ContextService.UnarchiveSession:output_type -> ctxwarden.v1.Session
-	61, // 90: ctxwarden.v1.ContextService.CreateMemory:output_type -> ctxwarden.v1.Memory
-	61, // 91: ctxwarden.v1.ContextService.GetMemory:output_type -> ctxwarden.v1.Memory
-	62, // 92: ctxwarden.v1.ContextService.ListMemories:output_type -> ctxwarden.v1.ListMemoriesResponse
-	61, // 93: ctxwarden.v1.ContextService.UpdateMemory:output_type -> ctxwarden.v1.Memory
-	60, // 94: ctxwarden.v1.ContextService.DeleteMemory:output_type -> google.protobuf.Empty
-	70, // [70:95] is the sub-list for method output_type
-	45, // [45:70] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	60, // 18: ctxwarden.v1.ModelInput.tools:type_name -> ctxwarden.v1.ToolDefinition
+	57, // 19: ctxwarden.v1.ModelInput.messages:type_name -> ctxwarden.v1.Message
+	22, // 20: ctxwarden.v1.ModelInput.tokens:type_name -> ctxwarden.v1.TokenBreakdown
+	23, // 21: ctxwarden.v1.ModelInput.notices:type_name -> ctxwarden.v1.Notice
+	25, // 22: ctxwarden.v1.ModelInput.cache_prefix:type_name -> ctxwarden.v1.CachePrefix
+	4,  // 23: ctxwarden.v1.CachePrefix.break_reason:type_name -> ctxwarden.v1.CacheBreakReason
+	27, // 24: ctxwarden.v1.CacheLedger.breaks:type_name -> ctxwarden.v1.CacheBreakCount
+	4,  // 25: ctxwarden.v1.CacheBreakCount.reason:type_name -> ctxwarden.v1.CacheBreakReason
+	29, // 26: ctxwarden.v1.RollbackTurnRequest.provider_error:type_name -> ctxwarden.v1.ProviderError
+	54, // 27: ctxwarden.v1.ProviderError.headers:type_name -> ctxwarden.v1.ProviderError.HeadersEntry
+	5,  // 28: ctxwarden.v1.RollbackTurnResponse.action:type_name -> ctxwarden.v1.RecoveryAction
+	61, // 29: ctxwarden.v1.RollbackTurnResponse.retry_after:type_name -> google.protobuf.Duration
+	6,  // 30: ctxwarden.v1.Compaction.trigger:type_name -> ctxwarden.v1.CompactionTrigger
+	59, // 31: ctxwarden.v1.Compaction.create_time:type_name -> google.protobuf.Timestamp
+	39, // 32: ctxwarden.v1.Compaction.next_plan:type_name -> ctxwarden.v1.CompactionPlan
+	34, // 33: ctxwarden.v1.Compaction.loss_report:type_name -> ctxwarden.v1.CompactionLossReport
+	62, // 34: ctxwarden.v1.Compaction.summarizer_usage:type_name -> ctxwarden.v1.Usage
+	63, // 35: ctxwarden.v1.Anchor.category:type_name -> ctxwarden.v1.AnchorCategory
+	63, // 36: ctxwarden.v1.AnchorCategoryCount.category:type_name -> ctxwarden.v1.AnchorCategory
+	33, // 37: ctxwarden.v1.CompactionLossReport.categories:type_name -> ctxwarden.v1.AnchorCategoryCount
+	32, // 38: ctxwarden.v1.CompactionLossReport.lost_anchors:type_name -> ctxwarden.v1.Anchor
+	63, // 39: ctxwarden.v1.AnchorSurvival.category:type_name -> ctxwarden.v1.AnchorCategory
+	6,  // 40: ctxwarden.v1.CompactRequest.trigger:type_name -> ctxwarden.v1.CompactionTrigger
+	37, // 41: ctxwarden.v1.CompactionPlan.history_prompt:type_name -> ctxwarden.v1.SummaryPrompt
+	37, // 42: ctxwarden.v1.CompactionPlan.turn_prefix_prompt:type_name -> ctxwarden.v1.SummaryPrompt
+	59, // 43: ctxwarden.v1.CompactionPlan.expire_time:type_name -> google.protobuf.Timestamp
+	32, // 44: ctxwarden.v1.CompactionPlan.anchors:type_name -> ctxwarden.v1.Anchor
+	64, // 45: ctxwarden.v1.CommitCompactionRequest.proposed_memories:type_name -> ctxwarden.v1.ProposedMemory
+	35, // 46: ctxwarden.v1.CommitCompactionRequest.min_anchor_survival:type_name -> ctxwarden.v1.AnchorSurvival
+	31, // 47: ctxwarden.v1.ListCompactionsResponse.compactions:type_name -> ctxwarden.v1.Compaction
+	57, // 48: ctxwarden.v1.CountTokensRequest.messages:type_name -> ctxwarden.v1.Message
+	60, // 49: ctxwarden.v1.CountTokensRequest.tools:type_name -> ctxwarden.v1.ToolDefinition
+	8,  // 50: ctxwarden.v1.ModelUsage.source:type_name -> ctxwarden.v1.UsageSource
+	51, // 51: ctxwarden.v1.ModelUsage.totals:type_name -> ctxwarden.v1.UsageTotals
+	51, // 52: ctxwarden.v1.UsageReport.total:type_name -> ctxwarden.v1.UsageTotals
+	51, // 53: ctxwarden.v1.UsageReport.summarizer:type_name -> ctxwarden.v1.UsageTotals
+	52, // 54: ctxwarden.v1.UsageReport.models:type_name -> ctxwarden.v1.ModelUsage
+	26, // 55: ctxwarden.v1.UsageReport.cache:type_name -> ctxwarden.v1.CacheLedger
+	9,  // 56: ctxwarden.v1.ContextService.CreateSession:input_type -> ctxwarden.v1.CreateSessionRequest
+	10, // 57: ctxwarden.v1.ContextService.GetSession:input_type -> ctxwarden.v1.GetSessionRequest
+	11, // 58: ctxwarden.v1.ContextService.ListSessions:input_type -> ctxwarden.v1.ListSessionsRequest
+	13, // 59: ctxwarden.v1.ContextService.UpdateSession:input_type -> ctxwarden.v1.UpdateSessionRequest
+	14, // 60: ctxwarden.v1.ContextService.DeleteSession:input_type -> ctxwarden.v1.DeleteSessionRequest
+	15, // 61: ctxwarden.v1.ContextService.AppendMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
+	15, // 62: ctxwarden.v1.ContextService.StreamMessages:input_type -> ctxwarden.v1.AppendMessagesRequest
+	17, // 63: ctxwarden.v1.ContextService.AppendModelOutput:input_type -> ctxwarden.v1.AppendModelOutputRequest
+	19, // 64: ctxwarden.v1.ContextService.ListMessages:input_type -> ctxwarden.v1.ListMessagesRequest
+	21, // 65: ctxwarden.v1.ContextService.BuildModelInput:input_type -> ctxwarden.v1.BuildModelInputRequest
+	28, // 66: ctxwarden.v1.ContextService.RollbackTurn:input_type -> ctxwarden.v1.RollbackTurnRequest
+	36, // 67: ctxwarden.v1.ContextService.Compact:input_type -> ctxwarden.v1.CompactRequest
+	38, // 68: ctxwarden.v1.ContextService.PrepareCompaction:input_type -> ctxwarden.v1.PrepareCompactionRequest
+	40, // 69: ctxwarden.v1.ContextService.CommitCompaction:input_type -> ctxwarden.v1.CommitCompactionRequest
+	41, // 70: ctxwarden.v1.ContextService.ListCompactions:input_type -> ctxwarden.v1.ListCompactionsRequest
+	43, // 71: ctxwarden.v1.ContextService.GetToolOutput:input_type -> ctxwarden.v1.GetToolOutputRequest
+	45, // 72: ctxwarden.v1.ContextService.CountTokens:input_type -> ctxwarden.v1.CountTokensRequest
+	47, // 73: ctxwarden.v1.ContextService.ForkSession:input_type -> ctxwarden.v1.ForkSessionRequest
+	48, // 74: ctxwarden.v1.ContextService.ArchiveSession:input_type -> ctxwarden.v1.ArchiveSessionRequest
+	49, // 75: ctxwarden.v1.ContextService.UnarchiveSession:input_type -> ctxwarden.v1.UnarchiveSessionRequest
+	50, // 76: ctxwarden.v1.ContextService.GetUsage:input_type -> ctxwarden.v1.GetUsageRequest
+	65, // 77: ctxwarden.v1.ContextService.CreateMemory:input_type -> ctxwarden.v1.CreateMemoryRequest
+	66, // 78: ctxwarden.v1.ContextService.GetMemory:input_type -> ctxwarden.v1.GetMemoryRequest
+	67, // 79: ctxwarden.v1.ContextService.ListMemories:input_type -> ctxwarden.v1.ListMemoriesRequest
+	68, // 80: ctxwarden.v1.ContextService.UpdateMemory:input_type -> ctxwarden.v1.UpdateMemoryRequest
+	69, // 81: ctxwarden.v1.ContextService.DeleteMemory:input_type -> ctxwarden.v1.DeleteMemoryRequest
+	55, // 82: ctxwarden.v1.ContextService.CreateSession:output_type -> ctxwarden.v1.Session
+	55, // 83: ctxwarden.v1.ContextService.GetSession:output_type -> ctxwarden.v1.Session
+	12, // 84: ctxwarden.v1.ContextService.ListSessions:output_type -> ctxwarden.v1.ListSessionsResponse
+	55, // 85: ctxwarden.v1.ContextService.UpdateSession:output_type -> ctxwarden.v1.Session
+	70, // 86: ctxwarden.v1.ContextService.DeleteSession:output_type -> google.protobuf.Empty
+	18, // 87: ctxwarden.v1.ContextService.AppendMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
+	18, // 88: ctxwarden.v1.ContextService.StreamMessages:output_type -> ctxwarden.v1.AppendMessagesResponse
+	18, // 89: ctxwarden.v1.ContextService.AppendModelOutput:output_type -> ctxwarden.v1.AppendMessagesResponse
+	20, // 90: ctxwarden.v1.ContextService.ListMessages:output_type -> ctxwarden.v1.ListMessagesResponse
+	24, // 91: ctxwarden.v1.ContextService.BuildModelInput:output_type -> ctxwarden.v1.ModelInput
+	30, // 92: ctxwarden.v1.ContextService.RollbackTurn:output_type -> ctxwarden.v1.RollbackTurnResponse
+	31, // 93: ctxwarden.v1.ContextService.Compact:output_type -> ctxwarden.v1.Compaction
+	39, // 94: ctxwarden.v1.ContextService.PrepareCompaction:output_type -> ctxwarden.v1.CompactionPlan
+	31, // 95: ctxwarden.v1.ContextService.CommitCompaction:output_type -> ctxwarden.v1.Compaction
+	42, // 96: ctxwarden.v1.ContextService.ListCompactions:output_type -> ctxwarden.v1.ListCompactionsResponse
+	44, // 97: ctxwarden.v1.ContextService.GetToolOutput:output_type -> ctxwarden.v1.GetToolOutputResponse
+	46, // 98: ctxwarden.v1.ContextService.CountTokens:output_type -> ctxwarden.v1.CountTokensResponse
+	55, // 99: ctxwarden.v1.ContextService.ForkSession:output_type -> ctxwarden.v1.Session
+	55, // 100: ctxwarden.v1.ContextService.ArchiveSession:output_type -> ctxwarden.v1.Session
+	55, // 101: ctxwarden.v1.ContextService.UnarchiveSession:output_type -> ctxwarden.v1.Session
+	53, // 102: ctxwarden.v1.ContextService.GetUsage:output_type -> ctxwarden.v1.UsageReport
+	71, // 103: ctxwarden.v1.ContextService.CreateMemory:output_type -> ctxwarden.v1.Memory
+	71, // 104: ctxwarden.v1.ContextService.GetMemory:output_type -> ctxwarden.v1.Memory
+	72, // 105: ctxwarden.v1.ContextService.ListMemories:output_type -> ctxwarden.v1.ListMemoriesResponse
+	71, // 106: ctxwarden.v1.ContextService.UpdateMemory:output_type -> ctxwarden.v1.Memory
+	70, // 107: ctxwarden.v1.ContextService.DeleteMemory:output_type -> google.protobuf.Empty
+	82, // [82:108] is the sub-list for method output_type
+	56, // [56:82] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_ctxwarden_v1_context_service_proto_init() }
@@ -4439,14 +5298,14 @@ func file_ctxwarden_v1_context_service_proto_init() {
 	}
 	file_ctxwarden_v1_context_service_proto_msgTypes[10].OneofWrappers = []any{}
 	file_ctxwarden_v1_context_service_proto_msgTypes[12].OneofWrappers = []any{}
-	file_ctxwarden_v1_context_service_proto_msgTypes[16].OneofWrappers = []any{}
+	file_ctxwarden_v1_context_service_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxwarden_v1_context_service_proto_rawDesc), len(file_ctxwarden_v1_context_service_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   39,
+			NumEnums:      9,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	ContextService_ForkSession_FullMethodName       = "/ctxwarden.v1.ContextService/ForkSession"
 	ContextService_ArchiveSession_FullMethodName    = "/ctxwarden.v1.ContextService/ArchiveSession"
 	ContextService_UnarchiveSession_FullMethodName  = "/ctxwarden.v1.ContextService/UnarchiveSession"
+	ContextService_GetUsage_FullMethodName          = "/ctxwarden.v1.ContextService/GetUsage"
 	ContextService_CreateMemory_FullMethodName      = "/ctxwarden.v1.ContextService/CreateMemory"
 	ContextService_GetMemory_FullMethodName         = "/ctxwarden.v1.ContextService/GetMemory"
 	ContextService_ListMemories_FullMethodName      = "/ctxwarden.v1.ContextService/ListMemories"
@@ -143,6 +144,11 @@ type ContextServiceClient interface {
 	// Makes an archived session writable again and returns it (archive_time
 	// unset). Idempotent: a session that is not archived is returned unchanged.
 	UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*Session, error)
+	// Returns the usage ledger: what providers reported for a session (its
+	// model outputs and the server's summariser calls), or for every session of
+	// the caller's tenant when session_id is empty, with its cost when the server
+	// has a price table. Errors: NOT_FOUND for an unknown session.
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*UsageReport, error)
 	// Creates a memory, or updates the one with the same key in its scope.
 	CreateMemory(ctx context.Context, in *CreateMemoryRequest, opts ...grpc.CallOption) (*Memory, error)
 	// Reads one memory.
@@ -367,6 +373,16 @@ func (c *contextServiceClient) UnarchiveSession(ctx context.Context, in *Unarchi
 	return out, nil
 }
 
+func (c *contextServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*UsageReport, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UsageReport)
+	err := c.cc.Invoke(ctx, ContextService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *contextServiceClient) CreateMemory(ctx context.Context, in *CreateMemoryRequest, opts ...grpc.CallOption) (*Memory, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Memory)
@@ -513,6 +529,11 @@ type ContextServiceServer interface {
 	// Makes an archived session writable again and returns it (archive_time
 	// unset). Idempotent: a session that is not archived is returned unchanged.
 	UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error)
+	// Returns the usage ledger: what providers reported for a session (its
+	// model outputs and the server's summariser calls), or for every session of
+	// the caller's tenant when session_id is empty, with its cost when the server
+	// has a price table. Errors: NOT_FOUND for an unknown session.
+	GetUsage(context.Context, *GetUsageRequest) (*UsageReport, error)
 	// Creates a memory, or updates the one with the same key in its scope.
 	CreateMemory(context.Context, *CreateMemoryRequest) (*Memory, error)
 	// Reads one memory.
@@ -593,6 +614,9 @@ func (UnimplementedContextServiceServer) ArchiveSession(context.Context, *Archiv
 }
 func (UnimplementedContextServiceServer) UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*Session, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnarchiveSession not implemented")
+}
+func (UnimplementedContextServiceServer) GetUsage(context.Context, *GetUsageRequest) (*UsageReport, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
 }
 func (UnimplementedContextServiceServer) CreateMemory(context.Context, *CreateMemoryRequest) (*Memory, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateMemory not implemented")
@@ -979,6 +1003,24 @@ func _ContextService_UnarchiveSession_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContextService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ContextService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ContextService_CreateMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateMemoryRequest)
 	if err := dec(in); err != nil {
@@ -1151,6 +1193,10 @@ var ContextService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UnarchiveSession",
 			Handler:    _ContextService_UnarchiveSession_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _ContextService_GetUsage_Handler,
 		},
 		{
 			MethodName: "CreateMemory",

@@ -696,9 +696,13 @@ type Usage struct {
 	// Input tokens written to the provider's prompt cache.
 	CacheWriteTokens int64 `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
 	// Input plus output as the provider reported it (0 if not reported).
-	TotalTokens   int64 `protobuf:"varint,5,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TotalTokens int64 `protobuf:"varint,5,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	// Output tokens the model spent reasoning, as the provider reported them
+	// (OpenAI reasoning_tokens, Gemini thoughtsTokenCount); part of
+	// output_tokens, never added to them. 0 if not reported.
+	ReasoningTokens int64 `protobuf:"varint,6,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -762,6 +766,13 @@ func (x *Usage) GetCacheWriteTokens() int64 {
 func (x *Usage) GetTotalTokens() int64 {
 	if x != nil {
 		return x.TotalTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
 	}
 	return 0
 }
@@ -988,13 +999,14 @@ const file_ctxwarden_v1_message_proto_rawDesc = "" +
 	"\bthinking\x18\x03 \x01(\v2\x1d.ctxwarden.v1.ThinkingContentH\x00R\bthinking\x125\n" +
 	"\ttool_call\x18\x04 \x01(\v2\x16.ctxwarden.v1.ToolCallH\x00R\btoolCall\x12;\n" +
 	"\bprovider\x18\x05 \x01(\v2\x1d.ctxwarden.v1.ProviderContentH\x00R\bproviderB\a\n" +
-	"\x05block\"\xcc\x01\n" +
+	"\x05block\"\xf7\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
 	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
 	"\x12cache_write_tokens\x18\x04 \x01(\x03R\x10cacheWriteTokens\x12!\n" +
-	"\ftotal_tokens\x18\x05 \x01(\x03R\vtotalTokens\"\xfe\x05\n" +
+	"\ftotal_tokens\x18\x05 \x01(\x03R\vtotalTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x06 \x01(\x03R\x0freasoningTokens\"\xfe\x05\n" +
 	"\aMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1d\n" +
 	"\n" +

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Self, TypeVar
 import grpc.aio
 
 from ._calls import MessagesArg, StateDeltaArg
-from ._defaults import DEFAULT_MESSAGE_VIEW, or_default
+from ._defaults import DEFAULT_COALESCE_WINDOW, DEFAULT_MESSAGE_VIEW, or_default
 from ._errors import CtxwardenError
 from ._streaming import (
+    Batch,
     Pending,
     closed_error,
     deadline_error,
+    mergeable,
     stream_failure,
     stream_request,
     unexpected_response_error,
@@ -49,6 +51,15 @@ class AsyncMessageStream:
     order ``send`` was called and at most ``max_in_flight`` are unanswered at a
     time (further senders wait). The server ends the stream on the first error;
     every later ``send`` raises it. Use ``async with`` or call :meth:`aclose`.
+
+    With ``coalesce`` (the default), plain appends to one session (no
+    expected_last_seq, request_id or state_delta) that queue up while earlier
+    ones are unanswered go out as one request, waiting at most
+    ``coalesce_window`` seconds for company: concurrent senders get the
+    throughput of batched appends. A lone sender is never delayed. Each sender
+    still gets its own response (its messages, last_seq as of its last message);
+    an error fails every request merged with the failing one, and none of their
+    messages is stored (the server ends the stream on an error anyway).
     """
 
     def __init__(
@@ -59,9 +70,15 @@ class AsyncMessageStream:
         send_timeout: float | None,
         stream_timeout: float | None,
         max_in_flight: int,
+        coalesce: bool = True,
+        coalesce_window: float = DEFAULT_COALESCE_WINDOW,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
+        self._coalesce = coalesce
+        self._coalesce_window = max(0.0, coalesce_window)
+        self.requests_sent = 0
+        """Requests written to the stream so far (fewer than sends when coalesced)."""
         self._get_stub = get_stub
         self._metadata = metadata
         self._send_timeout = send_timeout
@@ -90,13 +107,39 @@ class AsyncMessageStream:
             self._read(call, requests), name="ctxwarden-stream-reader"
         )
 
-    @staticmethod
-    async def _request_iterator(requests: _Requests) -> AsyncIterator[AppendMessagesRequest]:
+    async def _request_iterator(self, requests: _Requests) -> AsyncIterator[AppendMessagesRequest]:
+        held: AppendMessagesRequest | None = None
         while True:
-            request = await requests.get()
+            request = held if held is not None else await requests.get()
+            held = None
             if request is None:
                 return
-            yield request
+            if not self._coalesce or not mergeable(request):
+                self._pending.sent([len(request.messages)])
+                self.requests_sent += 1
+                yield request
+                continue
+            batch = Batch(request)
+            lingered = ending = False
+            while not batch.full:
+                if requests.empty():
+                    # Linger only while earlier requests are unanswered.
+                    if lingered or not self._pending.in_flight or not self._coalesce_window:
+                        break
+                    lingered = True
+                    await asyncio.sleep(self._coalesce_window)
+                    continue
+                following = requests.get_nowait()
+                if following is not None and batch.accepts(following):
+                    batch.add(following)
+                    continue
+                held, ending = following, following is None
+                break
+            self._pending.sent(batch.counts())
+            self.requests_sent += 1
+            yield batch.request()
+            if ending:
+                return
 
     async def _read(self, call: _Call, requests: _Requests) -> None:
         error: CtxwardenError | None = None

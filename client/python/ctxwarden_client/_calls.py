@@ -120,6 +120,11 @@ def unarchive_session(session_id: str) -> Call[pb.UnarchiveSessionRequest, sessi
     return Call(lambda stub: stub.UnarchiveSession, request, safe=True)  # idempotent
 
 
+def get_usage(session_id: str) -> Call[pb.GetUsageRequest, pb.UsageReport]:
+    request = pb.GetUsageRequest(session_id=session_id)
+    return Call(lambda stub: stub.GetUsage, request, safe=True)  # a read
+
+
 # -- messages ----------------------------------------------------------------
 
 
@@ -212,6 +217,7 @@ def build_model_input(
     resume_token: str,
     cache: InputCache | None,
     refresh_memory: bool = False,
+    report_cache_prefix: bool = False,
 ) -> Call[pb.BuildModelInputRequest, pb.ModelInput]:
     """``cache`` (for incremental calls) supplies the resume token and merges the answer.
 
@@ -231,6 +237,7 @@ def build_model_input(
         view=view,
         resume_token=resume_token,
         refresh_memory=refresh_memory,
+        report_cache_prefix=report_cache_prefix,
     )
     if as_of_seq is not None:
         request.as_of_seq = as_of_seq

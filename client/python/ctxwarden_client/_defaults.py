@@ -10,6 +10,9 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRIES = 2
 DEFAULT_MAX_IN_FLIGHT = 32
+DEFAULT_COALESCE_WINDOW = 0.002
+"""Seconds a streamed append waits for others to share its request, and only while
+earlier requests of the stream are unanswered."""
 CHANNEL_OPTIONS = (
     # Model inputs of long sessions are megabytes: allow them, and let them
     # travel in few large HTTP/2 frames.

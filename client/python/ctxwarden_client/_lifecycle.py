@@ -1,4 +1,4 @@
-"""ArchiveSession and UnarchiveSession, mixed into Client and AsyncClient."""
+"""ArchiveSession, UnarchiveSession and GetUsage, mixed into Client and AsyncClient."""
 # ruff: noqa: ASYNC109
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 from . import _calls
+from .v1 import context_service_pb2 as pb
 from .v1 import session_pb2
 
 if TYPE_CHECKING:
@@ -32,6 +33,10 @@ class SyncLifecycle:
         """Makes an archived session writable again (idempotent)."""
         return self._call(_calls.unarchive_session(session_id), timeout)
 
+    def get_usage(self, session_id: str = "", *, timeout: float | None = None) -> pb.UsageReport:
+        """The usage ledger of a session, or of the tenant's sessions ("")."""
+        return self._call(_calls.get_usage(session_id), timeout)
+
 
 class AsyncLifecycle:
     if TYPE_CHECKING:
@@ -49,3 +54,9 @@ class AsyncLifecycle:
     ) -> session_pb2.Session:
         """Makes an archived session writable again (idempotent)."""
         return await self._call(_calls.unarchive_session(session_id), timeout)
+
+    async def get_usage(
+        self, session_id: str = "", *, timeout: float | None = None
+    ) -> pb.UsageReport:
+        """The usage ledger of a session, or of the tenant's sessions ("")."""
+        return await self._call(_calls.get_usage(session_id), timeout)

@@ -69,6 +69,7 @@ class Pending(Generic[FutureT]):
         self.slots = slots
         self.lock = lock
         self._futures: deque[FutureT] = deque()
+        self._sent: deque[list[int]] = deque()
         self.error: CtxwardenError | None = None
         self.closed = False
 
@@ -89,15 +90,29 @@ class Pending(Generic[FutureT]):
         self._futures.append(future)
         return future
 
-    def answer(self, response: pb.AppendMessagesResponse) -> bool:
-        """Resolves the oldest unanswered request; False when none is outstanding."""
+    def sent(self, counts: list[int]) -> None:
+        """Records that the next ``len(counts)`` requests went out as one (coalesced),
+        with these message counts; called before that request is written."""
         with self.lock:
-            future = self._futures.popleft() if self._futures else None
-        if future is None:
-            return False
-        self.slots.release()
-        if not future.done():
-            future.set_result(response)
+            self._sent.append(counts)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a request that went out is still unanswered."""
+        return bool(self._sent)
+
+    def answer(self, response: pb.AppendMessagesResponse) -> bool:
+        """Resolves the oldest unanswered request (every request merged into it);
+        False when none is outstanding."""
+        with self.lock:
+            counts = self._sent.popleft() if self._sent else [len(response.messages)]
+            if len(self._futures) < len(counts):
+                return False
+            futures = [self._futures.popleft() for _ in counts]
+        for future, part in zip(futures, split(response, counts), strict=True):
+            self.slots.release()
+            if not future.done():
+                future.set_result(part)
         return True
 
     def end(self, error: CtxwardenError | None, stop_requests: Callable[[], None]) -> None:
@@ -112,6 +127,7 @@ class Pending(Generic[FutureT]):
             self.error = error
             failed = list(self._futures)
             self._futures.clear()
+            self._sent.clear()
             stop_requests()
         for future in failed:
             self.slots.release()
@@ -160,3 +176,82 @@ def unanswered_error(count: int) -> CtxwardenError:
         grpc.StatusCode.INTERNAL,
         f"StreamMessages ended with {count} request(s) unanswered",
     )
+
+
+# -- coalescing ---------------------------------------------------------------------
+
+COALESCE_MAX_MESSAGES = 100
+COALESCE_MAX_BYTES = 1024 * 1024
+
+
+def mergeable(request: pb.AppendMessagesRequest) -> bool:
+    """Only plain appends merge: an expected_last_seq, a request_id (the idempotency
+    key of exactly that request) or a state_delta keeps a request on its own."""
+    return (
+        bool(request.messages)
+        and not request.HasField("expected_last_seq")
+        and not request.request_id
+        and not request.HasField("state_delta")
+    )
+
+
+class Batch:
+    """Consecutive plain appends to one session, sent as one request."""
+
+    def __init__(self, first: pb.AppendMessagesRequest) -> None:
+        self.first = first
+        self.members = [first]
+        self.messages = len(first.messages)
+        self.bytes = first.ByteSize()
+
+    def accepts(self, request: pb.AppendMessagesRequest) -> bool:
+        return (
+            mergeable(request)
+            and request.session_id == self.first.session_id
+            and request.view == self.first.view
+            and self.messages + len(request.messages) <= COALESCE_MAX_MESSAGES
+            and self.bytes + request.ByteSize() <= COALESCE_MAX_BYTES
+        )
+
+    def add(self, request: pb.AppendMessagesRequest) -> None:
+        self.members.append(request)
+        self.messages += len(request.messages)
+        self.bytes += request.ByteSize()
+
+    @property
+    def full(self) -> bool:
+        return self.messages >= COALESCE_MAX_MESSAGES
+
+    def counts(self) -> list[int]:
+        return [len(m.messages) for m in self.members]
+
+    def request(self) -> pb.AppendMessagesRequest:
+        if len(self.members) == 1:
+            return self.first
+        merged = pb.AppendMessagesRequest(session_id=self.first.session_id, view=self.first.view)
+        for member in self.members:
+            merged.messages.extend(member.messages)
+        return merged
+
+
+def split(
+    response: pb.AppendMessagesResponse, counts: list[int]
+) -> list[pb.AppendMessagesResponse]:
+    """Each member's part of a merged request's response: its stored messages, and
+    last_seq as of its last message. context_tokens is the context after the whole
+    merged append (the only figure the server reports)."""
+    if len(counts) == 1:
+        return [response]
+    if len(response.messages) != sum(counts):  # pragma: no cover - defensive
+        return [response] * len(counts)
+    parts = []
+    start = 0
+    for n in counts:
+        mine = response.messages[start : start + n]
+        start += n
+        parts.append(
+            pb.AppendMessagesResponse(
+                messages=mine, last_seq=mine[-1].seq, context_tokens=response.context_tokens
+            )
+        )
+    return parts

@@ -228,12 +228,17 @@ class Client(MemoryMethods, ClientBase, SyncLifecycle):
         max_in_flight: int = _defaults.DEFAULT_MAX_IN_FLIGHT,
         timeout: float | None = None,
         stream_timeout: float | None = None,
+        coalesce: bool = True,
+        coalesce_window: float = _defaults.DEFAULT_COALESCE_WINDOW,
     ) -> MessageStream:
         """Opens a ``StreamMessages`` stream.
 
         ``timeout`` bounds each :meth:`MessageStream.send` (default: the client's
         timeout); ``stream_timeout`` is the deadline of the whole stream (default:
         none). At most ``max_in_flight`` requests are unanswered at a time.
+        ``coalesce`` (default on): plain appends to one session that queue up while
+        earlier ones are unanswered go out as one request (``coalesce_window``: the
+        longest wait for company, in seconds); each send still gets its own response.
         """
         return MessageStream(
             self._stub,
@@ -241,6 +246,8 @@ class Client(MemoryMethods, ClientBase, SyncLifecycle):
             send_timeout=self._deadline(timeout),
             stream_timeout=stream_timeout,
             max_in_flight=max_in_flight,
+            coalesce=coalesce,
+            coalesce_window=coalesce_window,
         )
 
     def list_messages(
@@ -283,6 +290,7 @@ class Client(MemoryMethods, ClientBase, SyncLifecycle):
         as_of_seq: int | None = None,
         resume_token: str = "",
         refresh_memory: bool = False,
+        report_cache_prefix: bool = False,
         timeout: float | None = None,
     ) -> context_service_pb2.ModelInput:
         """Returns exactly what to send to the model next (compacting first with
@@ -302,7 +310,9 @@ class Client(MemoryMethods, ClientBase, SyncLifecycle):
         ``as_of_seq`` was appended. ``resume_token`` (the ``resume_token`` of an
         input you hold) asks for only what changed: the answer's messages then
         start at index ``messages_offset`` of that input, and merging is up to
-        you (``incremental`` does it for you; it takes neither of the two)."""
+        you (``incremental`` does it for you; it takes neither of the two).
+        ``report_cache_prefix`` sets ``cache_prefix``: what the input shares with
+        the previous one of the session and format (the cache ledger)."""
         cache = self._cache_for(incremental)
         call = _calls.build_model_input(
             session_id,
@@ -314,6 +324,7 @@ class Client(MemoryMethods, ClientBase, SyncLifecycle):
             resume_token,
             cache,
             refresh_memory,
+            report_cache_prefix,
         )
         return self._call(call, timeout)
 

@@ -12,11 +12,13 @@ from types import TracebackType
 from typing import Self
 
 from ._calls import MessagesArg, StateDeltaArg
-from ._defaults import DEFAULT_MESSAGE_VIEW, or_default
+from ._defaults import DEFAULT_COALESCE_WINDOW, DEFAULT_MESSAGE_VIEW, or_default
 from ._errors import CtxwardenError
 from ._streaming import (
+    Batch,
     Pending,
     deadline_error,
+    mergeable,
     stream_failure,
     stream_request,
     unexpected_response_error,
@@ -38,6 +40,10 @@ class MessageStream:
     requests are unanswered at a time (further senders block). The server ends
     the stream on the first error; every later :meth:`send` raises that error.
     Use as a context manager or call :meth:`close`.
+
+    ``coalesce`` and ``coalesce_window``: as for :class:`AsyncMessageStream`
+    (plain appends to one session that queue up while earlier ones are
+    unanswered go out as one request; a lone sender is never delayed).
     """
 
     def __init__(
@@ -48,9 +54,15 @@ class MessageStream:
         send_timeout: float | None,
         stream_timeout: float | None,
         max_in_flight: int,
+        coalesce: bool = True,
+        coalesce_window: float = DEFAULT_COALESCE_WINDOW,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
+        self._coalesce = coalesce
+        self._coalesce_window = max(0.0, coalesce_window)
+        self.requests_sent = 0
+        """Requests written to the stream so far (fewer than sends when coalesced)."""
         self._send_timeout = send_timeout
         self._max_in_flight = max_in_flight
         self._slots = threading.Semaphore(max_in_flight)
@@ -68,11 +80,39 @@ class MessageStream:
     # -- background ----------------------------------------------------------
 
     def _request_iterator(self) -> Iterator[AppendMessagesRequest]:
+        held: AppendMessagesRequest | None = None
         while True:
-            request = self._requests.get()
+            request = held if held is not None else self._requests.get()
+            held = None
             if request is None:
                 return
-            yield request
+            if not self._coalesce or not mergeable(request):
+                self._pending.sent([len(request.messages)])
+                self.requests_sent += 1
+                yield request
+                continue
+            batch = Batch(request)
+            lingered = ending = False
+            while not batch.full:
+                try:
+                    following = self._requests.get_nowait()
+                except queue.Empty:
+                    # Linger only while earlier requests are unanswered.
+                    if lingered or not self._pending.in_flight or not self._coalesce_window:
+                        break
+                    lingered = True
+                    time.sleep(self._coalesce_window)
+                    continue
+                if following is not None and batch.accepts(following):
+                    batch.add(following)
+                    continue
+                held, ending = following, following is None
+                break
+            self._pending.sent(batch.counts())
+            self.requests_sent += 1
+            yield batch.request()
+            if ending:
+                return
 
     def _read(self) -> None:
         error: CtxwardenError | None = None

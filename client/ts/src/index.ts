@@ -73,6 +73,15 @@ export {
   type InputCacheOptions,
 } from "./input-cache.js";
 export {
+  MessageStream,
+  openMessageStream,
+  systemTimer,
+  type AppendRequest,
+  type MessageStreamOptions,
+  type StreamMessagesClient,
+  type WindowTimer,
+} from "./message-stream.js";
+export {
   ProviderResponseError,
   isEventStream,
   modelOutputJson,

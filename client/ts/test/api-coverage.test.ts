@@ -1,5 +1,5 @@
 // The helpers of @ctxwarden/client that wrap an RPC (InputCache,
-// listAllSessions, and the framework adapters CtxwardenSession and
+// listAllSessions, MessageStream, and the framework adapters CtxwardenSession and
 // ctxwardenSteps) can express every field of its request.
 //
 // The test walks the ContextService descriptor. Every RPC must be classified
@@ -38,6 +38,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { ctxwardenSteps } from "../src/ai-sdk.js";
 import { CtxwardenSession } from "../src/openai-agents.js";
 import {
+  AppendMessagesRequestSchema,
   AppendModelOutputRequestSchema,
   BuildModelInputRequestSchema,
   CreateSessionRequestSchema,
@@ -46,6 +47,7 @@ import {
   ListSessionsRequestSchema,
   createClient,
   listAllSessions,
+  openMessageStream,
   type CtxwardenClient,
 } from "../src/index.js";
 
@@ -79,6 +81,7 @@ const ADAPTER_BUILD_EXEMPT = {
   as_of_seq: ADAPTER_READ,
   resume_token: "sent from the held input (InputCache)",
   refresh_memory: "the framework has no moment for it: the memory block is refreshed at compaction",
+  report_cache_prefix: "the framework reads no cache report: GetUsage's ledger counts every input either way",
 };
 
 /** `message` as a `schema` message (it is one: the test made it from the descriptor). */
@@ -98,6 +101,20 @@ const HELPERS: Helper[] = [
     },
     async call(client, request) {
       await new InputCache(client).build(narrow(BuildModelInputRequestSchema, request));
+    },
+  },
+  {
+    // Alone (every field set includes request_id) a send goes out as given;
+    // what a coalesced request carries is tested in message-stream.test.ts.
+    name: "MessageStream.send",
+    rpc: "StreamMessages",
+    exempt: {},
+    async call(client, request) {
+      const stream = openMessageStream(client);
+      const sent = stream.send(narrow(AppendMessagesRequestSchema, request));
+      stream.flush();
+      await sent;
+      await stream.close();
     },
   },
   {
@@ -239,7 +256,6 @@ function sessionIdOf(request: Message): string {
  */
 const DIRECT = new Set([
   "UpdateSession",
-  "StreamMessages",
   "Compact",
   "PrepareCompaction",
   "CommitCompaction",
@@ -249,6 +265,7 @@ const DIRECT = new Set([
   "ForkSession",
   "ArchiveSession",
   "UnarchiveSession",
+  "GetUsage",
   "CreateMemory",
   "GetMemory",
   "ListMemories",

@@ -34,6 +34,7 @@ READ_METHODS = frozenset(
         "CountTokens",
         "GetMemory",
         "ListMemories",
+        "GetUsage",
     }
 )
 """Methods a ``ctxwarden:read`` token may call; every other method (ArchiveSession and

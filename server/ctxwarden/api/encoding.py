@@ -13,15 +13,21 @@ What is counted is what an entry really holds: the encoded bytes plus the
 objects around them (ENTRY_OVERHEAD). The messages an entry points to belong to
 the hot session anyway; entries of messages that left the view (a compaction, a
 rollback) are dropped, so they cannot keep those alive.
+
+The first input of a long session (100,000 messages: seconds of CPU) is not
+encoded in one go: ``encode_cooperatively`` encodes what the cache lacks in
+slices of a few ms and lets the event loop run the other calls in between
+(ctxwarden.loop_slices).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ctxwarden.core.messages import Message
 from ctxwarden.core.model_input import ModelInputView
+from ctxwarden.loop_slices import ENABLED, Slicer
 
 ENTRY_OVERHEAD = 176
 """Bytes per entry besides the encoding: the bytes object's header (33), the
@@ -30,6 +36,10 @@ STALE_SLACK = 64
 """Entries beyond the view's messages tolerated before stale ones are dropped."""
 DEFAULT_LIMIT_BYTES = 32 * 1024 * 1024
 """The budget unless the server is given another (``--encoding-cache-mb``)."""
+COOPERATIVE_FROM = 256
+"""Fewer missing encodings than this are made in one go (well under a slice)."""
+
+Fresh = dict[int, tuple[Message, bytes]]
 
 
 class _Encodings:
@@ -65,10 +75,46 @@ class EncodingCache:
         if cached is not None:
             self.total_bytes -= cached.size
 
-    def encode(self, v: ModelInputView, offset: int) -> list[bytes]:
-        """The length-delimited encodings of ``v.messages[offset:]``, cached."""
+    async def encode_cooperatively(self, v: ModelInputView, offset: int) -> list[bytes]:
+        """``encode``, with the encodings the cache lacks made in slices that
+        yield to the event loop: the time held at once does not grow with the session."""
+        if not ENABLED or len(v.messages) - offset < COOPERATIVE_FROM:
+            return self.encode(v, offset)
+        todo = self._missing(v, offset)
+        if len(todo) < COOPERATIVE_FROM:
+            return self.encode(v, offset)
+        fresh: Fresh = {}
+        slicer = Slicer()
+        for i, m in enumerate(todo):
+            fresh[id(m)] = (m, self._encode(m))
+            if i & 63 == 63 and slicer.due():
+                await slicer.pause()
+        return self.encode(v, offset, fresh)
+
+    def _missing(self, v: ModelInputView, offset: int) -> Sequence[Message]:
+        """The messages of ``v.messages[offset:]`` without a cached encoding."""
+        messages = v.messages[offset:]
+        cached = self._sessions.get(v.session.session_id)
+        if not v.live or self.limit_bytes <= 0 or cached is None:
+            return messages
+        if cached.revision != v.session.revision:
+            return messages
+        entries = cached.entries
+        out = []
+        for m in messages:
+            hit = entries.get(id(m))
+            if hit is None or hit[0] is not m:
+                out.append(m)
+        return out
+
+    def encode(self, v: ModelInputView, offset: int, fresh: Fresh | None = None) -> list[bytes]:
+        """The length-delimited encodings of ``v.messages[offset:]``, cached.
+
+        ``fresh``: encodings made already (by ``encode_cooperatively``), by id.
+        """
+        made = fresh or {}
         if not v.live or self.limit_bytes <= 0:
-            return [self._encode(m) for m in v.messages[offset:]]
+            return [self._made(made, m) for m in v.messages[offset:]]
         sid = v.session.session_id
         cached = self._sessions.pop(sid, None)
         if cached is None or cached.revision != v.session.revision:
@@ -85,7 +131,7 @@ class EncodingCache:
             if hit is not None and hit[0] is m:
                 out.append(hit[1])
                 continue
-            encoded = self._encode(m)
+            encoded = self._made(made, m)
             out.append(encoded)
             if m.seq:  # stored messages only: the summary and synthetic results are remade
                 entries[id(m)] = (m, encoded)
@@ -98,6 +144,10 @@ class EncodingCache:
         self._sessions[sid] = cached
         self._trim()
         return out
+
+    def _made(self, fresh: Fresh, m: Message) -> bytes:
+        hit = fresh.get(id(m))
+        return hit[1] if hit is not None and hit[0] is m else self._encode(m)
 
     def share(self, source_id: str, fork_id: str, revision: int) -> None:
         """A fork made at the end of ``source_id`` starts its encodings (of its

@@ -72,6 +72,7 @@ UNARY_METHODS: dict[str, Types] = {
     "ForkSession": (pb.ForkSessionRequest, ses_pb.Session),
     "ArchiveSession": (pb.ArchiveSessionRequest, ses_pb.Session),
     "UnarchiveSession": (pb.UnarchiveSessionRequest, ses_pb.Session),
+    "GetUsage": (pb.GetUsageRequest, pb.UsageReport),
     "CreateMemory": (mem_pb.CreateMemoryRequest, mem_pb.Memory),
     "GetMemory": (mem_pb.GetMemoryRequest, mem_pb.Memory),
     "ListMemories": (mem_pb.ListMemoriesRequest, mem_pb.ListMemoriesResponse),

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ctxwarden.api.convert import encode_message, message_to_pb, method_to_pb
 from ctxwarden.api.convert_session import tool_to_pb
+from ctxwarden.api.convert_usage import cache_prefix_to_pb
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core.model_input import ModelInputView
@@ -96,13 +97,27 @@ def model_input_bytes(
         head = model_input_to_pb(replace(v, messages=()))
         head.resume_token = ""
         return head.SerializeToString(deterministic=True)
-    head = model_input_to_pb(replace(v, messages=()))
-    head.messages_offset = offset
     if cache is None:
         encoded = [encode_message(m) for m in v.messages[offset:]]
     else:
         encoded = cache.encode(v, offset)
-    return head.SerializeToString(deterministic=True) + b"".join(encoded)
+    return _head(v, offset) + b"".join(encoded)
+
+
+async def model_input_bytes_cooperatively(
+    v: ModelInputView, offset: int, cache: EncodingCache
+) -> bytes:
+    """``model_input_bytes`` (with messages), the same bytes, but the messages
+    the cache lacks are encoded in slices that let the event loop run other
+    calls in between (the first input of a 100,000-message session)."""
+    encoded = await cache.encode_cooperatively(v, offset)
+    return _head(v, offset) + b"".join(encoded)
+
+
+def _head(v: ModelInputView, offset: int) -> bytes:
+    head = model_input_to_pb(replace(v, messages=()))
+    head.messages_offset = offset
+    return head.SerializeToString(deterministic=True)
 
 
 def basic_model_input_bytes(v: ModelInputView, fmt: int, token: str) -> bytes:
@@ -154,4 +169,5 @@ def model_input_to_pb(v: ModelInputView) -> svc_pb.ModelInput:
         resume_token=resume_token(v),
         memory_block=v.session.memory.text,
         memory_ids=list(v.session.memory.memory_ids),
+        cache_prefix=cache_prefix_to_pb(v.cache) if v.cache is not None else None,
     )

@@ -31,7 +31,11 @@ from ctxwarden.api.forks import ForkHandlers
 from ctxwarden.api.handlers import service_handler
 from ctxwarden.api.lifecycle_rpcs import LifecycleRpcs
 from ctxwarden.api.memory_servicer import MemoryServicer
-from ctxwarden.api.model_input_wire import basic_model_input_bytes, model_input_bytes, resume_offset
+from ctxwarden.api.model_input_wire import (
+    basic_model_input_bytes,
+    model_input_bytes_cooperatively,
+    resume_offset,
+)
 from ctxwarden.api.responses import (
     carries_messages,
     check_response_size,
@@ -40,6 +44,7 @@ from ctxwarden.api.responses import (
 from ctxwarden.api.tenancy import current_tenant, inner_id
 from ctxwarden.api.unary import check_decoded, unary
 from ctxwarden.api.unary import idempotency_key as _key
+from ctxwarden.api.usage_rpcs import UsageRpcs
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
@@ -53,7 +58,7 @@ log = logging.getLogger("ctxwarden.rpc")
 UPDATABLE = ("title", "system_prompt", "tools", "model", "policy", "pinned_state", "labels")
 
 
-class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer):
+class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
     def __init__(
         self, manager: SessionManager, limits: Limits, encodings: EncodingCache | None = None
     ) -> None:
@@ -232,11 +237,13 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer):
             as_of,
             int(request.format),
             refresh_memory=request.refresh_memory,
+            count_cache=True,
+            report_cache=request.report_cache_prefix,
         )
         if not with_messages:
             return basic_model_input_bytes(view, int(request.format), request.resume_token)
         offset = resume_offset(request.resume_token, view) if request.resume_token else 0
-        encoded = model_input_bytes(view, offset, cache=self.encodings)
+        encoded = await model_input_bytes_cooperatively(view, offset, self.encodings)
         sid = view.session.session_id
         if sid not in self.manager.hot:  # it left memory while its input was built
             self.encodings.forget(sid)

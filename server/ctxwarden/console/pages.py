@@ -122,6 +122,10 @@ class Pages:
             "archived_filters": ARCHIVED_FILTERS,
             "fork_of": request.query_params.get("fork_of", "").strip(),
             "first_page": after is None,
+            # The tenant's usage ledger, on the first page only (it reads every session row).
+            "tenant_usage": await self.reader.manager.usage.tenant(tenant)
+            if after is None
+            else None,
         }
 
     async def session(self, request: Request, tenant: str, session_id: str) -> dict[str, Any]:
@@ -168,6 +172,7 @@ class Pages:
             "keep": {k: v for k, v in request.query_params.items() if k in ("as_of", "format")},
             "lineage": lineage,
             "inherited": inherited,
+            "usage": await self.reader.manager.usage.session(sid),
         }
 
     async def _timeline(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ctxwarden.console.pretty import indented
 from ctxwarden.core.messages import ContentKind, Message, MessageState, Role
 from ctxwarden.core.model_input import ModelInputView, TokenBreakdown
 from ctxwarden.core.view import Notice
@@ -160,11 +160,12 @@ def context_rows(
 
 
 def pretty_json(text: str, limit: int) -> tuple[str, bool]:
-    """Indented JSON, cut at ``limit`` characters (and whether it was)."""
+    """Indented JSON, cut at ``limit`` characters (and whether it was); the work
+    is bounded by ``limit``, not by the length of ``text`` (console.pretty)."""
     if not text:
         return "", False
     with contextlib.suppress(ValueError):
-        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        return indented(text, limit)
     return text[:limit], len(text) > limit
 
 

@@ -30,6 +30,7 @@ from ctxwarden.console.auth import (
 )
 from ctxwarden.console.config import ConsoleConfig
 from ctxwarden.console.pages import PageNotFound, Pages
+from ctxwarden.core.cache_prefix import CacheBreak
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.service.console import ConsoleReader
@@ -86,6 +87,7 @@ class Console:
         self.templates.filters["n"] = lambda v: f"{int(v):,}"
         self.templates.filters["visible"] = visible_id
         self.templates.filters["when"] = _when
+        self.templates.globals["break_label"] = lambda r: CacheBreak(r).label.replace("_", " ")
 
     def render(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
         html = self.templates.get_template(name).render(auth=self.auth.enabled, **values)

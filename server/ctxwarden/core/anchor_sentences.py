@@ -36,7 +36,8 @@ CONSTRAINT_WORDS = (
 )
 """The words that make a sentence of a user message a constraint (documented)."""
 _TODO = re.compile(r"\b(?:TODO|FIXME)\b")
-_UNCHECKED = re.compile(r"^\s*[-*+]\s+\[ \]\s+(\S.*)$", re.MULTILINE)
+# Horizontal blanks only: ``\s*`` at every line start made a run of n blank lines O(n²).
+_UNCHECKED = re.compile(r"^[^\S\n]*[-*+][^\S\n]+\[ \][^\S\n]+(\S.*)$", re.MULTILINE)
 _WORD = re.compile(r"[^\W_]+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 

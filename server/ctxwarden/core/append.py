@@ -11,6 +11,7 @@ from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session
+from ctxwarden.core.usage_ledger import ledger_after_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,7 @@ def session_after(
     """The session as an append of ``new`` leaves it: the next version, its
     last_seq and context tokens, the failure count, and the calibration this
     append learned (stored with it: a restart right after must not fall back
-    to the previous one)."""
+    to the previous one), and the usage the new messages report."""
     return replace(
         session,
         version=session.version + 1,
@@ -87,4 +88,5 @@ def session_after(
         consecutive_failures=failures_after(session.consecutive_failures, new),
         estimate_ratio=calibration.ratio,
         estimate_samples=calibration.samples,
+        usage=ledger_after_messages(session.usage, new, session.model),
     )

@@ -7,7 +7,7 @@ touching the state (so a failed database write leaves nothing behind), and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from ctxwarden.core.append import AppendPlan, CallState, answer_call, session_after
@@ -81,6 +81,29 @@ class SessionContext:
                 message = replace(message, token_count=self.count(message), counted_with=key)
             self._add(message)
         self._message_tokens = sum(e.token_count for e in self._entries)
+
+    def restore_steps(
+        self, kept: Sequence[Message], *, recount: bool = False, step: int = 256
+    ) -> Iterator[None]:
+        """What the constructor does with ``kept`` (on a context made with none),
+        then the view built ahead, ``step`` messages per iteration: the caller
+        may let other work run between two (the service's event loop)."""
+        key = self.profile.key
+        for start in range(0, len(kept), step):
+            for message in kept[start : start + step]:
+                if recount or (message.counted_with and message.counted_with != key):
+                    message = replace(message, token_count=self.count(message), counted_with=key)
+                self._add(message)
+            yield
+        self._message_tokens = sum(e.token_count for e in self._entries)
+        if self.policy.keep_tool_results > 0:
+            return  # that view is built whole for every input anyway
+        builder = self._builder = ViewBuilder(self.synthetic_tokens, self._base())
+        self._builder_source = self._entries
+        for start in range(0, len(self._entries), step):
+            for entry in self._entries[start : start + step]:
+                builder.feed(entry)
+            yield
 
     # -- settings ---------------------------------------------------------
 

@@ -64,15 +64,18 @@ _USAGE_ARGS = (
     "cache_read_tokens",
     "cache_write_tokens",
     "total_tokens",
+    "reasoning_tokens",
 )
 
 
 class Usage:
     """Token counts a provider reported for one call. Immutable.
 
-    A hot session keeps one per assistant message, so the five counts are one
-    int of 48-bit lanes (one object instead of six) whenever they fit, as every
+    A hot session keeps one per assistant message, so the six counts are one
+    int of 48-bit lanes (one object instead of seven) whenever they fit, as every
     valid usage does; a tuple otherwise (validation refuses such a usage).
+    ``reasoning_tokens`` are part of ``output_tokens`` (reported apart by some
+    providers), never added to them.
     """
 
     __slots__ = ("_counts",)
@@ -86,9 +89,17 @@ class Usage:
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
         total_tokens: int = 0,
+        reasoning_tokens: int = 0,
     ) -> None:
         # The counts most often 0 in the high lanes keep the int short.
-        counts = (input_tokens, output_tokens, total_tokens, cache_read_tokens, cache_write_tokens)
+        counts = (
+            input_tokens,
+            output_tokens,
+            total_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            reasoning_tokens,
+        )
         packed: int | tuple[int, ...] = counts
         if all(type(c) is int and 0 <= c <= _LANE_MAX for c in counts):
             packed = 0
@@ -122,13 +133,18 @@ class Usage:
     def cache_write_tokens(self) -> int:
         return self._count(4)
 
-    def _fields(self) -> tuple[int, int, int, int, int]:
+    @property
+    def reasoning_tokens(self) -> int:
+        return self._count(5)
+
+    def _fields(self) -> tuple[int, int, int, int, int, int]:
         return (
             self.input_tokens,
             self.output_tokens,
             self.cache_read_tokens,
             self.cache_write_tokens,
             self.total_tokens,
+            self.reasoning_tokens,
         )
 
     def __eq__(self, other: object) -> bool:

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ctxwarden.core.cache_prefix import CachePrefix
 from ctxwarden.core.calibration import Calibration
 from ctxwarden.core.messages import Message
 from ctxwarden.core.models import lookup_model
@@ -71,6 +72,8 @@ class ModelInputView:
     layer turns them into resume tokens); empty: the input cannot be resumed."""
     rendered: Rendered | None = field(default=None, compare=False)
     """The input in a provider's wire schema (when a format was asked for)."""
+    cache: CachePrefix | None = field(default=None, compare=False)
+    """What it shares with the previous input (core.cache_prefix), when asked for."""
 
     @property
     def rendered_json(self) -> str:

@@ -3,7 +3,8 @@
 Every error the server answers with carries one of these reasons (domain
 ``ctxwarden.dev``). The values are the wire contract: clients match on the
 strings, so a value never changes; a member is added for a new failure, and
-the README's table of reasons lists every member.
+the generated reference (docs/reference/errors.md, scripts/gen_docs.py)
+lists every member, with the status codes of its section.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class ErrorReason(enum.StrEnum):
     INVALID_MEMORY_STATE = "INVALID_MEMORY_STATE"
     """A memory's state, or a policy's memory_write, is unknown."""
 
-    # -- NOT_FOUND, ALREADY_EXISTS ---------------------------------------------------
+    # -- NOT_FOUND --------------------------------------------------------------------
 
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
     """The session does not exist or was deleted."""
@@ -117,6 +118,9 @@ class ErrorReason(enum.StrEnum):
     """The compaction plan does not exist for the session."""
     MEMORY_NOT_FOUND = "MEMORY_NOT_FOUND"
     """The tenant has no memory with the given memory_id."""
+
+    # -- ALREADY_EXISTS ---------------------------------------------------------------
+
     SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
     """CreateSession names a session_id that is taken."""
 
@@ -169,16 +173,19 @@ class ErrorReason(enum.StrEnum):
     SERVER_BUSY = "SERVER_BUSY"
     """The server is reading too many request messages at once."""
 
-    # -- UNAVAILABLE, DEADLINE_EXCEEDED: retry later -------------------------------
+    # -- UNAVAILABLE: retry later ----------------------------------------------------
 
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
     """The database is unreachable or timed out."""
     SESSION_BUSY = "SESSION_BUSY"
     """Another call on the session is still waiting for the database."""
+
+    # -- DEADLINE_EXCEEDED: retry later -----------------------------------------------
+
     REQUEST_READ_TIMEOUT = "REQUEST_READ_TIMEOUT"
     """The request message did not arrive within --request-read-timeout."""
 
-    # -- UNAUTHENTICATED, PERMISSION_DENIED -----------------------------------------
+    # -- UNAUTHENTICATED --------------------------------------------------------------
 
     MISSING_CREDENTIALS = "MISSING_CREDENTIALS"
     """The server requires credentials and the call sent none."""
@@ -188,6 +195,9 @@ class ErrorReason(enum.StrEnum):
     """The API key or token is not valid."""
     EXPIRED_CREDENTIALS = "EXPIRED_CREDENTIALS"
     """The token has expired."""
+
+    # -- PERMISSION_DENIED ------------------------------------------------------------
+
     NO_TENANT = "NO_TENANT"
     """The token has no usable tenant claim."""
     MISSING_SCOPE = "MISSING_SCOPE"

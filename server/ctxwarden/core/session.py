@@ -9,7 +9,9 @@ from typing import Any
 
 from ctxwarden.core.anchor_report import LossReport
 from ctxwarden.core.memory import EMPTY_BLOCK, MemoryBlock, MemoryWrite
+from ctxwarden.core.messages import Usage
 from ctxwarden.core.models import lookup_model
+from ctxwarden.core.usage_ledger import EMPTY_LEDGER, UsageLedger
 
 DEFAULT_RESERVE_TOKENS = 16384
 DEFAULT_KEEP_RECENT_TOKENS = 20000
@@ -146,6 +148,9 @@ class Session:
     memory: MemoryBlock = EMPTY_BLOCK
     """The frozen memory block (core.memory): selected at creation, compaction or
     an explicit refresh, stored with the session row."""
+    usage: UsageLedger = EMPTY_LEDGER
+    """What providers reported for this session (core.usage_ledger): moved on by
+    the appends and compactions that bring usage, never by a rollback."""
 
     @property
     def etag(self) -> str:
@@ -212,6 +217,8 @@ class Checkpoint:
     loss_report: LossReport | None = None
     """What the compacted span held and where it survives (core.anchor_report);
     None for checkpoints made before loss reports."""
+    summarizer_usage: Usage | None = None
+    """What the server's summariser calls of this compaction reported, summed."""
 
     @property
     def carried_summary(self) -> str:

@@ -269,6 +269,7 @@ def _check_usage(u: Usage, field: str) -> None:
         u.cache_read_tokens,
         u.cache_write_tokens,
         u.total_tokens,
+        u.reasoning_tokens,
     )
     if any(v < 0 for v in values):
         raise InvalidArgument(

@@ -13,6 +13,12 @@ that was deleted, moved or whose directory became unreachable, while new
 connections would silently create an empty database at the path. So for a
 SQLite file the probe first checks that the path still names the very file
 the server opened (same device and inode); only then does it ping.
+
+A loop held by CPU work is not a database outage. The probe's ``timeout``
+counts only the time the event loop was free to run it: the probe is awaited
+in short steps, and whatever a step overran (the loop was busy elsewhere) is
+lag, not waiting for the database. A database that really does not answer
+still runs out of steps; a stall only delays the verdict.
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Probe = Callable[[], Awaitable[None]]
+Clock = Callable[[], float]
+
+STEP_SECONDS = 0.1
+"""The probe is awaited in steps this long; a step's overrun is loop lag."""
+LAG_NOTICE_SECONDS = 1.0
+"""Loop lag during one probe worth a warning (the database answered, late)."""
 
 
 class DatabaseUnreachable(Exception):
@@ -90,6 +102,7 @@ class HealthMonitor:
         interval: float,
         timeout: float | None = None,
         metrics: Metrics | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.health = health
         self.services = tuple(services)
@@ -97,13 +110,16 @@ class HealthMonitor:
         self.interval = max(0.05, interval)
         self.timeout = timeout if timeout is not None else max(1.0, min(self.interval, 10.0))
         self.metrics = metrics
+        self.clock = clock
+        self.last_lag = 0.0
+        """Loop lag (s) seen while the last probe was awaited."""
         self.serving = True
         self._task: asyncio.Task[None] | None = None
 
     async def check_once(self) -> bool:
         """Probe once and publish the result; True when the database answered."""
         try:
-            await asyncio.wait_for(self.probe(), self.timeout)
+            await self._answer()
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -114,6 +130,42 @@ class HealthMonitor:
             return False
         await self._publish(True, "")
         return True
+
+    async def _answer(self) -> None:
+        """Await the probe; TimeoutError after ``timeout`` s of loop time free to run it.
+
+        Each step of the wait counts what it asked for, not what it took: when
+        the loop is held (a big encoding, a saturated host), the overrun is lag,
+        and the probe's answer, queued behind that work, is still awaited.
+        """
+        clock = self.clock or asyncio.get_running_loop().time
+        task = asyncio.ensure_future(self.probe())
+        left, lag = self.timeout, 0.0
+        try:
+            while True:
+                step = min(STEP_SECONDS, left)
+                started = clock()
+                done, _ = await asyncio.wait((task,), timeout=step)
+                lag += max(0.0, clock() - started - step)
+                if done:
+                    break
+                left -= step
+                if left <= 1e-9:
+                    raise TimeoutError
+        finally:
+            self.last_lag = lag
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await task
+        if lag >= LAG_NOTICE_SECONDS:
+            log.warning(
+                "database answered the health probe, but the event loop was held for "
+                "%.1f s meanwhile (not a database problem; see "
+                "ctxwarden_event_loop_lag_seconds)",
+                lag,
+            )
+        task.result()
 
     async def _publish(self, ok: bool, reason: str) -> None:
         if self.metrics is not None:

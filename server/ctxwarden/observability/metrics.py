@@ -38,10 +38,13 @@ from prometheus_client.registry import Collector
 from ctxwarden import __version__
 from ctxwarden.observability.anchor_metrics import AnchorMetrics
 from ctxwarden.observability.background_metrics import BackgroundCompactionMetrics
+from ctxwarden.observability.usage_metrics import UsageMetrics
 
 if TYPE_CHECKING:
+    from ctxwarden.core.cache_prefix import CachePrefix
     from ctxwarden.core.model_input import TokenBreakdown
     from ctxwarden.core.session import Checkpoint
+    from ctxwarden.core.usage_ledger import TokenTotals
     from ctxwarden.observability.tracing import Tracing
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,7 @@ class Metrics:
         self._declare_db_metrics(r)
         self.background = BackgroundCompactionMetrics(r)
         self.anchors = AnchorMetrics(r)
+        self.usage = UsageMetrics(r)
 
     def _declare_rpc_metrics(self, r: CollectorRegistry) -> None:
         """Recorded by the interceptor."""
@@ -267,6 +271,18 @@ class ServiceMetrics:
         m = self._m
         if m is not None and messages > 0:
             m.messages_appended.inc(messages)
+
+    def observe_usage(self, source: str, totals: TokenTotals, cost: float, currency: str) -> None:
+        """Usage newly counted in a ledger (call after the write committed)."""
+        m = self._m
+        if m is not None:
+            m.usage.observe(source, totals, cost, currency)
+
+    def observe_cache_prefix(self, prefix: CachePrefix) -> None:
+        """A live input counted in the cache ledger."""
+        m = self._m
+        if m is not None:
+            m.usage.observe_prefix(prefix)
 
     def observe_db(self, operation: str, seconds: float, ok: bool) -> None:
         """A statement run outside the engine's events (the append group commit)."""

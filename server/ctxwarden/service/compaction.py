@@ -42,12 +42,19 @@ from ctxwarden.core.errors import (
 from ctxwarden.core.memory import DurableFact, MemoryWrite, split_durable_facts
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
+from ctxwarden.core.summarizer_usage import collecting
 from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.core.usage_ledger import (
+    EMPTY_LEDGER,
+    SummarizerSpend,
+    spent_on,
+)
 from ctxwarden.core.validation import KEY_RE, check_key
 from ctxwarden.service.checkpoint import checkpoint_built
 from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.service.summarize import run_summarizer, summarizer_window
+from ctxwarden.service.usage import observe_ledger
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.plans import StoredPlan
 from ctxwarden.store.repository import RequestScope
@@ -188,6 +195,7 @@ class Compactor:
         key: IdempotencyKey | None = None,
         proposed: Sequence[DurableFact] = (),
         min_survival: Mapping[AnchorCategory, float] | None = None,
+        spent: SummarizerSpend | None = None,
     ) -> Checkpoint:
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
@@ -202,7 +210,9 @@ class Compactor:
             memory_ids = await self.blocks.store_facts(ctx.session, facts, mode)
             # A compaction rewrites the prefix anyway: the memory block is selected again.
             block = await self.blocks.select(ctx.session, ctx.tokenizer)
-            with_block = replace(ctx.session, memory=block)
+            with_block = replace(
+                ctx.session, memory=block, usage=spent_on(ctx.session.usage, spent)
+            )
             checkpoint = await checkpoint_built(
                 ctx, terms, summary, turn_prefix_summary, summarizer, trigger, with_block
             )
@@ -210,6 +220,7 @@ class Compactor:
                 checkpoint,
                 proposed_memory_ids=memory_ids,
                 memory_tokens=self.blocks.tokens(with_block, ctx.tokenizer),
+                summarizer_usage=spent.usage if spent is not None else None,
             )
             now = ids.now_us()
             record = (
@@ -241,6 +252,7 @@ class Compactor:
             ctx.session = replace(ctx.session, version=session.version)
             ctx.checked_at = self.m.clock()
             self.m.metrics.observe_compaction(checkpoint)
+            observe_ledger(self.m, spent_on(EMPTY_LEDGER, spent))
             log.info(
                 "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",
                 session_id,
@@ -335,11 +347,13 @@ class Compactor:
             ctx = await self.m.context_locked(session_id, verify=True)
             plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
             pinned = ctx.session.pinned_state
-        summary, prefix = await self.m.metrics.timed_summarize(
-            summarizer.name, run_summarizer(summarizer, plan, pinned, instructions, window)
-        )
+        with collecting() as calls:
+            summary, prefix = await self.m.metrics.timed_summarize(
+                summarizer.name, run_summarizer(summarizer, plan, pinned, instructions, window)
+            )
+        spent = SummarizerSpend.of(summarizer, calls)
         return await self._commit_final(
-            session_id, plan, summary, prefix, summarizer.name, trigger, scope, key
+            session_id, plan, summary, prefix, summarizer.name, trigger, scope, key, spent
         )
 
     async def _commit_final(
@@ -352,6 +366,7 @@ class Compactor:
         trigger: CompactionTrigger,
         scope: RequestScope,
         key: IdempotencyKey | None,
+        spent: SummarizerSpend | None = None,
     ) -> Checkpoint:
         """Commit Compact's last step with its idempotency record."""
         try:
@@ -364,6 +379,7 @@ class Compactor:
                 trigger=trigger,
                 record_scope=scope,
                 key=key,
+                spent=spent,
             )
         except DuplicateKey:
             again = await self.m.replay(scope, key)

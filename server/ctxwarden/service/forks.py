@@ -22,6 +22,7 @@ from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
 from ctxwarden.core.tenancy import scoped_id, visible_id
+from ctxwarden.core.usage_ledger import EMPTY_LEDGER
 from ctxwarden.core.validation import check_key, check_session_id
 from ctxwarden.service.results import IdempotencyKey
 from ctxwarden.service.runtime import SessionRuntime
@@ -82,6 +83,7 @@ class Forks:
             update_time_us=now,
             delete_time_us=0,
             archive_time_us=0,  # a new, live session, whatever the source's state
+            usage=EMPTY_LEDGER,  # what the source's providers reported stays the source's
             state=source.session.state,
             parent_session_id=source_id,
             parent_seq=at - 1,

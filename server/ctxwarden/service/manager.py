@@ -29,6 +29,7 @@ from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.sessions import Sessions
 from ctxwarden.service.tokens import TokenCounts
 from ctxwarden.service.tool_output import ToolOutputs
+from ctxwarden.service.usage import UsageReports, load_price_table
 from ctxwarden.store.repository import Store
 
 
@@ -72,6 +73,8 @@ class SessionManager:
         self.archive_session = lifecycle.archive_session
         self.unarchive_session = lifecycle.unarchive_session
         self.memories = Memories(runtime)
+        prices = load_price_table(settings.price_table_file) if settings.price_table_file else None
+        self.usage = UsageReports(runtime, prices)
 
     @property
     def restores(self) -> int:

@@ -19,6 +19,10 @@ from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.state import MAX_STATE_BYTES, StateDelta, merge_state, state_size, too_large
 from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.core.usage_ledger import (
+    EMPTY_LEDGER,
+    ledger_after_messages,
+)
 from ctxwarden.core.validation import (
     check_key,
     check_messages,
@@ -31,6 +35,7 @@ from ctxwarden.service.results import (
     IdempotencyKey,
 )
 from ctxwarden.service.runtime import SessionRuntime
+from ctxwarden.service.usage import observe_ledger
 from ctxwarden.store.errors import DuplicateKey, TooLarge
 from ctxwarden.store.repository import RequestScope, StateOwner
 
@@ -190,6 +195,7 @@ class Messages:
                 tenant_of(sid), ctx.session.model, plan.calibration.ratio
             )
         self.rt.metrics.observe_append(len(plan.new))
+        observe_ledger(self.rt, ledger_after_messages(EMPTY_LEDGER, plan.new, ctx.session.model))
         return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
 
     async def _after_duplicate(

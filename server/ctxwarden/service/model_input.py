@@ -6,14 +6,16 @@ import asyncio
 import logging
 from dataclasses import replace
 
+import ctxwarden.service.slices as slices
 from ctxwarden.core.context import ModelInputView, SessionContext
 from ctxwarden.core.errors import (
     FailedPrecondition,
     InvalidArgument,
 )
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.render import Format, Rendered, render_view
+from ctxwarden.core.render import Format, Rendered
 from ctxwarden.core.session import CompactionTrigger, effective_policy
+from ctxwarden.service.cache_ledger import CachePrefixes
 from ctxwarden.service.compaction import Compactor
 from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.rendered_cache import RenderedCache, plan, run
@@ -31,6 +33,7 @@ class ModelInputs:
         self.compactor = compactor
         self.blocks = MemoryBlocks(rt)
         self.rendered = RenderedCache(max(0, rt.settings.encoding_cache_mb) * 1024 * 1024)
+        self.prefixes = CachePrefixes(rt, len(Format) * rt.settings.max_hot_sessions)
 
     # -- model input ------------------------------------------------------------
 
@@ -42,12 +45,17 @@ class ModelInputs:
         as_of_seq: int | None = None,
         fmt: int = 0,
         refresh_memory: bool = False,
+        *,
+        count_cache: bool = False,
+        report_cache: bool = False,
     ) -> ModelInputView:
+        """``count_cache``: count a live input in the cache ledger (service.cache_ledger);
+        ``report_cache``: and return what it shares with the previous one."""
         if refresh_memory and as_of_seq is None:
             await self.blocks.refresh(session_id)
         view = await self._build_model_input(session_id, max_output_tokens, auto_compact, as_of_seq)
         if fmt in (0, Format.NATIVE):
-            return view
+            return self._cache_prefix(view, fmt, count_cache, report_cache)
         try:
             target = Format(fmt)
         except ValueError:
@@ -55,7 +63,16 @@ class ModelInputs:
                 f"format {fmt} is unknown", reason=ErrorReason.INVALID_FORMAT, field="format"
             ) from None
         rendered = await self._render(target, view, max_output_tokens)
-        return replace(view, notices=view.notices + tuple(rendered.notices), rendered=rendered)
+        view = replace(view, notices=view.notices + tuple(rendered.notices), rendered=rendered)
+        return self._cache_prefix(view, fmt, count_cache, report_cache)
+
+    def _cache_prefix(
+        self, view: ModelInputView, fmt: int, count: bool, report: bool
+    ) -> ModelInputView:
+        if not view.live or not (count or report):
+            return view
+        prefix = self.prefixes.observe(view, fmt)
+        return replace(view, cache=prefix) if report else view
 
     async def _render(
         self, target: Format, view: ModelInputView, max_output_tokens: int
@@ -63,7 +80,7 @@ class ModelInputs:
         """The view rendered for ``target``, continuing the session's render state."""
         model = view.session.model
         if not (view.live and view.digests):  # a one-off: nothing to continue or keep
-            return await asyncio.to_thread(render_view, target, view, model=model)
+            return await slices.render_view(target, view, model)
         key = (view.session.session_id, int(target))
         entry = self.rendered.take(key)
         memo = (view.session.version, max_output_tokens)
@@ -75,6 +92,9 @@ class ModelInputs:
             if job.entry is entry:
                 self.rendered.resumed += 1
             if job.inline:
+                rendered = run(job, view)
+            elif slices.ENABLED:  # a first rendering of a long session: in slices
+                await slices.feed(job.entry.state, view.messages, view.stable_messages)
                 rendered = run(job, view)
             else:
                 rendered = await asyncio.to_thread(run, job, view)
@@ -141,11 +161,8 @@ class ModelInputs:
         s = snap.session
         tokenizer = await tokenizer_for(effective_policy(s.policy, s.model).tokenizer)
 
-        def build() -> ModelInputView:
-            # Counts are recomputed with the tokenizer and model of that time
-            # (a later change of either re-counted the stored ones).
-            ctx = SessionContext(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
-            # A one-off input: its encodings would only crowd out those of hot sessions.
-            return replace(ctx.model_input(max_output_tokens), live=False)
-
-        return await asyncio.to_thread(build)
+        # Counts are recomputed with the tokenizer and model of that time (a later
+        # change of either re-counted the stored ones); built a slice at a time.
+        ctx = await slices.session_context(s, snap.checkpoint, snap.kept, tokenizer, recount=True)
+        # A one-off input: its encodings would only crowd out those of hot sessions.
+        return replace(ctx.model_input(max_output_tokens), live=False)

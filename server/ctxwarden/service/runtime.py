@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ctxwarden import ids
+from ctxwarden import ids, loop_slices
 from ctxwarden.config import Settings
 from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.context import SessionContext
@@ -20,6 +20,7 @@ from ctxwarden.core.errors import (
     NotFound,
     Unavailable,
 )
+from ctxwarden.core.prices import PriceTable
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
 from ctxwarden.core.tenancy import visible_id
@@ -28,6 +29,7 @@ from ctxwarden.observability.metrics import ServiceMetrics
 from ctxwarden.service.errors import store_error
 from ctxwarden.service.hot import EvictionCause, HotSessions
 from ctxwarden.service.results import IdempotencyKey
+from ctxwarden.service.slices import session_context as sliced_session_context
 from ctxwarden.service.tokenizer_access import tokenizer_for
 from ctxwarden.store.errors import (
     ConcurrentWrite,
@@ -57,6 +59,8 @@ class SessionRuntime:
         unchecked (``settings.max_read_staleness_seconds``); the use cases record
         into ``metrics`` (none: nothing is recorded)."""
         self.clock = clock
+        self.prices: PriceTable | None = None
+        """The price table (serve --price-table) the usage metrics use."""
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.store = store
         self.settings = settings
@@ -83,8 +87,9 @@ class SessionRuntime:
         database is UNAVAILABLE (safe to retry), a refused write a clear error."""
         try:
             if self.db_timeout > 0:
-                async with asyncio.timeout(self.db_timeout):
-                    return await op()
+                async with asyncio.timeout(self.db_timeout) as deadline:
+                    with loop_slices.excluding(deadline):  # decoding is not waiting
+                        return await op()
             return await op()
         except (StoreUnavailable, TimeoutError) as exc:
             log.warning("database unavailable: %s", exc)
@@ -169,10 +174,8 @@ class SessionRuntime:
         s = snapshot.session
         tokenizer = await tokenizer_for(effective_policy(s.policy, s.model).tokenizer)
 
-        def build() -> SessionContext:
-            return SessionContext(s, snapshot.checkpoint, snapshot.kept, tokenizer)
-
-        ctx = await asyncio.to_thread(build) if len(snapshot.kept) > 2000 else build()
+        # Built a slice at a time: a long session does not hold the event loop.
+        ctx = await sliced_session_context(s, snapshot.checkpoint, snapshot.kept, tokenizer)
         self.restores += 1
         ctx.checked_at = self.clock()
         if not s.archived:

@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 from ctxwarden.core.anchor_report import report_dumps, report_loads
+from ctxwarden.core.messages import Usage
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
+from ctxwarden.core.usage_ledger import TokenTotals
 from ctxwarden.store.codec import compact_json
 from ctxwarden.store.models import CompactionRow
 
@@ -31,6 +33,8 @@ def checkpoint_details(c: Checkpoint) -> str:
         d["memory_tokens"] = c.memory_tokens
     if c.preserved_anchors:  # policy.preserve_lost_anchors (core.anchor_report)
         d["preserved_anchors"] = c.preserved_anchors
+    if c.summarizer_usage is not None:  # the usage ledger (core.usage_ledger)
+        d["summarizer_usage"] = TokenTotals.of(c.summarizer_usage).counts()[1:]
     return compact_json(d)
 
 
@@ -86,4 +90,13 @@ def checkpoint_from_row(row: CompactionRow | Any) -> Checkpoint:
         memory_tokens=int(d.get("memory_tokens", 0)),
         preserved_anchors=d.get("preserved_anchors", ""),
         loss_report=report_loads(getattr(row, "loss_report_json", None)),
+        summarizer_usage=_usage(d.get("summarizer_usage")),
     )
+
+
+def _usage(counts: list[int] | None) -> Usage | None:
+    """A checkpoint's summariser usage as details_json holds it: input, cache
+    read, cache write, output, reasoning."""
+    if counts is None:
+        return None
+    return TokenTotals(1, *counts).as_usage()

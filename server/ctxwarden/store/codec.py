@@ -35,6 +35,7 @@ from ctxwarden.core.session import (
 )
 from ctxwarden.core.state import decode_state, encode_state
 from ctxwarden.core.tenancy import tenant_of
+from ctxwarden.core.usage_ledger import ledger_json, ledger_of_json
 from ctxwarden.store.models import MessageRow, SessionRow
 
 
@@ -91,6 +92,8 @@ def message_data(m: Message) -> bytes:
             u.cache_write_tokens,
             u.total_tokens,
         ]
+        if u.reasoning_tokens:  # a sixth count only when reported: older rows stay as they were
+            body["usage"].append(u.reasoning_tokens)
     if m.metadata:
         body["metadata"] = dict(sorted(m.metadata.items()))
     if m.history_only:
@@ -223,6 +226,7 @@ def session_row_values(s: Session) -> dict[str, Any]:
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
         "state_json": encode_state(s.state) if s.state else None,
         "memory_json": memory_json(s.memory),
+        "usage_json": ledger_json(s.usage),
         "version": s.version,
         "parent_key": s.parent_session_id,
         "parent_seq": s.parent_seq,
@@ -237,6 +241,7 @@ PROGRESS_COLUMNS = (
     "update_time_us",
     "consecutive_failures",
     "calibration_json",
+    "usage_json",
 )
 """The session-row columns every write that moves a session on sets (appends,
 rollbacks, compactions); the session's settings are written by UpdateSession."""
@@ -252,6 +257,7 @@ def progress_values(s: Session) -> dict[str, Any]:
         "update_time_us": s.update_time_us,
         "consecutive_failures": s.consecutive_failures,
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
+        "usage_json": ledger_json(s.usage),
     }
 
 
@@ -338,6 +344,7 @@ def session_from_row(row: SessionRow | Any) -> Session:
         parent_seq=getattr(row, "parent_seq", 0),
         fork_seq=getattr(row, "fork_seq", 0),
         memory=memory_block(getattr(row, "memory_json", None)),
+        usage=ledger_of_json(getattr(row, "usage_json", None)),
         **_calibration(getattr(row, "calibration_json", "")),
     )
 

@@ -104,6 +104,8 @@ class SessionRow(Base):
     """The session's JSON object state (NULL: empty)."""
     memory_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
     """The session's frozen memory block (codec.memory_json; NULL: none)."""
+    usage_json: Mapped[str | None] = mapped_column(long_text(), nullable=True)
+    """The session's usage ledger (core.usage_ledger; NULL: nothing reported)."""
     version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     """Advanced by every change of the session (append, rollback, settings,
     compaction, delete); every write compares-and-sets it, and replicas compare

@@ -29,6 +29,7 @@ from ctxwarden.store.records import RequestRecord, RequestRepository, RequestSco
 from ctxwarden.store.restore import Snapshot, load_snapshot, replay_snapshot
 from ctxwarden.store.sessions import SessionRepository, StoredVersion
 from ctxwarden.store.states import SharedStates, StateOwner, StateRepository
+from ctxwarden.store.usage import UsageRepository
 from ctxwarden.store.version_reader import VersionReader
 
 
@@ -75,6 +76,7 @@ class Store:
         self.requests = RequestRepository(engine)
         self.states = StateRepository(engine, self.gate, self.quota)
         self.memories = MemoryRepository(engine, self.gate, self.quota)
+        self.usage = UsageRepository(engine)
 
     async def close(self) -> None:
         await self.versions.close()

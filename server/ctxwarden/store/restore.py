@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -11,6 +12,7 @@ from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.core.replay import (
     CheckpointRecord,
     MessageRecord,
+    ReplayPlan,
     RevisionMark,
     calibration_at,
     memory_at,
@@ -19,12 +21,16 @@ from ctxwarden.core.replay import (
     replay_session,
 )
 from ctxwarden.core.session import Checkpoint, Session
+from ctxwarden.loop_slices import Slicer, mapped
 from ctxwarden.store import lineage
 from ctxwarden.store.checkpoint_codec import checkpoint_from_row
 from ctxwarden.store.codec import message_from_row, session_from_row, session_with_settings
 from ctxwarden.store.lineage import Segment
 from ctxwarden.store.memory_blocks import block_at
 from ctxwarden.store.tables import C, M, S, V
+
+REPLAY_STEP = 512
+"""Stored messages sorted into a replay between two looks at the clock."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +71,7 @@ async def load_snapshot(engine: AsyncEngine, session_id: str) -> Snapshot | None
                     .order_by(M.c.seq)
                 )
             ).all()
-            return Snapshot(session, checkpoint, [message_from_row(r) for r in rows])
+            return Snapshot(session, checkpoint, await mapped(message_from_row, rows))
         chain = await _chain(conn, session)
         rows = (
             await conn.execute(
@@ -74,7 +80,8 @@ async def load_snapshot(engine: AsyncEngine, session_id: str) -> Snapshot | None
                 .order_by(M.c.seq)
             )
         ).all()
-    return Snapshot(session, checkpoint, lineage.messages(chain, rows))
+    kept = await mapped(lambda r: lineage.as_seen(chain, r)[0], rows)
+    return Snapshot(session, checkpoint, kept)
 
 
 async def _chain(conn: AsyncConnection, session: Session) -> list[Segment]:
@@ -108,7 +115,20 @@ async def replay_snapshot(engine: AsyncEngine, session_id: str, as_of_seq: int) 
         blocks = await block_at(conn, sid, as_of_seq)
     memory = memory_at(blocks, as_of_seq)
     session = replay_session(plan, base, settings, calibration_at(changes, as_of_seq), memory)
-    return Snapshot(session, plan.checkpoint, list(replay_messages(plan, messages)))
+    return Snapshot(session, plan.checkpoint, await _replayed(plan, messages))
+
+
+async def _replayed(plan: ReplayPlan, records: list[MessageRecord]) -> list[Message]:
+    """``replay_messages``, a slice of records at a time (the loop runs in between)."""
+    kept: list[Message] = []
+    slicer = Slicer()
+    for start in range(0, len(records), REPLAY_STEP):
+        kept.extend(replay_messages(plan, records[start : start + REPLAY_STEP]))
+        if slicer.due():
+            await slicer.pause()
+    kept.sort(key=attrgetter("seq"))  # each slice came sorted: little left to do
+    slicer.done()
+    return kept
 
 
 def _as_fork(replayed: Session, fork: Session) -> Session:
@@ -145,7 +165,7 @@ async def _messages(
         return []
     query = select(M).where(lineage.where(chain, lo=max(seqs.start, 1), hi=seqs.stop - 1))
     rows = (await conn.execute(query)).all()
-    return [MessageRecord(*lineage.as_seen(chain, r)) for r in rows]
+    return await mapped(lambda r: MessageRecord(*lineage.as_seen(chain, r)), rows)
 
 
 async def _settings(conn: AsyncConnection, base: Session, revision: int | None) -> Session | None:

@@ -87,6 +87,8 @@ def session_record(row: Mapping[str, Any]) -> Record:
         "state": json.loads(state) if state else {},
         **_memory(row.get("memory_json")),
         **_lineage(row),
+        # The usage ledger (an optional key: only when something was reported).
+        **({"usage": json.loads(row["usage_json"])} if row.get("usage_json") else {}),
     }
 
 
@@ -136,6 +138,7 @@ def session_row(record: Mapping[str, Any], key: str) -> dict[str, Any]:
         "calibration_json": compact_json({"n": calibration["samples"], "r": calibration["ratio"]}),
         "state_json": compact_json(state) if state else None,
         "memory_json": _memory_json(record.get("memory")),
+        "usage_json": compact_json(record["usage"]) if record.get("usage") else None,
         "delete_time_us": 0,
     }
 
@@ -306,6 +309,26 @@ def block_from_record(r: Mapping[str, Any]) -> ContentBlock:
 _USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
+def usage_record(u: Usage) -> Record:
+    """A usage as a record; ``reasoning_tokens`` only when reported (format 2
+    files written before it was counted read back the same)."""
+    out: Record = {**{k: getattr(u, k) for k in _USAGE}, "total_tokens": u.total_tokens}
+    if u.reasoning_tokens:
+        out["reasoning_tokens"] = u.reasoning_tokens
+    return out
+
+
+def usage_of(u: Mapping[str, Any]) -> Usage:
+    return Usage(
+        int(u["input_tokens"]),
+        int(u["output_tokens"]),
+        int(u["cache_read_tokens"]),
+        int(u["cache_write_tokens"]),
+        int(u["total_tokens"]),
+        int(u.get("reasoning_tokens", 0)),
+    )
+
+
 def message_record_of(m: Message, rolled_back_at_seq: int = 0) -> Record:
     """The record of a message (the domain value plus the row's rollback seq)."""
     u = m.usage
@@ -318,9 +341,7 @@ def message_record_of(m: Message, rolled_back_at_seq: int = 0) -> Record:
         "visibility": VISIBILITIES[m.visibility],
         "content": [block_record(b) for b in m.content],
         "stop_reason": STOP_REASONS[m.stop_reason],
-        "usage": None
-        if u is None
-        else {**{k: getattr(u, k) for k in _USAGE}, "total_tokens": u.total_tokens},
+        "usage": None if u is None else usage_record(u),
         "model": m.model,
         "provider": m.provider,
         "error_message": m.error_message,
@@ -350,7 +371,7 @@ def message_of(r: Mapping[str, Any]) -> Message:
         seq=int(r["seq"]),
         message_id=r["message_id"],
         stop_reason=_STOP_OF[r.get("stop_reason", "")],
-        usage=None if u is None else Usage(*(int(u[k]) for k in (*_USAGE, "total_tokens"))),
+        usage=None if u is None else usage_of(u),
         model=r.get("model", ""),
         provider=r.get("provider", ""),
         error_message=r.get("error_message", ""),

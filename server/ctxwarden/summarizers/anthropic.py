@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctxwarden.core.compaction.types import SummarizerError, SummaryRequest
+from ctxwarden.core.summarizer_usage import anthropic_usage, report_usage
 from ctxwarden.summarizers._http import HttpSummarizer
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -44,7 +45,9 @@ class AnthropicMessagesSummarizer(HttpSummarizer):
         return body
 
     async def summarize(self, request: SummaryRequest) -> str:
-        return self._text_of(await self._post(self._body(request)))
+        reply = await self._post(self._body(request))
+        report_usage(anthropic_usage(reply))
+        return self._text_of(reply)
 
     def _text_of(self, reply: dict[str, Any]) -> str:
         if reply.get("type") == "error":

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ctxwarden.core.compaction.types import SummarizerError, SummaryRequest
+from ctxwarden.core.summarizer_usage import openai_chat_usage, report_usage
 from ctxwarden.summarizers._http import HttpSummarizer, ProviderError, Sleep
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -147,6 +148,7 @@ class OpenAIChatSummarizer(HttpSummarizer):
             other = _TOKEN_PARAMETERS[1 - _TOKEN_PARAMETERS.index(parameter)]
             reply = await self._post(self._body(request, other))
             self._token_parameter = other
+        report_usage(openai_chat_usage(reply))
         return self._text_of(reply)
 
     def _text_of(self, reply: dict[str, Any]) -> str:

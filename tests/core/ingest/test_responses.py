@@ -100,7 +100,14 @@ def test_chat_completion(message: Message) -> None:
 
 # -- OpenAI Responses --------------------------------------------------------------
 
-RESPONSES_USAGE = CHAT_USAGE
+RESPONSES_USAGE = Usage(
+    input_tokens=15,
+    output_tokens=30,
+    cache_read_tokens=100,
+    cache_write_tokens=5,
+    total_tokens=150,
+    reasoning_tokens=10,  # output_tokens_details.reasoning_tokens, part of output_tokens
+)
 
 
 @SETTINGS
@@ -169,7 +176,12 @@ def test_anthropic_message(message: Message) -> None:
 # -- Gemini ------------------------------------------------------------------------
 
 GEMINI_USAGE = Usage(
-    input_tokens=20, output_tokens=30, cache_read_tokens=100, cache_write_tokens=0, total_tokens=150
+    input_tokens=20,
+    output_tokens=30,
+    cache_read_tokens=100,
+    cache_write_tokens=0,
+    total_tokens=150,
+    reasoning_tokens=10,  # thoughtsTokenCount, counted in output_tokens
 )
 
 

@@ -146,6 +146,58 @@ TOKEN_COUNT_METHOD_ESTIMATED: TokenCountMethod.ValueType  # 3
 """A (calibrated) estimate."""
 Global___TokenCountMethod: _TypeAlias = TokenCountMethod  # noqa: Y015
 
+class _CacheBreakReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CacheBreakReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CacheBreakReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CACHE_BREAK_REASON_UNSPECIFIED: _CacheBreakReason.ValueType  # 0
+    """The prefix did not shrink: the previous input is a prefix of this one."""
+    CACHE_BREAK_REASON_FIRST_INPUT: _CacheBreakReason.ValueType  # 1
+    """No previous input of the session and format in this server's memory."""
+    CACHE_BREAK_REASON_COMPACTION: _CacheBreakReason.ValueType  # 2
+    """A compaction replaced the summary and dropped messages."""
+    CACHE_BREAK_REASON_CLEARING: _CacheBreakReason.ValueType  # 3
+    """A layered clearing stubbed old tool results."""
+    CACHE_BREAK_REASON_ROLLBACK: _CacheBreakReason.ValueType  # 4
+    """A rollback removed messages (or brought an older checkpoint back)."""
+    CACHE_BREAK_REASON_SYSTEM_PROMPT: _CacheBreakReason.ValueType  # 5
+    """The system prompt changed."""
+    CACHE_BREAK_REASON_TOOLS: _CacheBreakReason.ValueType  # 6
+    """The tool definitions changed."""
+    CACHE_BREAK_REASON_MODEL: _CacheBreakReason.ValueType  # 7
+    """The model changed (a provider caches per model)."""
+    CACHE_BREAK_REASON_MEMORY_REFRESH: _CacheBreakReason.ValueType  # 8
+    """The memory block was selected again with another content."""
+    CACHE_BREAK_REASON_VIEW_CHANGE: _CacheBreakReason.ValueType  # 9
+    """The view shows a kept message otherwise (truncation, stubs, a policy change)."""
+
+class CacheBreakReason(_CacheBreakReason, metaclass=_CacheBreakReasonEnumTypeWrapper):
+    """Why an input shares less with the previous one than that input held."""
+
+CACHE_BREAK_REASON_UNSPECIFIED: CacheBreakReason.ValueType  # 0
+"""The prefix did not shrink: the previous input is a prefix of this one."""
+CACHE_BREAK_REASON_FIRST_INPUT: CacheBreakReason.ValueType  # 1
+"""No previous input of the session and format in this server's memory."""
+CACHE_BREAK_REASON_COMPACTION: CacheBreakReason.ValueType  # 2
+"""A compaction replaced the summary and dropped messages."""
+CACHE_BREAK_REASON_CLEARING: CacheBreakReason.ValueType  # 3
+"""A layered clearing stubbed old tool results."""
+CACHE_BREAK_REASON_ROLLBACK: CacheBreakReason.ValueType  # 4
+"""A rollback removed messages (or brought an older checkpoint back)."""
+CACHE_BREAK_REASON_SYSTEM_PROMPT: CacheBreakReason.ValueType  # 5
+"""The system prompt changed."""
+CACHE_BREAK_REASON_TOOLS: CacheBreakReason.ValueType  # 6
+"""The tool definitions changed."""
+CACHE_BREAK_REASON_MODEL: CacheBreakReason.ValueType  # 7
+"""The model changed (a provider caches per model)."""
+CACHE_BREAK_REASON_MEMORY_REFRESH: CacheBreakReason.ValueType  # 8
+"""The memory block was selected again with another content."""
+CACHE_BREAK_REASON_VIEW_CHANGE: CacheBreakReason.ValueType  # 9
+"""The view shows a kept message otherwise (truncation, stubs, a policy change)."""
+Global___CacheBreakReason: _TypeAlias = CacheBreakReason  # noqa: Y015
+
 class _RecoveryAction:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -255,6 +307,34 @@ ANCHOR_LOCATION_REINJECTED: AnchorLocation.ValueType  # 6
 ANCHOR_LOCATION_LOST: AnchorLocation.ValueType  # 7
 """Nowhere in the new effective context."""
 Global___AnchorLocation: _TypeAlias = AnchorLocation  # noqa: Y015
+
+class _UsageSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _UsageSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_UsageSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    USAGE_SOURCE_UNSPECIFIED: _UsageSource.ValueType  # 0
+    """Unset."""
+    USAGE_SOURCE_AGENT: _UsageSource.ValueType  # 1
+    """The agent: the usage of the assistant messages it appended
+    (AppendMessages, AppendModelOutput).
+    """
+    USAGE_SOURCE_SUMMARIZER: _UsageSource.ValueType  # 2
+    """The server's summariser (Compact, auto_compact, background compactions)."""
+
+class UsageSource(_UsageSource, metaclass=_UsageSourceEnumTypeWrapper):
+    """Who made the provider calls a ModelUsage counts."""
+
+USAGE_SOURCE_UNSPECIFIED: UsageSource.ValueType  # 0
+"""Unset."""
+USAGE_SOURCE_AGENT: UsageSource.ValueType  # 1
+"""The agent: the usage of the assistant messages it appended
+(AppendMessages, AppendModelOutput).
+"""
+USAGE_SOURCE_SUMMARIZER: UsageSource.ValueType  # 2
+"""The server's summariser (Compact, auto_compact, background compactions)."""
+Global___UsageSource: _TypeAlias = UsageSource  # noqa: Y015
 
 @_typing.final
 class CreateSessionRequest(_message.Message):
@@ -738,6 +818,7 @@ class BuildModelInputRequest(_message.Message):
     RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     VIEW_FIELD_NUMBER: _builtins.int
     REFRESH_MEMORY_FIELD_NUMBER: _builtins.int
+    REPORT_CACHE_PREFIX_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     max_output_tokens: _builtins.int
@@ -778,6 +859,12 @@ class BuildModelInputRequest(_message.Message):
     compactions, so the input keeps its stable prefix; a refresh that changes
     the block changes the prefix.
     """
+    report_cache_prefix: _builtins.bool
+    """Set ModelInput.cache_prefix: what this input shares with the previous
+    input returned for the session and format. Off by default: without it a
+    ModelInput depends only on the session's state, not on earlier calls.
+    The usage ledger (GetUsage) counts every live input either way.
+    """
     def __init__(
         self,
         *,
@@ -789,10 +876,11 @@ class BuildModelInputRequest(_message.Message):
         resume_token: _builtins.str = ...,
         view: Global___ModelInputView.ValueType = ...,
         refresh_memory: _builtins.bool = ...,
+        report_cache_prefix: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "refresh_memory", b"refresh_memory", "resume_token", b"resume_token", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq", "as_of_seq", b"as_of_seq", "auto_compact", b"auto_compact", "format", b"format", "max_output_tokens", b"max_output_tokens", "refresh_memory", b"refresh_memory", "report_cache_prefix", b"report_cache_prefix", "resume_token", b"resume_token", "session_id", b"session_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__as_of_seq: _TypeAlias = _typing.Literal["as_of_seq"]  # noqa: Y015
     _WhichOneofArgType__as_of_seq: _TypeAlias = _typing.Literal["_as_of_seq", b"_as_of_seq"]  # noqa: Y015
@@ -928,6 +1016,7 @@ class ModelInput(_message.Message):
     RENDERED_PREFIX_BYTES_FIELD_NUMBER: _builtins.int
     MEMORY_BLOCK_FIELD_NUMBER: _builtins.int
     MEMORY_IDS_FIELD_NUMBER: _builtins.int
+    CACHE_PREFIX_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session's ID. Required."""
     system_prompt: _builtins.str
@@ -1000,6 +1089,13 @@ class ModelInput(_message.Message):
     def memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """IDs of the memories in memory_block, in block order."""
 
+    @_builtins.property
+    def cache_prefix(self) -> Global___CachePrefix:
+        """With BuildModelInputRequest.report_cache_prefix: the prefix this input
+        shares with the previous live input returned for the session and format
+        (what a provider's prompt cache can serve), and why it shrank.
+        """
+
     def __init__(
         self,
         *,
@@ -1021,14 +1117,146 @@ class ModelInput(_message.Message):
         rendered_prefix_bytes: _builtins.int = ...,
         memory_block: _builtins.str = ...,
         memory_ids: _abc.Iterable[_builtins.str] | None = ...,
+        cache_prefix: Global___CachePrefix | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cache_prefix", b"cache_prefix", "tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "memory_block", b"memory_block", "memory_ids", b"memory_ids", "messages", b"messages", "messages_offset", b"messages_offset", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "rendered_prefix_bytes", b"rendered_prefix_bytes", "resume_token", b"resume_token", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_prefix", b"cache_prefix", "compaction_id", b"compaction_id", "compaction_recommended", b"compaction_recommended", "first_kept_seq", b"first_kept_seq", "last_seq", b"last_seq", "memory_block", b"memory_block", "memory_ids", b"memory_ids", "messages", b"messages", "messages_offset", b"messages_offset", "notices", b"notices", "prefix_hash", b"prefix_hash", "rendered_json", b"rendered_json", "rendered_prefix_bytes", b"rendered_prefix_bytes", "resume_token", b"resume_token", "session_id", b"session_id", "summary", b"summary", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ModelInput: _TypeAlias = ModelInput  # noqa: Y015
+
+@_typing.final
+class CachePrefix(_message.Message):
+    """The prefix of a ModelInput that the previous input of the session and
+    format shared: tools and system prompt whole, then memory block and
+    summary whole, then whole messages (providers cache whole blocks).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHARED_TOKENS_FIELD_NUMBER: _builtins.int
+    SHARED_BYTES_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    PREVIOUS_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    BREAK_REASON_FIELD_NUMBER: _builtins.int
+    shared_tokens: _builtins.int
+    """Tokens of the shared prefix, counted like TokenBreakdown's parts."""
+    shared_bytes: _builtins.int
+    """UTF-8 bytes of the shared prefix: of rendered_json for a provider
+    format, of the texts the tokenizer counts for the native format.
+    """
+    input_tokens: _builtins.int
+    """Tokens of this input (the sum of TokenBreakdown's parts, uncalibrated)."""
+    previous_input_tokens: _builtins.int
+    """Tokens of the previous input (0 for a first input)."""
+    break_reason: Global___CacheBreakReason.ValueType
+    """Why the prefix is shorter than the previous input; UNSPECIFIED when not."""
+    def __init__(
+        self,
+        *,
+        shared_tokens: _builtins.int = ...,
+        shared_bytes: _builtins.int = ...,
+        input_tokens: _builtins.int = ...,
+        previous_input_tokens: _builtins.int = ...,
+        break_reason: Global___CacheBreakReason.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["break_reason", b"break_reason", "input_tokens", b"input_tokens", "previous_input_tokens", b"previous_input_tokens", "shared_bytes", b"shared_bytes", "shared_tokens", b"shared_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CachePrefix: _TypeAlias = CachePrefix  # noqa: Y015
+
+@_typing.final
+class CacheLedger(_message.Message):
+    """The cache ledger of a session or a tenant: the live inputs BuildModelInput
+    returned, the tokens they shared with the input before (predicted
+    cacheable), and, for the provider calls whose usage was appended right after
+    a build, the prediction next to what the provider reported.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUILDS_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    PREDICTED_CACHED_TOKENS_FIELD_NUMBER: _builtins.int
+    PAIRED_CALLS_FIELD_NUMBER: _builtins.int
+    PAIRED_PREDICTED_CACHED_TOKENS_FIELD_NUMBER: _builtins.int
+    PAIRED_OBSERVED_CACHE_READ_TOKENS_FIELD_NUMBER: _builtins.int
+    PAIRED_OBSERVED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    BREAKS_FIELD_NUMBER: _builtins.int
+    builds: _builtins.int
+    """BuildModelInput calls counted (live inputs; replays are not)."""
+    input_tokens: _builtins.int
+    """Tokens of those inputs."""
+    predicted_cached_tokens: _builtins.int
+    """Tokens they shared with the previous input: what a prompt cache can serve."""
+    paired_calls: _builtins.int
+    """Assistant messages with usage appended after a build (each build pairs once)."""
+    paired_predicted_cached_tokens: _builtins.int
+    """The predicted cached tokens of the builds those calls followed."""
+    paired_observed_cache_read_tokens: _builtins.int
+    """The cache read tokens the provider reported for those calls."""
+    paired_observed_prompt_tokens: _builtins.int
+    """Their whole prompt as reported (input, cache read and cache write)."""
+    @_builtins.property
+    def breaks(self) -> _containers.RepeatedCompositeFieldContainer[Global___CacheBreakCount]:
+        """How often the prefix shrank, by reason."""
+
+    def __init__(
+        self,
+        *,
+        builds: _builtins.int = ...,
+        input_tokens: _builtins.int = ...,
+        predicted_cached_tokens: _builtins.int = ...,
+        paired_calls: _builtins.int = ...,
+        paired_predicted_cached_tokens: _builtins.int = ...,
+        paired_observed_cache_read_tokens: _builtins.int = ...,
+        paired_observed_prompt_tokens: _builtins.int = ...,
+        breaks: _abc.Iterable[Global___CacheBreakCount] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["breaks", b"breaks", "builds", b"builds", "input_tokens", b"input_tokens", "paired_calls", b"paired_calls", "paired_observed_cache_read_tokens", b"paired_observed_cache_read_tokens", "paired_observed_prompt_tokens", b"paired_observed_prompt_tokens", "paired_predicted_cached_tokens", b"paired_predicted_cached_tokens", "predicted_cached_tokens", b"predicted_cached_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CacheLedger: _TypeAlias = CacheLedger  # noqa: Y015
+
+@_typing.final
+class CacheBreakCount(_message.Message):
+    """How often the prefix shrank for one reason."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    TOKENS_LOST_FIELD_NUMBER: _builtins.int
+    reason: Global___CacheBreakReason.ValueType
+    """The reason."""
+    count: _builtins.int
+    """Times."""
+    tokens_lost: _builtins.int
+    """Tokens of previous inputs that were not shared (the provider processes
+    them again).
+    """
+    def __init__(
+        self,
+        *,
+        reason: Global___CacheBreakReason.ValueType = ...,
+        count: _builtins.int = ...,
+        tokens_lost: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "reason", b"reason", "tokens_lost", b"tokens_lost"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CacheBreakCount: _TypeAlias = CacheBreakCount  # noqa: Y015
 
 @_typing.final
 class RollbackTurnRequest(_message.Message):
@@ -1211,6 +1439,7 @@ class Compaction(_message.Message):
     MEMORY_TOKENS_FIELD_NUMBER: _builtins.int
     NEXT_PLAN_FIELD_NUMBER: _builtins.int
     LOSS_REPORT_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_USAGE_FIELD_NUMBER: _builtins.int
     compaction_id: _builtins.str
     """Unique ID of the checkpoint (sortable by creation time)."""
     session_id: _builtins.str
@@ -1291,6 +1520,14 @@ class Compaction(_message.Message):
         context. Unset on checkpoints made before loss reports.
         """
 
+    @_builtins.property
+    def summarizer_usage(self) -> _message_pb2.Usage:
+        """Tokens the server's summariser reported for this compaction, every call
+        of it summed (chunks and the turn prefix included); counted in the
+        session's usage ledger (GetUsage). Unset when no summariser call reported
+        usage (agent-side summaries, the extractive summariser, a clearing).
+        """
+
     def __init__(
         self,
         *,
@@ -1317,10 +1554,11 @@ class Compaction(_message.Message):
         memory_tokens: _builtins.int = ...,
         next_plan: Global___CompactionPlan | None = ...,
         loss_report: Global___CompactionLossReport | None = ...,
+        summarizer_usage: _message_pb2.Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "loss_report", b"loss_report", "next_plan", b"next_plan"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "loss_report", b"loss_report", "next_plan", b"next_plan", "summarizer_usage", b"summarizer_usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "loss_report", b"loss_report", "memory_tokens", b"memory_tokens", "modified_files", b"modified_files", "next_plan", b"next_plan", "proposed_memory_ids", b"proposed_memory_ids", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "clearing_only", b"clearing_only", "compaction_id", b"compaction_id", "create_time", b"create_time", "first_kept_seq", b"first_kept_seq", "loss_report", b"loss_report", "memory_tokens", b"memory_tokens", "modified_files", b"modified_files", "next_plan", b"next_plan", "proposed_memory_ids", b"proposed_memory_ids", "read_files", b"read_files", "session_id", b"session_id", "split_turn", b"split_turn", "summarizer", b"summarizer", "summarizer_usage", b"summarizer_usage", "summary", b"summary", "superseded", b"superseded", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before", "tool_result_tokens_cleared", b"tool_result_tokens_cleared", "tool_results_cleared", b"tool_results_cleared", "tool_results_cleared_through_seq", b"tool_results_cleared_through_seq", "trigger", b"trigger", "turn_prefix_summary", b"turn_prefix_summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2055,3 +2293,178 @@ class UnarchiveSessionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UnarchiveSessionRequest: _TypeAlias = UnarchiveSessionRequest  # noqa: Y015
+
+@_typing.final
+class GetUsageRequest(_message.Message):
+    """Request of GetUsage."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session's ID; empty for the totals of every session of the caller's
+    tenant (deleted sessions count until they are purged).
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageRequest: _TypeAlias = GetUsageRequest  # noqa: Y015
+
+@_typing.final
+class UsageTotals(_message.Message):
+    """Totals of what providers reported, by token kind. Input, cache read and
+    cache write are disjoint parts of the prompt; reasoning is part of output.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLS_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHE_READ_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    REASONING_TOKENS_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    calls: _builtins.int
+    """Provider calls counted (messages or summariser calls that reported usage)."""
+    input_tokens: _builtins.int
+    """Uncached input tokens."""
+    cache_read_tokens: _builtins.int
+    """Input tokens read from the provider's prompt cache."""
+    cache_write_tokens: _builtins.int
+    """Input tokens written to the provider's prompt cache."""
+    output_tokens: _builtins.int
+    """Output tokens, reasoning included."""
+    reasoning_tokens: _builtins.int
+    """Output tokens spent reasoning."""
+    cost: _builtins.float
+    """The cost by the server's price table, in UsageReport.currency; 0 without
+    a price table or a price for the model.
+    """
+    def __init__(
+        self,
+        *,
+        calls: _builtins.int = ...,
+        input_tokens: _builtins.int = ...,
+        cache_read_tokens: _builtins.int = ...,
+        cache_write_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        reasoning_tokens: _builtins.int = ...,
+        cost: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_read_tokens", b"cache_read_tokens", "cache_write_tokens", b"cache_write_tokens", "calls", b"calls", "cost", b"cost", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "reasoning_tokens", b"reasoning_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageTotals: _TypeAlias = UsageTotals  # noqa: Y015
+
+@_typing.final
+class ModelUsage(_message.Message):
+    """The totals of one model and source."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    TOTALS_FIELD_NUMBER: _builtins.int
+    PRICED_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model as the message named it (else the session's model); "" if none."""
+    source: Global___UsageSource.ValueType
+    """Who made the calls."""
+    priced: _builtins.bool
+    """False when the price table has no price for the model (cost is 0)."""
+    @_builtins.property
+    def totals(self) -> Global___UsageTotals:
+        """What they reported."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        source: Global___UsageSource.ValueType = ...,
+        totals: Global___UsageTotals | None = ...,
+        priced: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["totals", b"totals"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "priced", b"priced", "source", b"source", "totals", b"totals"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelUsage: _TypeAlias = ModelUsage  # noqa: Y015
+
+@_typing.final
+class UsageReport(_message.Message):
+    """The usage ledger of a session or a tenant. Totals only grow: a rollback or
+    a compaction does not undo what a provider billed, and a request retried
+    with the same request_id (or a message re-sent with its message_id) is
+    counted once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SESSION_COUNT_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    PRICED_FIELD_NUMBER: _builtins.int
+    CURRENCY_FIELD_NUMBER: _builtins.int
+    CACHE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session's ID; empty for a tenant's totals."""
+    session_count: _builtins.int
+    """Sessions counted (1 for a session)."""
+    priced: _builtins.bool
+    """True when the server has a price table (serve --price-table)."""
+    currency: _builtins.str
+    """The price table's currency, e.g. "USD"; empty without a price table."""
+    @_builtins.property
+    def total(self) -> Global___UsageTotals:
+        """Every call counted, agent and summariser."""
+
+    @_builtins.property
+    def summarizer(self) -> Global___UsageTotals:
+        """The server's summariser calls alone (included in total)."""
+
+    @_builtins.property
+    def models(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModelUsage]:
+        """Per model and source, by source, then model."""
+
+    @_builtins.property
+    def cache(self) -> Global___CacheLedger:
+        """The cache ledger: predicted cacheable tokens next to the input tokens and
+        to what providers reported as cache reads. Counts kept in memory since the
+        session's last write are stored with its next one.
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        session_count: _builtins.int = ...,
+        total: Global___UsageTotals | None = ...,
+        summarizer: Global___UsageTotals | None = ...,
+        models: _abc.Iterable[Global___ModelUsage] | None = ...,
+        priced: _builtins.bool = ...,
+        currency: _builtins.str = ...,
+        cache: Global___CacheLedger | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cache", b"cache", "summarizer", b"summarizer", "total", b"total"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache", b"cache", "currency", b"currency", "models", b"models", "priced", b"priced", "session_count", b"session_count", "session_id", b"session_id", "summarizer", b"summarizer", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageReport: _TypeAlias = UsageReport  # noqa: Y015

@@ -142,6 +142,11 @@ class ContextServiceStub:
                 request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.SerializeToString,
                 response_deserializer=ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/ctxwarden.v1.ContextService/GetUsage',
+                request_serializer=ctxwarden_dot_v1_dot_context__service__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.UsageReport.FromString,
+                _registered_method=True)
         self.CreateMemory = channel.unary_unary(
                 '/ctxwarden.v1.ContextService/CreateMemory',
                 request_serializer=ctxwarden_dot_v1_dot_memory__pb2.CreateMemoryRequest.SerializeToString,
@@ -371,6 +376,16 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """Returns the usage ledger: what providers reported for a session (its
+        model outputs and the server's summariser calls), or for every session of
+        the caller's tenant when session_id is empty, with its cost when the server
+        has a price table. Errors: NOT_FOUND for an unknown session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateMemory(self, request, context):
         """Long-term memory: durable facts about a user or a project of the tenant,
         shared by its sessions through their memory block.
@@ -512,6 +527,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.UnarchiveSession,
                     request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.FromString,
                     response_serializer=ctxwarden_dot_v1_dot_session__pb2.Session.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=ctxwarden_dot_v1_dot_context__service__pb2.GetUsageRequest.FromString,
+                    response_serializer=ctxwarden_dot_v1_dot_context__service__pb2.UsageReport.SerializeToString,
             ),
             'CreateMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateMemory,
@@ -1084,6 +1104,33 @@ class ContextService:
             '/ctxwarden.v1.ContextService/UnarchiveSession',
             ctxwarden_dot_v1_dot_context__service__pb2.UnarchiveSessionRequest.SerializeToString,
             ctxwarden_dot_v1_dot_session__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxwarden.v1.ContextService/GetUsage',
+            ctxwarden_dot_v1_dot_context__service__pb2.GetUsageRequest.SerializeToString,
+            ctxwarden_dot_v1_dot_context__service__pb2.UsageReport.FromString,
             options,
             channel_credentials,
             insecure,

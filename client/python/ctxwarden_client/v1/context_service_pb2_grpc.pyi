@@ -152,6 +152,12 @@ class ContextServiceStub:
     """Makes an archived session writable again and returns it (archive_time
     unset). Idempotent: a session that is not archived is returned unchanged.
     """
+    GetUsage: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetUsageRequest, _context_service_pb2.UsageReport]
+    """Returns the usage ledger: what providers reported for a session (its
+    model outputs and the server's summariser calls), or for every session of
+    the caller's tenant when session_id is empty, with its cost when the server
+    has a price table. Errors: NOT_FOUND for an unknown session.
+    """
     CreateMemory: _grpc.UnaryUnaryMultiCallable[_memory_pb2.CreateMemoryRequest, _memory_pb2.Memory]
     """Long-term memory: durable facts about a user or a project of the tenant,
     shared by its sessions through their memory block.
@@ -289,6 +295,12 @@ class ContextServiceAsyncStub(ContextServiceStub):
     UnarchiveSession: _aio.UnaryUnaryMultiCallable[_context_service_pb2.UnarchiveSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
     """Makes an archived session writable again and returns it (archive_time
     unset). Idempotent: a session that is not archived is returned unchanged.
+    """
+    GetUsage: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetUsageRequest, _context_service_pb2.UsageReport]  # type: ignore[assignment]
+    """Returns the usage ledger: what providers reported for a session (its
+    model outputs and the server's summariser calls), or for every session of
+    the caller's tenant when session_id is empty, with its cost when the server
+    has a price table. Errors: NOT_FOUND for an unknown session.
     """
     CreateMemory: _aio.UnaryUnaryMultiCallable[_memory_pb2.CreateMemoryRequest, _memory_pb2.Memory]  # type: ignore[assignment]
     """Long-term memory: durable facts about a user or a project of the tenant,
@@ -544,6 +556,18 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
         """Makes an archived session writable again and returns it (archive_time
         unset). Idempotent: a session that is not archived is returned unchanged.
+        """
+
+    @_abc_1.abstractmethod
+    def GetUsage(
+        self,
+        request: _context_service_pb2.GetUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.UsageReport, _abc.Awaitable[_context_service_pb2.UsageReport]]:
+        """Returns the usage ledger: what providers reported for a session (its
+        model outputs and the server's summariser calls), or for every session of
+        the caller's tenant when session_id is empty, with its cost when the server
+        has a price table. Errors: NOT_FOUND for an unknown session.
         """
 
     @_abc_1.abstractmethod

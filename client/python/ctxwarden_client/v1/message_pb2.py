@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63txwarden/v1/message.proto\x12\x0c\x63txwarden.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1b\n\x0bTextContent\x12\x0c\n\x04text\x18\x01 \x01(\t\"/\n\x0cImageContent\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"H\n\x0fThinkingContent\x12\x10\n\x08thinking\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\x12\x10\n\x08redacted\x18\x03 \x01(\x08\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"/\n\x0fProviderContent\x12\x0e\n\x06\x66\x61mily\x18\x01 \x01(\t\x12\x0c\n\x04json\x18\x02 \x01(\t\"\x82\x02\n\x0c\x43ontentBlock\x12)\n\x04text\x18\x01 \x01(\x0b\x32\x19.ctxwarden.v1.TextContentH\x00\x12+\n\x05image\x18\x02 \x01(\x0b\x32\x1a.ctxwarden.v1.ImageContentH\x00\x12\x31\n\x08thinking\x18\x03 \x01(\x0b\x32\x1d.ctxwarden.v1.ThinkingContentH\x00\x12+\n\ttool_call\x18\x04 \x01(\x0b\x32\x16.ctxwarden.v1.ToolCallH\x00\x12\x31\n\x08provider\x18\x05 \x01(\x0b\x32\x1d.ctxwarden.v1.ProviderContentH\x00\x42\x07\n\x05\x62lock\"\x81\x01\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x19\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x03\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x05 \x01(\x03\"\xcd\x04\n\x07Message\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12 \n\x04role\x18\x03 \x01(\x0e\x32\x12.ctxwarden.v1.Role\x12+\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x1a.ctxwarden.v1.ContentBlock\x12-\n\x0bstop_reason\x18\x05 \x01(\x0e\x32\x18.ctxwarden.v1.StopReason\x12\"\n\x05usage\x18\x06 \x01(\x0b\x32\x13.ctxwarden.v1.Usage\x12\r\n\x05model\x18\x07 \x01(\t\x12\x10\n\x08provider\x18\x08 \x01(\t\x12\x15\n\rerror_message\x18\t \x01(\t\x12\x14\n\x0ctool_call_id\x18\n \x01(\t\x12\x11\n\ttool_name\x18\x0b \x01(\t\x12\x10\n\x08is_error\x18\x0c \x01(\x08\x12)\n\x05state\x18\r \x01(\x0e\x32\x1a.ctxwarden.v1.MessageState\x12\x13\n\x0btoken_count\x18\x0e \x01(\x03\x12/\n\x0b\x63reate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x08metadata\x18\x10 \x03(\x0b\x32#.ctxwarden.v1.Message.MetadataEntry\x12\x33\n\nvisibility\x18\x11 \x01(\x0e\x32\x1f.ctxwarden.v1.MessageVisibility\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*U\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x12\x14\n\x10ROLE_TOOL_RESULT\x10\x03*\xa1\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x14\n\x10STOP_REASON_STOP\x10\x01\x12\x16\n\x12STOP_REASON_LENGTH\x10\x02\x12\x18\n\x14STOP_REASON_TOOL_USE\x10\x03\x12\x15\n\x11STOP_REASON_ERROR\x10\x04\x12\x17\n\x13STOP_REASON_ABORTED\x10\x05*f\n\x0cMessageState\x12\x1d\n\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14MESSAGE_STATE_ACTIVE\x10\x01\x12\x1d\n\x19MESSAGE_STATE_ROLLED_BACK\x10\x02*z\n\x11MessageVisibility\x12\"\n\x1eMESSAGE_VISIBILITY_UNSPECIFIED\x10\x00\x12\x1c\n\x18MESSAGE_VISIBILITY_MODEL\x10\x01\x12#\n\x1fMESSAGE_VISIBILITY_HISTORY_ONLY\x10\x02\x42\x42Z@github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1;ctxwardenv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63txwarden/v1/message.proto\x12\x0c\x63txwarden.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1b\n\x0bTextContent\x12\x0c\n\x04text\x18\x01 \x01(\t\"/\n\x0cImageContent\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"H\n\x0fThinkingContent\x12\x10\n\x08thinking\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\x12\x10\n\x08redacted\x18\x03 \x01(\x08\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"/\n\x0fProviderContent\x12\x0e\n\x06\x66\x61mily\x18\x01 \x01(\t\x12\x0c\n\x04json\x18\x02 \x01(\t\"\x82\x02\n\x0c\x43ontentBlock\x12)\n\x04text\x18\x01 \x01(\x0b\x32\x19.ctxwarden.v1.TextContentH\x00\x12+\n\x05image\x18\x02 \x01(\x0b\x32\x1a.ctxwarden.v1.ImageContentH\x00\x12\x31\n\x08thinking\x18\x03 \x01(\x0b\x32\x1d.ctxwarden.v1.ThinkingContentH\x00\x12+\n\ttool_call\x18\x04 \x01(\x0b\x32\x16.ctxwarden.v1.ToolCallH\x00\x12\x31\n\x08provider\x18\x05 \x01(\x0b\x32\x1d.ctxwarden.v1.ProviderContentH\x00\x42\x07\n\x05\x62lock\"\x9b\x01\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x19\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x03\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x05 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x06 \x01(\x03\"\xcd\x04\n\x07Message\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12 \n\x04role\x18\x03 \x01(\x0e\x32\x12.ctxwarden.v1.Role\x12+\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x1a.ctxwarden.v1.ContentBlock\x12-\n\x0bstop_reason\x18\x05 \x01(\x0e\x32\x18.ctxwarden.v1.StopReason\x12\"\n\x05usage\x18\x06 \x01(\x0b\x32\x13.ctxwarden.v1.Usage\x12\r\n\x05model\x18\x07 \x01(\t\x12\x10\n\x08provider\x18\x08 \x01(\t\x12\x15\n\rerror_message\x18\t \x01(\t\x12\x14\n\x0ctool_call_id\x18\n \x01(\t\x12\x11\n\ttool_name\x18\x0b \x01(\t\x12\x10\n\x08is_error\x18\x0c \x01(\x08\x12)\n\x05state\x18\r \x01(\x0e\x32\x1a.ctxwarden.v1.MessageState\x12\x13\n\x0btoken_count\x18\x0e \x01(\x03\x12/\n\x0b\x63reate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x08metadata\x18\x10 \x03(\x0b\x32#.ctxwarden.v1.Message.MetadataEntry\x12\x33\n\nvisibility\x18\x11 \x01(\x0e\x32\x1f.ctxwarden.v1.MessageVisibility\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*U\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x12\x14\n\x10ROLE_TOOL_RESULT\x10\x03*\xa1\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x14\n\x10STOP_REASON_STOP\x10\x01\x12\x16\n\x12STOP_REASON_LENGTH\x10\x02\x12\x18\n\x14STOP_REASON_TOOL_USE\x10\x03\x12\x15\n\x11STOP_REASON_ERROR\x10\x04\x12\x17\n\x13STOP_REASON_ABORTED\x10\x05*f\n\x0cMessageState\x12\x1d\n\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14MESSAGE_STATE_ACTIVE\x10\x01\x12\x1d\n\x19MESSAGE_STATE_ROLLED_BACK\x10\x02*z\n\x11MessageVisibility\x12\"\n\x1eMESSAGE_VISIBILITY_UNSPECIFIED\x10\x00\x12\x1c\n\x18MESSAGE_VISIBILITY_MODEL\x10\x01\x12#\n\x1fMESSAGE_VISIBILITY_HISTORY_ONLY\x10\x02\x42\x42Z@github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1;ctxwardenv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,14 +35,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z@github.com/ctxwarden/ctxwarden/client/go/ctxwardenv1;ctxwardenv1'
   _globals['_MESSAGE_METADATAENTRY']._loaded_options = None
   _globals['_MESSAGE_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ROLE']._serialized_start=1325
-  _globals['_ROLE']._serialized_end=1410
-  _globals['_STOPREASON']._serialized_start=1413
-  _globals['_STOPREASON']._serialized_end=1574
-  _globals['_MESSAGESTATE']._serialized_start=1576
-  _globals['_MESSAGESTATE']._serialized_end=1678
-  _globals['_MESSAGEVISIBILITY']._serialized_start=1680
-  _globals['_MESSAGEVISIBILITY']._serialized_end=1802
+  _globals['_ROLE']._serialized_start=1351
+  _globals['_ROLE']._serialized_end=1436
+  _globals['_STOPREASON']._serialized_start=1439
+  _globals['_STOPREASON']._serialized_end=1600
+  _globals['_MESSAGESTATE']._serialized_start=1602
+  _globals['_MESSAGESTATE']._serialized_end=1704
+  _globals['_MESSAGEVISIBILITY']._serialized_start=1706
+  _globals['_MESSAGEVISIBILITY']._serialized_end=1828
   _globals['_TEXTCONTENT']._serialized_start=77
   _globals['_TEXTCONTENT']._serialized_end=104
   _globals['_IMAGECONTENT']._serialized_start=106
@@ -56,9 +56,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONTENTBLOCK']._serialized_start=341
   _globals['_CONTENTBLOCK']._serialized_end=599
   _globals['_USAGE']._serialized_start=602
-  _globals['_USAGE']._serialized_end=731
-  _globals['_MESSAGE']._serialized_start=734
-  _globals['_MESSAGE']._serialized_end=1323
-  _globals['_MESSAGE_METADATAENTRY']._serialized_start=1276
-  _globals['_MESSAGE_METADATAENTRY']._serialized_end=1323
+  _globals['_USAGE']._serialized_end=757
+  _globals['_MESSAGE']._serialized_start=760
+  _globals['_MESSAGE']._serialized_end=1349
+  _globals['_MESSAGE_METADATAENTRY']._serialized_start=1302
+  _globals['_MESSAGE_METADATAENTRY']._serialized_end=1349
 # @@protoc_insertion_point(module_scope)

@@ -351,6 +351,7 @@ class Usage(_message.Message):
     CACHE_READ_TOKENS_FIELD_NUMBER: _builtins.int
     CACHE_WRITE_TOKENS_FIELD_NUMBER: _builtins.int
     TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    REASONING_TOKENS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
     """Uncached input tokens (OpenAI: prompt_tokens minus cached_tokens)."""
     output_tokens: _builtins.int
@@ -361,6 +362,11 @@ class Usage(_message.Message):
     """Input tokens written to the provider's prompt cache."""
     total_tokens: _builtins.int
     """Input plus output as the provider reported it (0 if not reported)."""
+    reasoning_tokens: _builtins.int
+    """Output tokens the model spent reasoning, as the provider reported them
+    (OpenAI reasoning_tokens, Gemini thoughtsTokenCount); part of
+    output_tokens, never added to them. 0 if not reported.
+    """
     def __init__(
         self,
         *,
@@ -369,10 +375,11 @@ class Usage(_message.Message):
         cache_read_tokens: _builtins.int = ...,
         cache_write_tokens: _builtins.int = ...,
         total_tokens: _builtins.int = ...,
+        reasoning_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_read_tokens", b"cache_read_tokens", "cache_write_tokens", b"cache_write_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_read_tokens", b"cache_read_tokens", "cache_write_tokens", b"cache_write_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "reasoning_tokens", b"reasoning_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

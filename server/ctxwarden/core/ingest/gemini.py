@@ -74,6 +74,7 @@ def _usage(o: Obj | None) -> Usage | None:
         output_tokens=o.count("candidatesTokenCount") + o.count("thoughtsTokenCount"),
         cache_read_tokens=cached,
         total_tokens=o.count("totalTokenCount"),
+        reasoning_tokens=o.count("thoughtsTokenCount"),
     )
 
 

@@ -154,12 +154,14 @@ def _usage(o: Obj | None) -> Usage | None:
     details = o.opt_obj("input_tokens_details")
     cached = details.count("cached_tokens") if details is not None else 0
     written = details.count("cache_write_tokens") if details is not None else 0
+    out_details = o.opt_obj("output_tokens_details")
     return Usage(
         input_tokens=max(o.count("input_tokens") - cached - written, 0),
         output_tokens=o.count("output_tokens"),
         cache_read_tokens=cached,
         cache_write_tokens=written,
         total_tokens=o.count("total_tokens"),
+        reasoning_tokens=out_details.count("reasoning_tokens") if out_details is not None else 0,
     )
 
 

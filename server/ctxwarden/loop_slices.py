@@ -1,0 +1,117 @@
+"""Work that grows with a session, done on the event loop in slices.
+
+Every tenant's calls share one event loop. Work proportional to a session's
+length (decoding 100,000 rows on a restore or replay, encoding a first native
+input, rendering for a provider) is cut into slices of about ``SLICE_SECONDS``
+of CPU; between two slices the loop runs whatever else is ready. A worker
+thread would not do this: it takes the GIL for 5 ms at a time and the loop
+waits for it at every turn. The total work is the same; no call holds the
+loop for longer than a slice (docs/operations/event-loop.md).
+
+Sliced work inside a database call (decoding the rows of a restore) does not
+count toward the call's database timeout (``excluding``): the timeout is for a
+database that does not answer, and the time spent decoding or letting other
+calls run is neither; in one go, it could not fire during that work either.
+
+The garbage collector is the other thing that holds the loop for long: with
+the default thresholds, restoring 100,000 messages triggered four or five full
+collections of the whole heap, 0.2-0.6 s each, that collected nothing (these
+objects are freed by reference counting). ``tune_gc`` makes young collections
+rarer and full ones far rarer (``GC_THRESHOLDS``), and freezes what the server
+loaded at startup so no collection scans it again.
+
+``CTXWARDEN_LOOP_SLICES=0`` turns slicing and the GC tuning off, each piece of
+work running in one go (or in a worker thread where it did before): the
+benchmark's "before".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+ENABLED = os.environ.get("CTXWARDEN_LOOP_SLICES", "1") != "0"
+SLICE_SECONDS = 0.003
+"""CPU time worked between two yields to the event loop (a few loop turns of
+this are what another call waits, so it is kept short; a yield costs ~20 us)."""
+GC_THRESHOLDS = (10_000, 10, 100)
+"""gen0 every 10,000 net allocations (CPython's default: 700), gen1 every 10 of
+those, a full collection considered every 100 gen1 (default: 10)."""
+
+
+def tune_gc() -> None:
+    """At server startup: the thresholds above, and the startup heap frozen."""
+    if not ENABLED:
+        return
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+_deadline: ContextVar[asyncio.Timeout | None] = ContextVar("ctxwarden_deadline", default=None)
+
+
+@contextlib.contextmanager
+def excluding(deadline: asyncio.Timeout) -> Iterator[None]:
+    """Sliced work within this block pushes ``deadline`` back by the time it took."""
+    token = _deadline.set(deadline)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _postpone(since: float) -> float:
+    """Move the current deadline (if any) back by the time since ``since``; returns now."""
+    now = asyncio.get_running_loop().time()  # the clock deadlines are kept in
+    deadline = _deadline.get()
+    when = None if deadline is None else deadline.when()
+    if deadline is not None and when is not None:
+        deadline.reschedule(when + (now - since))
+    return now
+
+
+class Slicer:
+    """Counts the time worked since the loop last ran; ``pause`` when it is due."""
+
+    __slots__ = ("budget", "mark", "started")
+
+    def __init__(self, budget: float = SLICE_SECONDS) -> None:
+        self.budget = budget
+        self.started = time.perf_counter()
+        self.mark = asyncio.get_running_loop().time()
+
+    def due(self) -> bool:
+        return ENABLED and time.perf_counter() - self.started >= self.budget
+
+    async def pause(self) -> None:
+        """Let the loop run everything that is ready (and poll for I/O), then go on."""
+        self.mark = _postpone(self.mark)  # before yielding: the deadline cannot fire now
+        await asyncio.sleep(0)
+        self.mark = _postpone(self.mark)
+        self.started = time.perf_counter()
+
+    def done(self) -> None:
+        """The work is over: its last slice does not count toward the deadline either."""
+        self.mark = _postpone(self.mark)
+
+
+async def mapped(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[fn(x) for x in items]``, yielding to the loop every slice."""
+    out: list[R] = []
+    slicer = Slicer()
+    for i, item in enumerate(items):
+        out.append(fn(item))
+        if i & 63 == 63 and slicer.due():
+            await slicer.pause()
+    slicer.done()
+    return out
