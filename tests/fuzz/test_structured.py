@@ -33,7 +33,7 @@ from tests.fuzz.harness import (
 )
 from tests.fuzz.strategies import FRESH_PLAN, TARGETED, WithPrelude, requests_for
 
-STRUCTURED_EXAMPLES = 90
+STRUCTURED_EXAMPLES = 45  # per RPC and backend in CI; CTXWARDEN_FUZZ_EXAMPLES for more
 HEALTH_EVERY = 20
 APPEND_RPCS = ("AppendMessages", "StreamMessages")
 
