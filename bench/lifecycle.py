@@ -21,11 +21,11 @@ from pathlib import Path
 
 from tests.support.inproc import assistant_msg, new_session, replica, user_msg
 
-from ctxwarden import ids
 from ctxwarden.core.retention import RetentionRule, RetentionRules
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.service.retention import Retention
 from ctxwarden.store import migrate
+from ctxwarden.util import ids
 
 DAY_US = 86_400_000_000
 

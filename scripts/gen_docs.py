@@ -258,7 +258,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _build() -> argparse.ArgumentParser:
     sys.path.insert(0, str(ROOT / "server"))
-    from ctxwarden.cli import build_parser
+    from ctxwarden.cli.parser import build_parser
 
     return build_parser()
 
@@ -303,7 +303,7 @@ def cli_page() -> str:
     for path, sub in _commands(parser, "ctxwarden"):
         help_text = sub.format_help().rstrip().replace("```", "'''")
         parts += [f"## `{path}`", "", "```text", help_text, "```", ""]
-    return HEADER.format(source="the argparse parser of ctxwarden.cli") + "\n".join(parts)
+    return HEADER.format(source="the argparse parser of ctxwarden.cli.parser") + "\n".join(parts)
 
 
 def configuration_page() -> str:
@@ -335,7 +335,7 @@ def configuration_page() -> str:
             env_cell = f"`{env}`" if env else ""
             parts.append(f"| {flags} | {env_cell} | {key} | {default} | {cell(described)} |")
         parts.append("")
-    return HEADER.format(source="the serve parser of ctxwarden.cli") + "\n".join(parts)
+    return HEADER.format(source="the serve parser of ctxwarden.cli.parser") + "\n".join(parts)
 
 
 PAGES: dict[str, Callable[[], str]] = {

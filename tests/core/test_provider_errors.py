@@ -1,4 +1,4 @@
-"""Provider errors in, decisions out: every row of the README's table, tested."""
+"""Provider errors in, decisions out: every row of the docs' table, tested."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ctxwarden.core.provider_errors import ProviderError, classify_provider_erro
 from ctxwarden.core.recovery import RecoveryAction, decide
 
 NOW = 1_800_000_000.0
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "failures.md"
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Case:
     provider: str
     status: int
     code: str
-    """As the README shows it: the provider's error code/type/status."""
+    """As the docs show it: the provider's error code/type/status."""
     message: str
     headers: dict[str, str]
     action: RecoveryAction
@@ -176,10 +176,11 @@ def test_each_classification(case: Case) -> None:
     assert case.message[:40] in seen.message
 
 
-def test_the_readme_table_lists_exactly_these_cases() -> None:
-    text = README.read_text()
-    section = text[text.index("### Provider errors") :]
-    section = section[: section.index("\n#", 1)]
+def test_the_docs_table_lists_exactly_these_cases() -> None:
+    text = PAGE.read_text()
+    section = text[text.index("## Provider errors") :]
+    end = section.find("\n#", 1)
+    section = section if end < 0 else section[:end]
     rows = re.findall(
         r"^\| (OpenAI|Anthropic|Gemini|any) \| (\d+) \| ?`?(\w*)`? ?\|", section, re.M
     )

@@ -175,7 +175,7 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:
-    from ctxwarden.cli import build_parser
+    from ctxwarden.cli.parser import build_parser
 
     parser = build_parser()
     for action in parser._actions:
@@ -203,12 +203,11 @@ def setting_keys() -> set[str]:
 
 
 def known_env_vars() -> set[str]:
-    import ctxwarden.cli
-    import ctxwarden.commands
-    import ctxwarden.serve_args
+    import ctxwarden.cli.parser
+    import ctxwarden.config.serve_options
 
     source = "".join(
-        inspect.getsource(m) for m in (ctxwarden.cli, ctxwarden.serve_args, ctxwarden.commands)
+        inspect.getsource(m) for m in (ctxwarden.cli.parser, ctxwarden.config.serve_options)
     )
     return set(re.findall(r"CTXWARDEN_[A-Z0-9_]+", source)) | EXTRA_ENV
 
@@ -244,7 +243,7 @@ def check_ctxwarden_args(args: list[str]) -> argparse.Namespace:
             continue
         kept.append(token)
         i += 1
-    from ctxwarden.cli import build_parser
+    from ctxwarden.cli.parser import build_parser
 
     try:
         return build_parser().parse_args(kept)

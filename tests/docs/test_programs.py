@@ -103,7 +103,7 @@ def test_readme_go_program(hello: Path, keyed_target: str, tmp_path: Path) -> No
 def test_readme_start_commands(tmp_path: Path) -> None:
     """The 60-second start: the key-file line writes what --api-keys-file reads, and both serve
     lines are valid ``ctxwarden serve`` invocations."""
-    from ctxwarden.cli import build_parser
+    from ctxwarden.cli.parser import build_parser
 
     shell = [b.code for b in blocks("sh") if b.page.name == "README.md" and "serve" in b.code]
     start, keyed = shell[:2]

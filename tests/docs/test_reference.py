@@ -7,7 +7,7 @@ import subprocess
 import sys
 from typing import cast
 
-from ctxwarden.cli import build_parser
+from ctxwarden.cli.parser import build_parser
 from ctxwarden.v1 import context_service_pb2
 from tests.docs.pages import ROOT, page_text
 

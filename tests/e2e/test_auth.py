@@ -381,7 +381,7 @@ def test_safe_default_listen(backend_url: str, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ctxwarden.cli",
+            "ctxwarden",
             "serve",
             "--listen",
             "0.0.0.0:0",

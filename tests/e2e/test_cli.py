@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ctxwarden.cli", *args],
+        [sys.executable, "-m", "ctxwarden", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -19,8 +19,8 @@ import grpc
 import pytest
 from sqlalchemy import create_engine, text
 
-from ctxwarden import ids
 from ctxwarden.store.urls import sync_url
+from ctxwarden.util import ids
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import session_pb2 as ses
@@ -131,7 +131,7 @@ def _purge(url: str) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "ctxwarden.cli",
+            "ctxwarden",
             "purge",
             "--database-url",
             url,

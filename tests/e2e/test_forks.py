@@ -190,7 +190,7 @@ def _purge(url: str) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "ctxwarden.cli",
+        "ctxwarden",
         "purge",
         "--database-url",
         url,

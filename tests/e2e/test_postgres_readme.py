@@ -39,7 +39,7 @@ def test_readme_postgres_commands_migrate_and_serve(backend: str, tmp_path: Path
         args = shlex.split(migrate.replace(README_URL, url))
         assert args[0] == ".venv/bin/ctxwarden"
         done = subprocess.run(
-            [sys.executable, "-m", "ctxwarden.cli", *args[1:]],
+            [sys.executable, "-m", "ctxwarden", *args[1:]],
             capture_output=True,
             text=True,
             timeout=120,

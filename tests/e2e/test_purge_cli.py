@@ -8,8 +8,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from ctxwarden import ids
 from ctxwarden.store.urls import sync_url
+from ctxwarden.util import ids
 from tests.e2e.test_cli import cli
 from tests.support.inproc import new_session, replica, user_msg
 

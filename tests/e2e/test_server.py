@@ -41,7 +41,7 @@ def test_reflection_lists_the_service(channel: grpc.Channel) -> None:
 def test_env_vars_configure_serve(backend_url: str, tmp_path: Path) -> None:
     env = {**os.environ, "CTXWARDEN_LISTEN": "127.0.0.1:0", "CTXWARDEN_DATABASE_URL": backend_url}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ctxwarden.cli", "serve"],
+        [sys.executable, "-m", "ctxwarden", "serve"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

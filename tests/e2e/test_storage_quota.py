@@ -86,7 +86,7 @@ def _purge(qs: QuotaServer) -> None:
         [
             sys.executable,
             "-m",
-            "ctxwarden.cli",
+            "ctxwarden",
             "purge",
             "--database-url",
             qs.url,

@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from ctxwarden import admin
-from ctxwarden.cli import build_parser
+from ctxwarden.cli.parser import build_parser
+from ctxwarden.commands import admin
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 import pytest
 
-from ctxwarden.app import build_manager
+from ctxwarden.app.server import build_manager
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import SummarizerError, SummaryRequest
 from ctxwarden.core.session import CompactionTrigger, ContextPolicy

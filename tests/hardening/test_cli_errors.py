@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from ctxwarden.cli import build_parser
-from ctxwarden.serve_settings import settings
+from ctxwarden.cli.parser import build_parser
+from ctxwarden.config.build import settings
 from tests.support.databases import SERVER_BACKEND_PARAMS, fresh_database, server_url
 from tests.support.mariadb import free_port
 from tests.support.server import CLI

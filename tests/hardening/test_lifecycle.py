@@ -10,8 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import create_engine, text
 
-from ctxwarden import ids
-from ctxwarden.app import make_summarizer
+from ctxwarden.app.server import make_summarizer
 from ctxwarden.config import Settings
 from ctxwarden.core.errors import FailedPrecondition, NotFound
 from ctxwarden.core.reasons import ErrorReason
@@ -21,6 +20,7 @@ from ctxwarden.observability.lifecycle_metrics import LifecycleMetrics
 from ctxwarden.service.manager import IdempotencyKey, SessionManager
 from ctxwarden.service.retention import LifecycleSchedule, Retention
 from ctxwarden.store.urls import sync_url
+from ctxwarden.util import ids
 from tests.support.inproc import FakeClock, assistant_msg, new_session, replica, user_msg
 
 DAY_US = 24 * HOUR_US

@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from ctxwarden import loop_slices
 from ctxwarden.core.content import ContentKind
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import ContentBlock, Message, Role, StopReason
 from ctxwarden.core.session import ContextPolicy, Session
 from ctxwarden.core.tokens import HeuristicTokenizer
 from ctxwarden.service.slices import session_context
+from ctxwarden.util import loop_slices
 
 TOK = HeuristicTokenizer()
 

@@ -9,7 +9,6 @@ import asyncio
 import pytest
 from sqlalchemy import func, select
 
-from ctxwarden import ids
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
@@ -18,6 +17,7 @@ from ctxwarden.service.manager import SessionManager
 from ctxwarden.service.pages import MessageFilter
 from ctxwarden.store.errors import StoreRejected
 from ctxwarden.store.models import MessageRow
+from ctxwarden.util import ids
 from tests.support.inproc import assistant_msg, new_session, replica, user_msg
 
 MiB = 1024 * 1024

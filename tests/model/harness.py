@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 from sqlalchemy import create_engine, text
 
-from ctxwarden import ids
 from ctxwarden.store.urls import sync_url
+from ctxwarden.util import ids
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from tests.support.server import CLI, ServerProcess
 

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from ctxwarden.api.auth import Authenticator
 from ctxwarden.api.servicer import ContextServicer
 from ctxwarden.api.tenancy import current_tenant, enter_tenant, tenant_listener
-from ctxwarden.app import _interceptors
+from ctxwarden.app.server import _interceptors
 from ctxwarden.config import Settings
 from ctxwarden.core.errors import FailedPrecondition, Unavailable
 from ctxwarden.core.model_input import TokenBreakdown, TokenCountMethod

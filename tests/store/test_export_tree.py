@@ -7,13 +7,13 @@ from typing import Any
 
 from sqlalchemy import update
 
-from ctxwarden import ids
 from ctxwarden.core.tenancy import scoped_id
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.tables import S
 from ctxwarden.store.transfer import export_records, export_tree, import_sessions
 from ctxwarden.transfer.pi_import import pi_sessions, read_pi
 from ctxwarden.transfer.run import incoming_of
+from ctxwarden.util import ids
 from tests.store.test_import_sessions import _pi_file
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text, update
 
-from ctxwarden import ids
 from ctxwarden.core.messages import ContentBlock, Message, Role
 from ctxwarden.core.session import Session
 from ctxwarden.core.tenancy import scoped_id
@@ -19,6 +18,7 @@ from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey, QuotaExceeded
 from ctxwarden.store.models import MessageRow, RequestRow, SessionRow
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.repository import RequestRecord, RequestScope, Store
+from ctxwarden.util import ids
 from tests.support.databases import SERVER_BACKEND_PARAMS, fresh_database
 from tests.support.server import migrate_database
 

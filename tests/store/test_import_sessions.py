@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ctxwarden import ids
 from ctxwarden.core.tenancy import scoped_id
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.errors import DuplicateKey, QuotaExceeded
@@ -21,6 +20,7 @@ from ctxwarden.store.transfer import Incoming, import_sessions
 from ctxwarden.transfer.pi_format import Entry
 from ctxwarden.transfer.pi_import import PiSession, pi_sessions, read_pi
 from ctxwarden.transfer.run import incoming_of
+from ctxwarden.util import ids
 
 TIME = "2026-01-02T03:04:05.000Z"
 

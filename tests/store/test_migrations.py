@@ -39,7 +39,7 @@ def test_serve_refuses_outdated_schema(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ctxwarden.cli",
+            "ctxwarden",
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -55,7 +55,7 @@ def test_serve_refuses_outdated_schema(tmp_path: Path) -> None:
 
 
 def test_brand_new_sqlite_database_is_created(tmp_path: Path) -> None:
-    from ctxwarden.app import ensure_schema
+    from ctxwarden.app.server import ensure_schema
 
     url = f"sqlite:///{tmp_path / 'new.db'}"
     ensure_schema(url)

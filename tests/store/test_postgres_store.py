@@ -18,7 +18,6 @@ from sqlalchemy import event, insert, text
 from sqlalchemy import exc as sa
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 
-from ctxwarden import ids
 from ctxwarden.config import Settings
 from ctxwarden.core.messages import ContentBlock, Message, Role
 from ctxwarden.core.session import Session
@@ -36,6 +35,7 @@ from ctxwarden.store.errors import (
 from ctxwarden.store.models import CompactionRow
 from ctxwarden.store.repository import Store
 from ctxwarden.store.urls import async_url, is_postgres, is_sqlite, sync_url
+from ctxwarden.util import ids
 
 pytestmark = pytest.mark.parametrize("backend_url", ["postgres"], indirect=True)
 

@@ -6,7 +6,6 @@ from typing import Any
 
 from sqlalchemy import event, insert
 
-from ctxwarden import ids
 from ctxwarden.config import Settings
 from ctxwarden.core.messages import ContentBlock, Message, Role
 from ctxwarden.core.session import Session
@@ -14,6 +13,7 @@ from ctxwarden.service.manager import SessionManager
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.models import CompactionRow
 from ctxwarden.store.repository import Store
+from ctxwarden.util import ids
 
 HISTORY = 50_000
 KEPT = 100

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from ctxwarden import ids
 from ctxwarden.core.messages import ContentBlock, Message, MessageState, Role
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.models import CompactionRow, MessageRow
 from ctxwarden.store.repository import Store
+from ctxwarden.util import ids
 
 MESSAGES = 1_300
 """More than the rewind's 500 seqs per UPDATE (and SQLite's bound-parameter limit)."""

@@ -9,7 +9,6 @@ import pymysql
 import pytest
 from sqlalchemy import exc as sa
 
-from ctxwarden import ids
 from ctxwarden.core.session import Session
 from ctxwarden.store.compactions import CheckpointRepository
 from ctxwarden.store.engine import make_engine
@@ -26,6 +25,7 @@ from ctxwarden.store.plans import PlanRepository
 from ctxwarden.store.records import RequestRepository
 from ctxwarden.store.repository import Store
 from ctxwarden.store.sessions import SessionRepository
+from ctxwarden.util import ids
 
 
 def _wrapped(cls: type[sa.DBAPIError], orig: Exception, invalidated: bool = False) -> Exception:

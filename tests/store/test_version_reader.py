@@ -6,11 +6,11 @@ import asyncio
 
 from sqlalchemy import update
 
-from ctxwarden import ids
 from ctxwarden.core.session import Session
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.models import SessionRow
 from ctxwarden.store.repository import Store, StoredVersion
+from ctxwarden.util import ids
 
 
 async def test_concurrent_checks_share_queries_and_see_other_writers(backend_url: str) -> None:

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ctxwarden import ids
 from ctxwarden.core.session import Session
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.repository import Store
+from ctxwarden.util import ids
 
 WRITERS = 40
 """More than the SQLite pool lends (5 + 10 overflow)."""

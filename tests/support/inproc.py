@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from ctxwarden.api.servicer import ContextServicer
-from ctxwarden.app import build_manager
+from ctxwarden.app.server import build_manager
 from ctxwarden.config import Settings
 from ctxwarden.core.messages import ContentBlock, Message, Role, Usage
 from ctxwarden.core.session import Session

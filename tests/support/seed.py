@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ctxwarden import ids
 from ctxwarden.api.convert import message_from_pb
 from ctxwarden.core.append import AppendPlan
 from ctxwarden.core.session import Session
 from ctxwarden.service.manager import SessionManager
+from ctxwarden.util import ids
 from ctxwarden.v1 import message_pb2 as m
 from tests.support.inproc import replica
 

@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 
 from ctxwarden.v1 import context_service_pb2_grpc
 
-CLI = [sys.executable, "-m", "ctxwarden.cli"]
+CLI = [sys.executable, "-m", "ctxwarden"]
 
 
 def make_mysql_database(base_url: str, name: str) -> str:

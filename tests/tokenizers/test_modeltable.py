@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxwarden.config.modeltable import load_model_table, parse_model_table
 from ctxwarden.core.models import BUILTIN_MODELS, UNKNOWN_MODEL, lookup_model, reset_models
-from ctxwarden.modeltable import load_model_table, parse_model_table
 from ctxwarden.tokenizers import HFTokenizer, load_tokenizer
 
 

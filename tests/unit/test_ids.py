@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import random
 
-from ctxwarden import ids
+from ctxwarden.util import ids
 
 
 def _digits(value: int) -> str:

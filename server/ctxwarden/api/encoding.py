@@ -17,7 +17,7 @@ rollback) are dropped, so they cannot keep those alive.
 The first input of a long session (100,000 messages: seconds of CPU) is not
 encoded in one go: ``encode_cooperatively`` encodes what the cache lacks in
 slices of a few ms and lets the event loop run the other calls in between
-(ctxwarden.loop_slices).
+(ctxwarden.util.loop_slices).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from ctxwarden.core.messages import Message
 from ctxwarden.core.model_input import ModelInputView
-from ctxwarden.loop_slices import ENABLED, Slicer
+from ctxwarden.util.loop_slices import ENABLED, Slicer
 
 ENTRY_OVERHEAD = 176
 """Bytes per entry besides the encoding: the bytes object's header (33), the

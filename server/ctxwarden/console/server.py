@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import uvicorn
 
-from ctxwarden import listen
 from ctxwarden.api.auth import Authenticator
 from ctxwarden.api.guard import FailureLimiter
 from ctxwarden.console.auth import ConsoleAuth, Logins
 from ctxwarden.console.config import ConsoleConfig
 from ctxwarden.console.web import Console
 from ctxwarden.service.console import ConsoleReader
+from ctxwarden.util import listen
 
 
 class ConsoleError(ValueError):

@@ -3,7 +3,7 @@ results are checked against."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ctxwarden.core.calibration import Calibration
@@ -40,23 +40,40 @@ class CallState:
     """The tool called (a result that does not name it gets this one)."""
 
 
-def answer_call(calls: dict[str, CallState], tool_call_id: str, i: int) -> None:
-    """Mark the call a tool result (``messages[i]``) answers.
+class PlanCalls:
+    """The session's call index as an append being planned sees it: the plan's
+    changes are kept aside, the index itself is left as committed (no copy of
+    it per append: it grows with the session)."""
 
-    A result whose call is not active (rolled back, compacted away, never
-    appended) is stored all the same: the view leaves it out with the notice
-    ORPHANED_TOOL_RESULT_OMITTED. A second result for an active call is refused.
-    """
-    call = calls.get(tool_call_id)
-    if call is None:
-        return
-    if call.answered:
-        raise FailedPrecondition(
-            f"messages[{i}]: tool call {tool_call_id!r} already has a result",
-            reason=ErrorReason.TOOL_CALL_ALREADY_ANSWERED,
-            field=f"messages[{i}].tool_call_id",
-        )
-    call.answered = True
+    __slots__ = ("_base", "_changed")
+
+    def __init__(self, base: Mapping[str, CallState]) -> None:
+        self._base = base
+        self._changed: dict[str, CallState] = {}
+
+    def get(self, tool_call_id: str) -> CallState | None:
+        return self._changed.get(tool_call_id) or self._base.get(tool_call_id)
+
+    def add(self, tool_call_id: str, seq: int, name: str) -> None:
+        self._changed[tool_call_id] = CallState(seq, False, name)
+
+    def answer(self, tool_call_id: str, i: int) -> None:
+        """Mark the call a tool result (``messages[i]``) answers.
+
+        A result whose call is not active (rolled back, compacted away, never
+        appended) is stored all the same: the view leaves it out with the notice
+        ORPHANED_TOOL_RESULT_OMITTED. A second result for an active call is refused.
+        """
+        call = self.get(tool_call_id)
+        if call is None:
+            return
+        if call.answered:
+            raise FailedPrecondition(
+                f"messages[{i}]: tool call {tool_call_id!r} already has a result",
+                reason=ErrorReason.TOOL_CALL_ALREADY_ANSWERED,
+                field=f"messages[{i}].tool_call_id",
+            )
+        self._changed[tool_call_id] = CallState(call.seq, True, call.name)
 
 
 def failures_after(count: int, new: Sequence[Message]) -> int:

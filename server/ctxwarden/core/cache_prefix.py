@@ -20,13 +20,24 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ctxwarden.core.content import ContentKind
 from ctxwarden.core.messages import Message
 
-if TYPE_CHECKING:
-    from ctxwarden.core.rendered import Marks
+
+class Marks(Protocol):
+    """What the ledger reads of a rendering's marks (``core.rendered.Marks``), named
+    structurally: the ledger sits under the session, rendering over it."""
+
+    @property
+    def stable(self) -> int: ...
+
+    @property
+    def utf8(self) -> Sequence[int]: ...
+
+    @property
+    def digests(self) -> Sequence[int]: ...
 
 
 class CacheBreak(enum.IntEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
-from ctxwarden.core.append import AppendPlan, CallState, answer_call, session_after
+from ctxwarden.core.append import AppendPlan, CallState, PlanCalls, session_after
 from ctxwarden.core.calibration import Calibration, anchored, prompt_tokens, usable
 from ctxwarden.core.clearing import view_entry
 from ctxwarden.core.errors import InvalidArgument
@@ -207,7 +207,7 @@ class SessionContext:
         seq = self.session.last_seq
         calibration = self.calibration
         fixed = self.fixed_tokens
-        calls = {k: CallState(v.seq, v.answered, v.name) for k, v in self._calls.items()}
+        calls = PlanCalls(self._calls)
         out: list[Message] = []
         new: list[Message] = []
         tokens = self._message_tokens
@@ -218,36 +218,50 @@ class SessionContext:
             if dup is not None:
                 out.append(dup)
                 continue
+            assistant = incoming.role is Role.ASSISTANT and not incoming.history_only
             if incoming.role is Role.TOOL_RESULT and not incoming.history_only:
-                answer_call(calls, incoming.tool_call_id, i)
+                calls.answer(incoming.tool_call_id, i)
                 if not incoming.tool_name and (call := calls.get(incoming.tool_call_id)):
                     incoming = replace(incoming, tool_name=call.name)
             seq += 1
-            message = self._admit(incoming, seq, incoming.message_id or next(ids), now_us)
-            if message.role is Role.ASSISTANT and not message.history_only:
+            observed = None
+            if assistant and usable(incoming):
+                assert incoming.usage is not None
+                # The usage measured the context this reply was made from.
+                calibration = calibration.observe(prompt_tokens(incoming.usage), fixed + tokens)
+                observed = (calibration.ratio, calibration.samples)
+            message = self._admit(incoming, seq, incoming.message_id or next(ids), now_us, observed)
+            if assistant:
                 for block in message.tool_calls:
-                    calls[block.tool_call_id] = CallState(seq, False, block.tool_name)
-                if usable(message):
-                    assert message.usage is not None
-                    # The usage measured the context this reply was made from.
-                    calibration = calibration.observe(prompt_tokens(message.usage), fixed + tokens)
-                    message = replace(message, calibration=(calibration.ratio, calibration.samples))
+                    calls.add(block.tool_call_id, seq, block.tool_name)
             tokens += make_entry(message, self.policy, self.profile).token_count
             out.append(message)
             new.append(message)
         after = session_after(self.session, seq, fixed + tokens, now_us, new, calibration)
         return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, after, calibration)
 
-    def _admit(self, incoming: Message, seq: int, message_id: str, now_us: int) -> Message:
-        """The message as it will be stored: its seq, ID, time and token count."""
-        message = replace(
+    def _admit(
+        self,
+        incoming: Message,
+        seq: int,
+        message_id: str,
+        now_us: int,
+        calibration: tuple[float, int] | None,
+    ) -> Message:
+        """The message as it will be stored: its seq, ID, time, token count and
+        the calibration it changed (None: it changed none)."""
+        # One copy: the count reads only the content and the visibility, which the
+        # copy keeps.
+        return replace(
             incoming,
             seq=seq,
             message_id=message_id,
             state=MessageState.ACTIVE,
             create_time_us=now_us,
+            token_count=self.count(incoming),
+            counted_with=self.profile.key,
+            calibration=incoming.calibration if calibration is None else calibration,
         )
-        return replace(message, token_count=self.count(message), counted_with=self.profile.key)
 
     def apply_append(self, plan: AppendPlan) -> None:
         """Install a committed append."""

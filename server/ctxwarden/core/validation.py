@@ -173,22 +173,35 @@ def check_message(message: Message, field: str) -> None:
 def _check_message_strings(message: Message, field: str) -> None:
     """No NUL and no surrogate in any string to store (AppendModelOutput's messages
     are built from decoded and re-serialised JSON: what is stored is checked)."""
-    for name in ("model", "provider", "error_message", "tool_call_id", "tool_name"):
-        _check_chars(getattr(message, name), f"{field}.{name}")
+    # The field's name is spelt out only for a string that fails (the hot path
+    # of every append checks a dozen strings that pass).
+    for name in _MESSAGE_STRINGS:
+        if _suspect(value := getattr(message, name)):
+            _check_chars(value, f"{field}.{name}")
     for key, value in message.metadata.items():
         _check_chars(key, f"{field}.metadata")
         _check_chars(value, f"{field}.metadata[{key!r}]")
     for i, block in enumerate(message.content):
-        for name in (
-            "text",
-            "tool_call_id",
-            "tool_name",
-            "arguments_json",
-            "signature",
-            "family",
-            "provider_json",
-        ):
-            _check_chars(getattr(block, name), f"{field}.content[{i}].{name}")
+        for name in _BLOCK_STRINGS:
+            if _suspect(value := getattr(block, name)):
+                _check_chars(value, f"{field}.content[{i}].{name}")
+
+
+_MESSAGE_STRINGS = ("model", "provider", "error_message", "tool_call_id", "tool_name")
+_BLOCK_STRINGS = (
+    "text",
+    "tool_call_id",
+    "tool_name",
+    "arguments_json",
+    "signature",
+    "family",
+    "provider_json",
+)
+
+
+def _suspect(value: str) -> bool:
+    """A string that may hold a NUL or a surrogate (``_check_chars`` decides)."""
+    return bool(value) and ("\x00" in value or not value.isascii())
 
 
 def _check_chars(value: str, field: str) -> None:

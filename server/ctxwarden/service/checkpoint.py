@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from ctxwarden import ids
 from ctxwarden.core.anchors import span_anchors
 from ctxwarden.core.compaction.loss import assess, reassess, summarized_span
 from ctxwarden.core.compaction.terms import PlanTerms
@@ -13,6 +12,7 @@ from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger, Session
+from ctxwarden.util import ids
 
 NO_EARLIER_HISTORY = "(no earlier history)"
 BIG_CONTEXT = 2000
@@ -51,29 +51,7 @@ def build_checkpoint(
 ) -> Checkpoint:
     """Build the checkpoint; trim the summary so it never pushes the rebuilt
     context over the threshold (nor past its own budget)."""
-    if terms.has_history and not summary.strip():
-        raise InvalidArgument(
-            "summary is empty; send the LLM's answer to history_prompt",
-            reason=ErrorReason.MISSING_FIELD,
-            field="summary",
-        )
-    if terms.split_turn and not turn_prefix_summary.strip():
-        raise InvalidArgument(
-            "turn_prefix_summary is required: the plan splits a turn; send the LLM's "
-            "answer to turn_prefix_prompt",
-            reason=ErrorReason.MISSING_FIELD,
-            field="turn_prefix_summary",
-        )
-    if not terms.has_history:
-        summary = terms.previous_summary or NO_EARLIER_HISTORY
-    else:
-        summary, _ = ctx.trim_summary(summary.strip(), terms.history_max_tokens)
-    if terms.split_turn:
-        turn_prefix_summary, _ = ctx.trim_summary(
-            turn_prefix_summary.strip(), terms.prefix_max_tokens
-        )
-    else:
-        turn_prefix_summary = ""
+    summary, turn_prefix_summary = _summaries(ctx, terms, summary, turn_prefix_summary)
     checkpoint = Checkpoint(
         compaction_id=ids.new_id(),
         session_id=ctx.session.session_id,
@@ -107,3 +85,32 @@ def build_checkpoint(
             checkpoint = reassess(ctx, checkpoint, after_session, span, anchors)
             after = ctx.tokens_with(checkpoint, session)
     return replace(checkpoint, tokens_after=after)
+
+
+def _summaries(
+    ctx: SessionContext, terms: PlanTerms, summary: str, turn_prefix_summary: str
+) -> tuple[str, str]:
+    """The summary and turn-prefix summary the plan asks for, each cut to its
+    budget (INVALID_ARGUMENT when one the plan needs is empty)."""
+    if terms.has_history and not summary.strip():
+        raise InvalidArgument(
+            "summary is empty; send the LLM's answer to history_prompt",
+            reason=ErrorReason.MISSING_FIELD,
+            field="summary",
+        )
+    if terms.split_turn and not turn_prefix_summary.strip():
+        raise InvalidArgument(
+            "turn_prefix_summary is required: the plan splits a turn; send the LLM's "
+            "answer to turn_prefix_prompt",
+            reason=ErrorReason.MISSING_FIELD,
+            field="turn_prefix_summary",
+        )
+    if not terms.has_history:
+        summary = terms.previous_summary or NO_EARLIER_HISTORY
+    else:
+        summary, _ = ctx.trim_summary(summary.strip(), terms.history_max_tokens)
+    if terms.split_turn:
+        prefix, _ = ctx.trim_summary(turn_prefix_summary.strip(), terms.prefix_max_tokens)
+    else:
+        prefix = ""
+    return summary, prefix

@@ -18,52 +18,37 @@ checkpoint, so of two concurrent compactions exactly one wins.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ctxwarden import ids
 from ctxwarden.core.anchors import AnchorCategory
 from ctxwarden.core.compaction.chunks import SummaryWindow
-from ctxwarden.core.compaction.history_index import covered_digest_of
-from ctxwarden.core.compaction.loss import require_survival
 from ctxwarden.core.compaction.planner import Plan, plan_compaction
 from ctxwarden.core.compaction.steps import after_step, step_plan
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.core.context import SessionContext
-from ctxwarden.core.errors import (
-    Aborted,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-)
-from ctxwarden.core.memory import DurableFact, MemoryWrite, split_durable_facts
+from ctxwarden.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from ctxwarden.core.memory import DurableFact, MemoryWrite
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger
 from ctxwarden.core.summarizer_usage import collecting
 from ctxwarden.core.tenancy import tenant_of
-from ctxwarden.core.usage_ledger import (
-    EMPTY_LEDGER,
-    SummarizerSpend,
-    spent_on,
-)
+from ctxwarden.core.usage_ledger import SummarizerSpend
 from ctxwarden.core.validation import KEY_RE, check_key
-from ctxwarden.service.checkpoint import checkpoint_built
+from ctxwarden.service.compaction_commit import CommitRequest, check_current, commit_compaction
 from ctxwarden.service.memories import MemoryBlocks
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id, token_int
 from ctxwarden.service.summarize import run_summarizer, summarizer_window
-from ctxwarden.service.usage import observe_ledger
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.plans import StoredPlan
 from ctxwarden.store.repository import RequestScope
+from ctxwarden.util import ids
 
 if TYPE_CHECKING:
     from ctxwarden.service.results import IdempotencyKey
     from ctxwarden.service.runtime import SessionRuntime
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,24 +58,6 @@ class PlanHandle:
     expire_time_us: int
     step: int = 1
     step_count: int = 1
-
-
-def _check_current(ctx: SessionContext, terms: PlanTerms) -> None:
-    """A plan commits only on the state it was made on (ABORTED PLAN_STALE otherwise)."""
-    current = ctx.checkpoint.compaction_id if ctx.checkpoint else ""
-    if current != terms.base_compaction_id:
-        raise Aborted(
-            "the plan is stale: another compaction was committed since it was made; "
-            "prepare a new plan",
-            reason=ErrorReason.PLAN_STALE,
-            metadata={"compaction_id": current},
-        )
-    if covered_digest_of(ctx, terms.at_seq) != terms.covered_digest:
-        raise Aborted(
-            "the plan is stale: messages it covers were rolled back since it was made; "
-            "prepare a new plan",
-            reason=ErrorReason.PLAN_STALE,
-        )
 
 
 class Compactor:
@@ -173,95 +140,13 @@ class Compactor:
             )
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
-            _check_current(ctx, done)
+            check_current(ctx, done)
             window = SummaryWindow(done.context_window, ctx.tokenizer.count)
             terms = after_step(done, summary, window)
             plan = step_plan(session_id, terms, ctx, window, ctx.session.pinned_state)
         return await self._save_plan(session_id, plan, terms)
 
     # -- committing -----------------------------------------------------------
-
-    async def _commit(
-        self,
-        session_id: str,
-        terms: PlanTerms,
-        *,
-        summary: str,
-        turn_prefix_summary: str,
-        summarizer: str,
-        trigger: CompactionTrigger,
-        plan_id: str = "",
-        record_scope: RequestScope | None = None,
-        key: IdempotencyKey | None = None,
-        proposed: Sequence[DurableFact] = (),
-        min_survival: Mapping[AnchorCategory, float] | None = None,
-        spent: SummarizerSpend | None = None,
-    ) -> Checkpoint:
-        async with self.m.hot.lock(session_id):
-            ctx = await self.m.context_locked(session_id, verify=True)
-            _check_current(ctx, terms)
-            if min_survival:  # checked on the summary as sent, before anything is stored
-                sent = await checkpoint_built(ctx, terms, summary, turn_prefix_summary, "", trigger)
-                require_survival(sent.loss_report, min_survival)
-            mode = ctx.session.policy.memory_write_mode
-            facts = tuple(proposed)
-            if mode is not MemoryWrite.OFF and not facts:
-                summary, facts = split_durable_facts(summary)
-            memory_ids = await self.blocks.store_facts(ctx.session, facts, mode)
-            # A compaction rewrites the prefix anyway: the memory block is selected again.
-            block = await self.blocks.select(ctx.session, ctx.tokenizer)
-            with_block = replace(
-                ctx.session, memory=block, usage=spent_on(ctx.session.usage, spent)
-            )
-            checkpoint = await checkpoint_built(
-                ctx, terms, summary, turn_prefix_summary, summarizer, trigger, with_block
-            )
-            checkpoint = replace(
-                checkpoint,
-                proposed_memory_ids=memory_ids,
-                memory_tokens=self.blocks.tokens(with_block, ctx.tokenizer),
-                summarizer_usage=spent.usage if spent is not None else None,
-            )
-            now = ids.now_us()
-            record = (
-                self.m.record(record_scope, key, {"compaction_id": checkpoint.compaction_id})
-                if record_scope is not None
-                else None
-            )
-            session = replace(
-                with_block,
-                version=ctx.session.version + 1,
-                context_tokens=checkpoint.tokens_after,
-                update_time_us=now,
-            )
-            written = await self.m.write(
-                session_id,
-                lambda: self.m.store.checkpoints.commit(
-                    checkpoint,
-                    session,
-                    expected_version=ctx.session.version,
-                    plan_id=plan_id,
-                    record=record,
-                    memory_changed=block != ctx.session.memory,
-                ),
-            )
-            if not written:
-                raise self.m.concurrent(session_id)
-            ctx.session = with_block
-            ctx.apply_checkpoint(checkpoint)
-            ctx.session = replace(ctx.session, version=session.version)
-            ctx.checked_at = self.m.clock()
-            self.m.metrics.observe_compaction(checkpoint)
-            observe_ledger(self.m, spent_on(EMPTY_LEDGER, spent))
-            log.info(
-                "compacted session %s: %d -> %d tokens, first kept seq %d (%s)",
-                session_id,
-                checkpoint.tokens_before,
-                checkpoint.tokens_after,
-                checkpoint.first_kept_seq,
-                summarizer,
-            )
-            return checkpoint
 
     async def commit(
         self,
@@ -302,17 +187,16 @@ class Compactor:
             )
         if not found.terms.final_step:
             return None, await self._next_step(session_id, found.terms, summary)
-        checkpoint = await self._commit(
-            session_id,
-            found.terms,
-            summary=summary,
-            turn_prefix_summary=turn_prefix_summary,
-            summarizer="agent",
-            trigger=found.terms.trigger,
+        req = CommitRequest(
+            summary,
+            turn_prefix_summary,
+            "agent",
+            found.terms.trigger,
             plan_id=plan_id,
             proposed=proposed,
             min_survival=min_survival,
         )
+        checkpoint = await commit_compaction(self.m, self.blocks, session_id, found.terms, req)
         return checkpoint, None
 
     # -- server-side summariser -------------------------------------------------
@@ -370,17 +254,11 @@ class Compactor:
     ) -> Checkpoint:
         """Commit Compact's last step with its idempotency record."""
         try:
-            return await self._commit(
-                session_id,
-                PlanTerms.of(plan, trigger),
-                summary=summary,
-                turn_prefix_summary=prefix,
-                summarizer=summarizer,
-                trigger=trigger,
-                record_scope=scope,
-                key=key,
-                spent=spent,
+            req = CommitRequest(
+                summary, prefix, summarizer, trigger, record_scope=scope, key=key, spent=spent
             )
+            terms = PlanTerms.of(plan, trigger)
+            return await commit_compaction(self.m, self.blocks, session_id, terms, req)
         except DuplicateKey:
             again = await self.m.replay(scope, key)
             if again is None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from ctxwarden import ids
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import AlreadyExists, InvalidArgument
 from ctxwarden.core.messages import Message
@@ -29,6 +28,7 @@ from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import tokenizer_for
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.repository import RequestScope
+from ctxwarden.util import ids
 
 
 class Forks:
@@ -55,58 +55,46 @@ class Forks:
         if stored is not None:
             return await self.rt.get_session(str(stored.outcome["session_id"]))
         source = await self.rt.context(source_id, verify=True)
-        last = source.session.last_seq
-        at = at_seq or last + 1
-        if not 1 <= at <= last + 1:
-            raise InvalidArgument(
-                f"at_seq {at_seq} is out of range: session {visible_id(source_id)!r} can be "
-                f"forked at 1 to {last + 1} (its last_seq + 1; 0 means the end)",
-                reason=ErrorReason.INVALID_SEQ,
-                field="at_seq",
-                metadata={"last_seq": str(last)},
-            )
+        at = _fork_point(source, at_seq)
         kept: list[Message] | None = None
-        if at == last + 1:  # from the source's context as it is (nothing awaited since)
+        if at == source.session.last_seq + 1:  # the source as it is (nothing awaited since)
             base, checkpoint = source.session, source.checkpoint
         else:
             base, checkpoint, kept = await self._source_at(source, at)
         sid = new_session_id or scoped_id(tenant, ids.new_id())
-        now = ids.now_us()
-        fork = replace(
-            base,
-            session_id=sid,
-            last_seq=at - 1,
-            revision=1,
-            version=1,
-            consecutive_failures=0,
-            create_time_us=now,
-            update_time_us=now,
-            delete_time_us=0,
-            archive_time_us=0,  # a new, live session, whatever the source's state
-            usage=EMPTY_LEDGER,  # what the source's providers reported stays the source's
-            state=source.session.state,
-            parent_session_id=source_id,
-            parent_seq=at - 1,
-            fork_seq=at,
-        )
+        fork = _fork_of(base, source.session, sid, at)
         own = replace(checkpoint, session_id=sid) if checkpoint is not None else None
         if kept is None:
             ctx = source.forked(fork, own)  # shares the source's entries and view: O(1)
         else:
             ctx = await self._build(fork, own, kept)
-        fork = replace(fork, context_tokens=ctx.context_tokens)
+        ctx.session = replace(fork, context_tokens=ctx.context_tokens)
+        return await self._create(ctx, source.session, checkpoint, scope, key)
+
+    async def _create(
+        self,
+        ctx: SessionContext,
+        source: Session,
+        inherited: Checkpoint | None,
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+    ) -> Session:
+        """Store the fork ``ctx.session`` (one transaction with its idempotency
+        record, serialised on the source's row) and keep it hot."""
+        fork = ctx.session
+        sid = fork.session_id
         record = self.rt.record(scope, key, {"session_id": sid})
         try:
             created = await self.rt.db(
                 lambda: self.rt.store.sessions.create(
                     fork,
                     record,
-                    inherited=checkpoint,
-                    parent_created_us=source.session.create_time_us,
+                    inherited=inherited,
+                    parent_created_us=source.create_time_us,
                 )
             )
         except ConcurrentWrite:
-            raise await self._source_changed(source_id) from None
+            raise await self._source_changed(source.session_id) from None
         except DuplicateKey:
             again = await self.rt.replay(scope, key)
             if again is not None:
@@ -149,3 +137,42 @@ class Forks:
         if snap is None:
             raise self.rt.not_found(sid)
         return snap.session, snap.checkpoint, snap.kept
+
+
+def _fork_point(source: SessionContext, at_seq: int) -> int:
+    """The seq the fork starts at (``at_seq`` 0: the end), INVALID_SEQ out of range."""
+    last = source.session.last_seq
+    at = at_seq or last + 1
+    if not 1 <= at <= last + 1:
+        raise InvalidArgument(
+            f"at_seq {at_seq} is out of range: session "
+            f"{visible_id(source.session.session_id)!r} can be "
+            f"forked at 1 to {last + 1} (its last_seq + 1; 0 means the end)",
+            reason=ErrorReason.INVALID_SEQ,
+            field="at_seq",
+            metadata={"last_seq": str(last)},
+        )
+    return at
+
+
+def _fork_of(base: Session, source: Session, sid: str, at: int) -> Session:
+    """The fork's row: ``base`` (the source's settings at the fork point) as a
+    new, live session ``sid`` whose history is the source's before ``at``."""
+    now = ids.now_us()
+    return replace(
+        base,
+        session_id=sid,
+        last_seq=at - 1,
+        revision=1,
+        version=1,
+        consecutive_failures=0,
+        create_time_us=now,
+        update_time_us=now,
+        delete_time_us=0,
+        archive_time_us=0,  # a new, live session, whatever the source's state
+        usage=EMPTY_LEDGER,  # what the source's providers reported stays the source's
+        state=source.state,
+        parent_session_id=source.session_id,
+        parent_seq=at - 1,
+        fork_seq=at,
+    )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from ctxwarden import ids
 from ctxwarden.core.clearing import plan_clearing
 from ctxwarden.core.compaction.loss import assess, cleared_span
 from ctxwarden.core.context import SessionContext
@@ -23,9 +22,11 @@ from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import check_key
 from ctxwarden.core.view import make_stub
 from ctxwarden.service.compaction import Compactor
+from ctxwarden.service.compaction_commit import store_checkpoint
 from ctxwarden.service.results import IdempotencyKey
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.repository import RequestScope
+from ctxwarden.util import ids
 
 log = logging.getLogger(__name__)
 
@@ -110,27 +111,12 @@ class LayeredCompactor(Compactor):
             if checkpoint is None:
                 return None
             record = self.m.record(scope, key, {"compaction_id": checkpoint.compaction_id})
-            session = replace(
-                ctx.session,
-                version=ctx.session.version + 1,
-                context_tokens=checkpoint.tokens_after,
-                update_time_us=checkpoint.create_time_us,
-            )
             try:
-                written = await self.m.write(
-                    session_id,
-                    lambda: self.m.store.checkpoints.commit(
-                        checkpoint, session, expected_version=ctx.session.version, record=record
-                    ),
+                await store_checkpoint(
+                    self.m, ctx, checkpoint, ctx.session, checkpoint.create_time_us, record=record
                 )
             except DuplicateKey:
                 return None  # a concurrent retry of the same request won; replay it
-            if not written:
-                raise self.m.concurrent(session_id)
-            ctx.apply_checkpoint(checkpoint)
-            ctx.session = replace(ctx.session, version=session.version)
-            ctx.checked_at = self.m.clock()
-            self.m.metrics.observe_compaction(checkpoint)
             log.info(
                 "cleared %d tool results of session %s through seq %d: %d -> %d tokens",
                 checkpoint.tool_results_cleared,

@@ -7,11 +7,11 @@ refused by runtime.context_locked until it is unarchived.
 
 from __future__ import annotations
 
-from ctxwarden import ids
 from ctxwarden.core.session import Session
 from ctxwarden.core.validation import check_session_id
 from ctxwarden.service.hot import EvictionCause
 from ctxwarden.service.runtime import SessionRuntime
+from ctxwarden.util import ids
 
 
 class Lifecycle:

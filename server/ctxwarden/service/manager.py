@@ -47,7 +47,8 @@ class SessionManager:
         self.settings = settings
         self.hot = runtime.hot
         self.compactor = LayeredCompactor(runtime, summarizer)
-        self.background = runtime.background = BackgroundCompactions(runtime, self.compactor)
+        self.background = BackgroundCompactions(runtime, self.compactor)
+        runtime.on_growth(self.background.offer)
         sessions = Sessions(runtime)
         messages = Messages(runtime)
         self.create_session = sessions.create_session
@@ -60,7 +61,7 @@ class SessionManager:
         self.append = messages.append
         self.list_messages = messages.list_messages
         self.append_model_output = ModelOutputs(runtime, messages).append_model_output
-        self.model_inputs = ModelInputs(runtime, self.compactor)
+        self.model_inputs = ModelInputs(runtime, self.compactor, self.background.wait_running)
         self.build_model_input = self.model_inputs.build_model_input
         self.rollback = Rollbacks(runtime).rollback
         self.count_tokens = TokenCounts(runtime).count_tokens

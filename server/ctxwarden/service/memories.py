@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ctxwarden import ids
 from ctxwarden.core.context import counting_profile
 from ctxwarden.core.errors import Aborted, InvalidArgument, NotFound
 from ctxwarden.core.memory import (
@@ -29,6 +28,7 @@ from ctxwarden.core.tokens import Tokenizer
 from ctxwarden.core.validation import KEY_RE, check_no_nul
 from ctxwarden.service.pages import clamp_page_size, decode_token, encode_token, token_id
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
+from ctxwarden.util import ids
 
 if TYPE_CHECKING:
     from ctxwarden.service.runtime import SessionRuntime

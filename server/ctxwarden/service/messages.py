@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxwarden import ids
 from ctxwarden.core.context import AppendPlan, SessionContext
 from ctxwarden.core.errors import (
     Aborted,
@@ -38,6 +37,7 @@ from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.usage import observe_ledger
 from ctxwarden.store.errors import DuplicateKey, TooLarge
 from ctxwarden.store.repository import RequestScope, StateOwner
+from ctxwarden.util import ids
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,10 @@ class Messages:
                 tenant_of(sid), ctx.session.model, plan.calibration.ratio
             )
         self.rt.metrics.observe_append(len(plan.new))
-        observe_ledger(self.rt, ledger_after_messages(EMPTY_LEDGER, plan.new, ctx.session.model))
+        if any(m.usage is not None for m in plan.new):  # else the ledger adds nothing
+            observe_ledger(
+                self.rt, ledger_after_messages(EMPTY_LEDGER, plan.new, ctx.session.model)
+            )
         return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
 
     async def _after_duplicate(

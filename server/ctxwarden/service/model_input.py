@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import ctxwarden.service.slices as slices
@@ -28,9 +29,17 @@ log = logging.getLogger(__name__)
 class ModelInputs:
     """BuildModelInput: the live input (compacting first if asked) or an exact replay."""
 
-    def __init__(self, rt: SessionRuntime, compactor: Compactor) -> None:
+    def __init__(
+        self,
+        rt: SessionRuntime,
+        compactor: Compactor,
+        wait_running: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        """``wait_running(session_id)``: wait for the session's background
+        compaction summarising now, if any (True: there was one)."""
         self.rt = rt
         self.compactor = compactor
+        self.wait_running = wait_running
         self.blocks = MemoryBlocks(rt)
         self.rendered = RenderedCache(max(0, rt.settings.encoding_cache_mb) * 1024 * 1024)
         self.prefixes = CachePrefixes(rt, len(Format) * rt.settings.max_hot_sessions)
@@ -122,13 +131,13 @@ class ModelInputs:
         view = ctx.model_input(max_output_tokens)
         # An archived session is read-only: a read never compacts it.
         may_compact = auto_compact and not ctx.session.archived
-        if may_compact and view.compaction_recommended and self.compactor.summarizer is not None:
-            # Past the hard threshold: wait for a background compaction summarising
-            # now rather than start a second one, and compact here only if still needed.
-            background = self.rt.background
-            if background is not None and await background.wait_running(session_id):
-                ctx = await self.rt.context(session_id)
-                view = ctx.model_input(max_output_tokens)
+        has_summarizer = self.compactor.summarizer is not None
+        waits = may_compact and view.compaction_recommended and has_summarizer
+        # Past the hard threshold: wait for a background compaction summarising
+        # now rather than start a second one, and compact here only if still needed.
+        if waits and self.wait_running is not None and await self.wait_running(session_id):
+            ctx = await self.rt.context(session_id)
+            view = ctx.model_input(max_output_tokens)
         # Layered clearing (service.layered) needs no summariser.
         layered = ctx.policy.clear_tool_results_at_least > 0
         if may_compact and view.compaction_recommended and (self.compactor.summarizer or layered):

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ctxwarden import ids
 from ctxwarden.core.retention import Cutoff, RetentionRules, RuleKind
 from ctxwarden.observability.lifecycle_metrics import LifecycleMetrics
 from ctxwarden.service.hot import HotSessions
 from ctxwarden.store import retention as statements
 from ctxwarden.store.repository import Store
+from ctxwarden.util import ids
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from ctxwarden import ids
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import Aborted
 from ctxwarden.core.provider_errors import ProviderError, classify_provider_error
@@ -13,10 +12,7 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.recovery import Recovery, decide, decide_recovery
 from ctxwarden.core.rollback import last_failure_message
 from ctxwarden.core.tenancy import tenant_of
-from ctxwarden.core.validation import (
-    check_key,
-    check_session_id,
-)
+from ctxwarden.core.validation import check_key, check_session_id
 from ctxwarden.service.results import (
     IdempotencyKey,
     RollbackResult,
@@ -26,6 +22,7 @@ from ctxwarden.service.results import (
 from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.repository import RequestRecord, RequestScope
+from ctxwarden.util import ids
 
 log = logging.getLogger(__name__)
 
@@ -61,59 +58,69 @@ class Rollbacks:
             stored = await self.rt.replay(scope, key)
             if stored is not None:
                 return rollback_from_outcome(stored.outcome)
-            last_seq = ctx.session.last_seq
-            if expected_last_seq is not None and expected_last_seq != last_seq:
-                raise Aborted(
-                    f"expected_last_seq {expected_last_seq} does not match the "
-                    f"session's last_seq {last_seq}; nothing was rolled back",
-                    reason=ErrorReason.LAST_SEQ_MISMATCH,
-                    metadata={"last_seq": str(last_seq)},
-                )
+            _check_last_seq(ctx, expected_last_seq)
             if ctx.crosses_checkpoint(to_seq):
                 assert to_seq is not None
                 return await self._rollback_across(
                     ctx, to_seq, error_message, provider_error, scope, key
                 )
-            seqs = ctx.plan_rollback(to_seq)
-            failures = ctx.session.consecutive_failures + (1 if seqs and to_seq is None else 0)
-            result = self._decide(ctx, seqs, failures, error_message, provider_error)
-            now = ids.now_us()
-            gone = set(seqs)
-            remaining = sum(e.token_count for e in ctx.entries if e.message.seq not in gone)
-            new_session = replace(
-                ctx.session,
-                consecutive_failures=failures,
-                context_tokens=ctx.fixed_tokens + remaining,
-                update_time_us=now,
-                version=ctx.session.version + 1,
+            return await self._rollback_within(
+                ctx, to_seq, error_message, provider_error, scope, key
             )
-            if seqs or key is not None:
-                try:
-                    written = await self.rt.write(
-                        session_id,
-                        lambda: self.rt.store.messages.rollback(
-                            new_session,
-                            expected_version=ctx.session.version,
-                            seqs=seqs,
-                            record=self.rt.record(scope, key, rollback_outcome(result)),
-                        ),
-                    )
-                except DuplicateKey:
-                    stored = await self.rt.replay(scope, key)
-                    if stored is None:
-                        raise self.rt.concurrent(session_id) from None
-                    return rollback_from_outcome(stored.outcome)
-                if not written:
-                    raise self.rt.concurrent(session_id)
-                ctx.apply_rollback(seqs, failures, now)
-                ctx.session = replace(ctx.session, version=new_session.version)
-                if seqs and ctx.session.parent_session_id and min(seqs) <= ctx.session.parent_seq:
-                    # The fork now holds what it inherited from there on.
-                    ctx.session = replace(ctx.session, parent_seq=min(seqs) - 1)
-                ctx.checked_at = self.rt.clock()
-                if seqs:
-                    self.rt.hot.recheck_forks_of(session_id)
-            return result
+
+    async def _rollback_within(
+        self,
+        ctx: SessionContext,
+        to_seq: int | None,
+        error_message: str,
+        provider_error: ProviderError | None,
+        scope: RequestScope,
+        key: IdempotencyKey | None,
+    ) -> RollbackResult:
+        """Drop the trailing failed turn (``to_seq`` None) or the messages from
+        ``to_seq`` on, all after the current checkpoint (caller holds the lock)."""
+        sid = ctx.session.session_id
+        seqs = ctx.plan_rollback(to_seq)
+        failures = ctx.session.consecutive_failures + (1 if seqs and to_seq is None else 0)
+        result = self._decide(ctx, seqs, failures, error_message, provider_error)
+        if not seqs and key is None:
+            return result  # nothing to store
+        now = ids.now_us()
+        gone = set(seqs)
+        remaining = sum(e.token_count for e in ctx.entries if e.message.seq not in gone)
+        new_session = replace(
+            ctx.session,
+            consecutive_failures=failures,
+            context_tokens=ctx.fixed_tokens + remaining,
+            update_time_us=now,
+            version=ctx.session.version + 1,
+        )
+        try:
+            written = await self.rt.write(
+                sid,
+                lambda: self.rt.store.messages.rollback(
+                    new_session,
+                    expected_version=ctx.session.version,
+                    seqs=seqs,
+                    record=self.rt.record(scope, key, rollback_outcome(result)),
+                ),
+            )
+        except DuplicateKey:
+            stored = await self.rt.replay(scope, key)
+            if stored is None:
+                raise self.rt.concurrent(sid) from None
+            return rollback_from_outcome(stored.outcome)
+        if not written:
+            raise self.rt.concurrent(sid)
+        ctx.apply_rollback(seqs, failures, now)
+        ctx.session = replace(ctx.session, version=new_session.version)
+        if seqs and ctx.session.parent_session_id and min(seqs) <= ctx.session.parent_seq:
+            # The fork now holds what it inherited from there on.
+            ctx.session = replace(ctx.session, parent_seq=min(seqs) - 1)
+        ctx.checked_at = self.rt.clock()
+        if seqs:
+            self.rt.hot.recheck_forks_of(sid)
+        return result
 
     def _decide(
         self,
@@ -188,4 +195,16 @@ class Rollbacks:
         log.info("session %s rewound to %d; checkpoint now %r", sid, to_seq, rewind.current)
         return RollbackResult(
             rewind.rolled_back, recovery.action, recovery.retry_after_seconds, reason
+        )
+
+
+def _check_last_seq(ctx: SessionContext, expected_last_seq: int | None) -> None:
+    """LAST_SEQ_MISMATCH unless ``expected_last_seq`` (when given) is the last_seq."""
+    last_seq = ctx.session.last_seq
+    if expected_last_seq is not None and expected_last_seq != last_seq:
+        raise Aborted(
+            f"expected_last_seq {expected_last_seq} does not match the "
+            f"session's last_seq {last_seq}; nothing was rolled back",
+            reason=ErrorReason.LAST_SEQ_MISMATCH,
+            metadata={"last_seq": str(last_seq)},
         )

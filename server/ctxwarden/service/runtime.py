@@ -7,9 +7,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ctxwarden import ids, loop_slices
 from ctxwarden.config import Settings
 from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.context import SessionContext
@@ -39,12 +38,14 @@ from ctxwarden.store.errors import (
     TooLarge,
 )
 from ctxwarden.store.repository import RequestRecord, RequestScope, Store, StoredRequest
-
-if TYPE_CHECKING:
-    from ctxwarden.service.background_compaction import BackgroundCompactions
+from ctxwarden.util import ids, loop_slices
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+GrowthHook = Callable[[SessionContext], object]
+"""Told that a live session's context grew; called with the session's lock held,
+so it must be cheap and must not wait (the background scheduler only queues)."""
 
 
 class SessionRuntime:
@@ -70,15 +71,21 @@ class SessionRuntime:
         self.restores = 0
         self.model_calibration = ModelCalibration()
         self.db_timeout = settings.db_timeout_seconds
-        self.background: BackgroundCompactions | None = None
-        """The background compaction scheduler (set by SessionManager)."""
+        self._growth_hooks: list[GrowthHook] = []
+
+    def on_growth(self, hook: GrowthHook) -> None:
+        """Subscribe to ``grew``. The runtime knows no subscriber: SessionManager
+        wires the background compaction scheduler here, so the use cases that
+        grow a session never depend on the compactions it may start."""
+        self._growth_hooks.append(hook)
 
     def grew(self, ctx: SessionContext) -> None:
-        """The session's context grew (an append, a BuildModelInput): queue a
-        background compaction if it passed the policy's soft threshold (never for
-        an archived session, which is read-only)."""
-        if self.background is not None and not ctx.session.archived:
-            self.background.offer(ctx)
+        """The session's context grew (an append, a BuildModelInput): tell the
+        subscribers (never for an archived session, which is read-only)."""
+        if ctx.session.archived:
+            return
+        for hook in self._growth_hooks:
+            hook(ctx)
 
     # -- plumbing -------------------------------------------------------------
 

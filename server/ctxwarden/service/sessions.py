@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ctxwarden import ids
 from ctxwarden.core.context import SessionContext, counting_profile
 from ctxwarden.core.errors import (
     Aborted,
@@ -39,6 +38,7 @@ from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.service.tokenizer_access import check_client_tokenizer, tokenizer_for
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.repository import RequestScope, StateOwner
+from ctxwarden.util import ids
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +209,7 @@ class Sessions:
                     expected_version=current.version,
                     token_counts=counts,
                     memory_changed=new.memory != current.memory,
+                    labels_changed=new.labels != current.labels,
                 ),
             )
             if not written:

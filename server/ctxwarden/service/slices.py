@@ -1,4 +1,4 @@
-"""A long session's rendering and restore, in slices (see ctxwarden.loop_slices)."""
+"""A long session's rendering and restore, in slices (see ctxwarden.util.loop_slices)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ctxwarden.core.model_input import ModelInputView
 from ctxwarden.core.render import Format, Rendered, RenderState, finished, new_state
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tokens import Tokenizer
-from ctxwarden.loop_slices import ENABLED, Slicer
+from ctxwarden.util.loop_slices import ENABLED, Slicer
 
 __all__ = ["ENABLED", "feed", "render_view", "session_context"]
 

@@ -118,6 +118,7 @@ class BatchSql:
         self.max_stored_bytes = max_stored_bytes
         self._updates: dict[int, Compiled] = {}
         self._quotas: dict[int, Compiled] = {}
+        self._names: list[tuple[str, ...]] = []
 
     @property
     def quota_enabled(self) -> bool:
@@ -140,12 +141,23 @@ class BatchSql:
                 self._updates[k] = compiled
         values: dict[str, Any] = {}
         for i, (session, expected, added) in enumerate(members):
-            values[f"s{i}"] = session.session_id
-            values[f"expected_{i}"] = expected
-            values[f"stored_bytes_{i}"] = added
-            for column, value in progress_values(session).items():
-                values[f"{column}_{i}"] = value
+            names = self._member_names(i)
+            values[names[0]] = session.session_id
+            values[names[1]] = expected
+            values[names[2]] = added
+            progress = progress_values(session)
+            for name, column in zip(names[3:], PROGRESS_COLUMNS, strict=True):
+                values[name] = progress[column]
         return compiled.sql, compiled.params(values)
+
+    def _member_names(self, i: int) -> tuple[str, ...]:
+        """The bind names of batch member ``i``: its id, expected version, bytes
+        added and PROGRESS_COLUMNS (made once)."""
+        while len(self._names) <= i:
+            k = len(self._names)
+            columns = (f"{c}_{k}" for c in PROGRESS_COLUMNS)
+            self._names.append((f"s{k}", f"expected_{k}", f"stored_bytes_{k}", *columns))
+        return self._names[i]
 
     def quota(self, added: Sequence[tuple[str, int]]) -> tuple[str, list[Any]]:
         """Add stored bytes to the tenants' counters unless one would cross the quota."""

@@ -9,6 +9,7 @@ Rows written before schema 0006 hold JSON, which stays readable.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import sys
 from typing import Any
@@ -35,7 +36,7 @@ from ctxwarden.core.session import (
 )
 from ctxwarden.core.state import decode_state, encode_state
 from ctxwarden.core.tenancy import tenant_of
-from ctxwarden.core.usage_ledger import ledger_json, ledger_of_json
+from ctxwarden.core.usage_ledger import UsageLedger, ledger_json, ledger_of_json
 from ctxwarden.store.models import MessageRow, SessionRow
 
 
@@ -257,10 +258,28 @@ def progress_values(s: Session) -> dict[str, Any]:
         "update_time_us": s.update_time_us,
         "consecutive_failures": s.consecutive_failures,
         "calibration_json": calibration_json(s.estimate_ratio, s.estimate_samples),
-        "usage_json": ledger_json(s.usage),
+        "usage_json": _ledger_json(s.usage),
     }
 
 
+_LEDGER_TEXTS: dict[int, tuple[UsageLedger, str | None]] = {}
+"""ledger_json of recently written ledgers, by identity (an append without
+usage leaves the session's ledger object as it was); holds each ledger it
+names, so an id is not reused while it is here."""
+
+
+def _ledger_json(ledger: UsageLedger) -> str | None:
+    hit = _LEDGER_TEXTS.get(id(ledger))
+    if hit is not None and hit[0] is ledger:
+        return hit[1]
+    text = ledger_json(ledger)
+    if len(_LEDGER_TEXTS) >= 4096:
+        _LEDGER_TEXTS.clear()
+    _LEDGER_TEXTS[id(ledger)] = (ledger, text)
+    return text
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
 def calibration_json(ratio: float, samples: int) -> str:
     return compact_json({"n": samples, "r": ratio})
 

@@ -7,7 +7,6 @@ it inherited from its ancestors, as it sees them, then its own."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from ctxwarden.core.search import SessionQuery
 from ctxwarden.core.session import Session
 from ctxwarden.store.codec import session_from_row
 from ctxwarden.store.errors import boundary
+from ctxwarden.store.labels import labelled
 from ctxwarden.store.lineage import Segment, chain_of
 from ctxwarden.store.lineage import messages as seen_messages
 from ctxwarden.store.lineage import where as lineage_where
@@ -78,12 +78,6 @@ def _like(text: str) -> str:
     return f"%{escaped}%"
 
 
-def _label_matches(session: Session, key: str, value: str) -> bool:
-    if key not in session.labels:
-        return False
-    return not value or session.labels[key] == value
-
-
 class ConsoleReads:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -112,12 +106,9 @@ class ConsoleReads:
         if query.title:
             where.append(func.lower(S.c.title).like(_like(query.title.lower()), escape="!"))
         if query.label_key:
-            # labels_json is compact JSON with sorted keys (store/codec.py); the match
-            # is confirmed on the decoded labels below.
-            needle = json.dumps(query.label_key, ensure_ascii=False) + ":"
-            if query.label_value:
-                needle += json.dumps(query.label_value, ensure_ascii=False)
-            where.append(S.c.labels_json.like(_like(needle), escape="!"))
+            # Exact equality on the labels' rows (store/labels.py), of this tenant only.
+            wanted = query.label_value or None  # "": any value
+            where.append(S.c.session_id.in_(labelled(query.tenant, query.label_key, wanted)))
         if after is not None:
             value, sid = after
             if query.descending:
@@ -137,8 +128,6 @@ class ConsoleReads:
         if len(rows) > limit and scanned:
             last = rows[limit - 1]
             cursor = (int(getattr(last, column.name)), str(last.session_id))
-        if query.label_key:
-            scanned = [s for s in scanned if _label_matches(s, query.label_key, query.label_value)]
         return SessionHits(scanned, cursor)
 
     @boundary

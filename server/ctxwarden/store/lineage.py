@@ -23,11 +23,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ctxwarden import ids
 from ctxwarden.core.messages import Message, MessageState
 from ctxwarden.store.checkpoint_codec import checkpoint_bytes
 from ctxwarden.store.codec import message_from_row
 from ctxwarden.store.tables import C, M, S
+from ctxwarden.util import ids
 
 MAX_DEPTH = 64
 """Forks of forks deeper than this are refused (each level is one more read)."""

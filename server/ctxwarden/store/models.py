@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Double,
+    ForeignKey,
     Index,
     Integer,
     LargeBinary,
@@ -128,6 +129,39 @@ class SessionRow(Base):
         Index("ix_sessions_user", "tenant_id", "user_id", "create_time_us"),
         Index("ix_sessions_project", "tenant_id", "project_id", "create_time_us"),
         Index("ix_sessions_archived", "tenant_id", "archive_time_us"),
+    )
+
+
+class SessionLabelRow(Base):
+    """One label of a session: ``sessions.labels_json`` as rows, written in the
+    same transaction, so the console finds sessions by exact label equality.
+
+    Matched by digest (store/labels.py: SHA-256 of the UTF-8 text, hex):
+    equal digests are equal texts on every backend, whatever their length,
+    case or trailing spaces (MySQL's utf8mb4_bin compares 'a' and 'a ' as
+    equal), and the index stays small. A purge removes the rows with the
+    session; the foreign key cascades where it is enforced."""
+
+    __tablename__ = "session_labels"
+
+    session_id: Mapped[str] = mapped_column(
+        ascii_id(SESSION_KEY_LENGTH),
+        ForeignKey(
+            "sessions.session_id",
+            name="fk_session_labels_session",
+            ondelete="CASCADE",
+            onupdate="CASCADE",
+        ),
+        primary_key=True,
+    )
+    key_digest: Mapped[str] = mapped_column(ascii_id(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ascii_id(64))
+    value_digest: Mapped[str] = mapped_column(ascii_id(64))
+    label_key: Mapped[str] = mapped_column(long_text())
+    label_value: Mapped[str] = mapped_column(long_text())
+
+    __table_args__ = (
+        Index("ix_session_labels_search", "tenant_id", "key_digest", "value_digest", "session_id"),
     )
 
 

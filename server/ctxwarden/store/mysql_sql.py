@@ -61,8 +61,17 @@ def inserts(
     for row in rows:
         literals = []
         for i, value in enumerate(row):
-            raw = _raw(value)
-            if raw is not None and len(raw) > part:
+            kind = type(value)
+            if kind is int:  # the common cases first, without the generic dispatch
+                literals.append(str(value))
+                continue
+            if value is None:
+                literals.append("NULL")
+                continue
+            raw = value.encode("utf-8") if kind is str else _raw(value)
+            if raw is not None and len(raw) <= part:
+                literals.append("X'" + raw.hex() + "'")
+            elif raw is not None:
                 literals.append("X'" + raw[:part].hex() + "'")
                 where = " AND ".join(
                     f"{columns[k]} = {_literal(row[k], escape)}" for k in key_index

@@ -18,10 +18,11 @@ from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.locks import lock_sessions
 from ctxwarden.store.quota import TenantQuota, state_bytes_sql
 from ctxwarden.store.states import StateOwner, purge_orphans
-from ctxwarden.store.tables import MB, C, M, P, R, S, V
+from ctxwarden.store.tables import MB, SL, C, M, P, R, S, V
 
-CHILDREN = (M, C, P, V, R, MB)
-"""Every table with rows of a session (purged with it)."""
+CHILDREN = (M, C, P, V, R, MB, SL)
+"""Every table with rows of a session (purged with it, before its row: the
+labels' foreign key refers to it)."""
 
 
 async def purge_deleted(

@@ -21,13 +21,13 @@ from ctxwarden.core.replay import (
     replay_session,
 )
 from ctxwarden.core.session import Checkpoint, Session
-from ctxwarden.loop_slices import Slicer, mapped
 from ctxwarden.store import lineage
 from ctxwarden.store.checkpoint_codec import checkpoint_from_row
 from ctxwarden.store.codec import message_from_row, session_from_row, session_with_settings
 from ctxwarden.store.lineage import Segment
 from ctxwarden.store.memory_blocks import block_at
 from ctxwarden.store.tables import C, M, S, V
+from ctxwarden.util.loop_slices import Slicer, mapped
 
 REPLAY_STEP = 512
 """Stored messages sorted into a replay between two looks at the clock."""

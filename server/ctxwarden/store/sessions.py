@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ctxwarden import ids
 from ctxwarden.core.session import Checkpoint, Session
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.checkpoint_codec import checkpoint_bytes, checkpoint_row_values
@@ -26,12 +26,14 @@ from ctxwarden.store.codec import (
 )
 from ctxwarden.store.errors import ConcurrentWrite, boundary, is_conflict
 from ctxwarden.store.gate import WriteGate
+from ctxwarden.store.labels import write_labels
 from ctxwarden.store.locks import lock_sessions
 from ctxwarden.store.memory_blocks import block_row_bytes, record_block, record_change
 from ctxwarden.store.quota import TenantQuota, state_bytes
 from ctxwarden.store.records import RequestRecord, compare_and_set, record_bytes, record_values
-from ctxwarden.store.tables import MB, C, M, P, R, S, V
+from ctxwarden.store.tables import MB, SL, C, M, P, R, S, V
 from ctxwarden.store.version_reader import VersionReader
+from ctxwarden.util import ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,36 @@ collides with one a client can name."""
 def retired_key(session_id: str, delete_time_us: int) -> str:
     """Where a deleted incarnation's rows go when its ID is used again."""
     return f"{session_id}{RETIRED_SEPARATOR}{delete_time_us}"
+
+
+@dataclass(frozen=True, slots=True)
+class _NewRows:
+    """What a new session brings besides its row: its idempotency record, a
+    fork's copy of the inherited checkpoint, and the bytes they all store."""
+
+    record: dict[str, Any] | None
+    copy: dict[str, Any] | None
+    current: str
+    """The checkpoint in effect (a fork: the inherited one's ID; else "")."""
+    added: int
+
+    @staticmethod
+    def of(
+        session: Session, record: RequestRecord | None, inherited: Checkpoint | None
+    ) -> _NewRows:
+        stored = None if record is None else record_values(record)
+        added = revision_bytes(session)
+        if session.memory:  # the first row of its block's history
+            added += block_row_bytes(memory_json(session.memory))
+        if stored is not None:
+            added += record_bytes(stored)
+        if inherited is None:
+            return _NewRows(stored, None, "", added)
+        copy = checkpoint_row_values(
+            replace(inherited, compaction_id=ids.new_id(), session_id=session.session_id)
+        )
+        copy["origin_id"] = inherited.compaction_id
+        return _NewRows(stored, copy, inherited.compaction_id, added + checkpoint_bytes(copy))
 
 
 class SessionRepository:
@@ -73,7 +105,7 @@ class SessionRepository:
 
         A deleted session with the same ID is moved out of the way first: its
         rows (and those of its messages, checkpoints, plans, revisions, memory
-        blocks and idempotency records) get the key ``ID#DELETE_TIME``, which no request
+        blocks, labels and idempotency records) get the key ``ID#DELETE_TIME``, which no request
         can name, so they stay for audit and purge but are never visible again.
         The new session's version continues after the deleted one's, so no
         replica mistakes its copy of the old session for the new one.
@@ -84,19 +116,7 @@ class SessionRepository:
         ConcurrentWrite when the parent is no longer the live session created at
         ``parent_created_us`` (deleted, purged, or its ID used again meanwhile);
         the parent's row stays locked until the fork is committed."""
-        stored = None if record is None else record_values(record)
-        added = revision_bytes(session)
-        if session.memory:  # the first row of its block's history
-            added += block_row_bytes(memory_json(session.memory))
-        if stored is not None:
-            added += record_bytes(stored)
-        copy = None
-        if inherited is not None:
-            copy = checkpoint_row_values(
-                replace(inherited, compaction_id=ids.new_id(), session_id=session.session_id)
-            )
-            copy["origin_id"] = inherited.compaction_id
-            added += checkpoint_bytes(copy)
+        rows = _NewRows.of(session, record, inherited)
         for attempt in range(3):
             try:
                 async with self.gate.begin() as conn:
@@ -105,36 +125,41 @@ class SessionRepository:
                     if session.parent_session_id:
                         await self._check_parent(conn, session.parent_session_id, parent_created_us)
                     reused = await self._deleted_exists(conn, session.session_id)
-                    charged = added + state_bytes(session_row_values(session)["state_json"])
+                    charged = rows.added + state_bytes(session_row_values(session)["state_json"])
                     await self.quota.claim_session(conn, tenant_of(session.session_id), charged)
                     created = await self._retire_deleted(conn, session) if reused else session
-                    current = inherited.compaction_id if inherited is not None else ""
-                    await conn.execute(
-                        insert(S).values(
-                            **session_row_values(created),
-                            stored_bytes=added,
-                            compaction_id=current,
-                        )
-                    )
-                    await self._revision(conn, created)
-                    if created.memory:
-                        await record_block(
-                            conn,
-                            created.session_id,
-                            created.last_seq + 1,
-                            created.memory,
-                            created.create_time_us,
-                        )
-                    if copy is not None:
-                        await conn.execute(insert(C).values(**copy))
-                    if stored is not None:
-                        await conn.execute(insert(R).values(**stored))
+                    await self._insert(conn, created, rows)
                 return created
             except DBAPIError as exc:
                 # Two tenants' first sessions can deadlock on the new counter rows.
                 if attempt == 2 or not is_conflict(exc):
                     raise
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @classmethod
+    async def _insert(cls, conn: AsyncConnection, created: Session, rows: _NewRows) -> None:
+        """The new session's row and every row that comes with it."""
+        await conn.execute(
+            insert(S).values(
+                **session_row_values(created),
+                stored_bytes=rows.added,
+                compaction_id=rows.current,
+            )
+        )
+        await cls._revision(conn, created)
+        await write_labels(conn, created.session_id, created.labels, replace=False)
+        if created.memory:
+            await record_block(
+                conn,
+                created.session_id,
+                created.last_seq + 1,
+                created.memory,
+                created.create_time_us,
+            )
+        if rows.copy is not None:
+            await conn.execute(insert(C).values(**rows.copy))
+        if rows.record is not None:
+            await conn.execute(insert(R).values(**rows.record))
 
     @staticmethod
     async def _check_parent(conn: AsyncConnection, parent: str, created_us: int) -> None:
@@ -173,6 +198,8 @@ class SessionRepository:
                 update(table).where(table.c.session_id == sid).values(session_id=retired)
             )
         await conn.execute(update(S).where(S.c.session_id == sid).values(session_id=retired))
+        # After the session row (the foreign key cascades where it is enforced).
+        await conn.execute(update(SL).where(SL.c.session_id == sid).values(session_id=retired))
         # Forks keep reading the incarnation they were made from.
         await conn.execute(update(S).where(S.c.parent_key == sid).values(parent_key=retired))
         return replace(session, version=max(session.version, int(row.version) + 1))
@@ -247,11 +274,13 @@ class SessionRepository:
         expected_version: int,
         token_counts: Sequence[tuple[int, int, str]] = (),
         memory_changed: bool = False,
+        labels_changed: bool = True,
     ) -> None:
         """Write new settings if nothing changed the session since ``expected_version``
         (else ConcurrentWrite). ``token_counts`` re-records (seq, count, tokenizer)
         after a tokenizer change; ``memory_changed``: the settings selected a new
-        memory block (recorded in its history)."""
+        memory block (recorded in its history); ``labels_changed``: the labels'
+        rows are written again."""
         values = session_row_values(session)
         for key in (
             "session_id",
@@ -273,6 +302,8 @@ class SessionRepository:
             await self._revision(conn, session)
             if memory_changed:
                 await record_change(conn, session, self.quota)
+            if labels_changed:
+                await write_labels(conn, session.session_id, session.labels, replace=True)
             for seq, count, spec in token_counts:
                 await conn.execute(
                     update(M)

@@ -17,6 +17,7 @@ from ctxwarden.store.models import (
     MessageRow,
     ProjectStateRow,
     RequestRow,
+    SessionLabelRow,
     SessionRevisionRow,
     SessionRow,
     TenantRow,
@@ -45,3 +46,5 @@ MM = cast(Table, MemoryRow.__table__)
 """memories (long-term memory)"""
 MB = cast(Table, MemoryBlockRow.__table__)
 """memory_blocks (every memory block of a session, for replay)"""
+SL = cast(Table, SessionLabelRow.__table__)
+"""session_labels (a session's labels as rows, for search)"""

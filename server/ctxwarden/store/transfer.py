@@ -25,10 +25,10 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ctxwarden import ids
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.store.codec import session_from_row
 from ctxwarden.store.errors import DuplicateKey, boundary
+from ctxwarden.store.labels import checked_labels, write_labels
 from ctxwarden.store.lineage import as_seen, chain_of
 from ctxwarden.store.lineage import where as lineage_where
 from ctxwarden.store.memory_blocks import block_rows
@@ -48,6 +48,7 @@ from ctxwarden.store.transfer_format import (
     session_record,
     session_row,
 )
+from ctxwarden.util import ids
 
 PAGE = 500
 """Messages read per query on export."""
@@ -207,6 +208,7 @@ class _Writer:
         if live.first() is not None:
             raise DuplicateKey(f"session {key!r} exists")
         await self.conn.execute(insert(S).values(**values))
+        await write_labels(self.conn, key, checked_labels(record["labels"]), replace=False)
         self.written.last_seq[key] = int(values["last_seq"])
 
     async def revision(self, record: Mapping[str, Any]) -> None:

@@ -70,8 +70,30 @@ class Writer:
         return count
 
     def inline(self, sql: str, params: Sequence[Any]) -> str:
-        """MySQL: the statement with its values escaped in, as the driver sends it."""
-        return sql % tuple(self.driver.escape(p) for p in params) if params else sql
+        """MySQL: the statement with its values escaped in, as the driver sends it.
+
+        Integers and NULLs are written as the driver writes them without asking
+        it; any other value is escaped once per statement (a batch's CASE
+        branches repeat each session id)."""
+        if not params:
+            return sql
+        escape = self.driver.escape
+        seen: dict[Any, str] = {}
+        out: list[str] = []
+        for p in params:
+            kind = type(p)
+            if kind is int:
+                out.append(str(p))
+            elif p is None:
+                out.append("NULL")
+            elif kind is str:
+                text = seen.get(p)
+                if text is None:
+                    text = seen[p] = escape(p)
+                out.append(text)
+            else:
+                out.append(escape(p))
+        return sql % tuple(out)
 
     def insert_statements(self, table: TableInsert, rows: Sequence[Sequence[Any]]) -> list[str]:
         """MySQL: the INSERTs (and completing UPDATEs) of ``rows``, values inlined."""

@@ -100,7 +100,6 @@ def pi_entries(
     it = iter(records)
     session = next(it)
     labels = session.get("labels", {})
-    pinned_state = str(session.get("pinned_state", ""))
     yield {
         "type": "session",
         "version": CURRENT_SESSION_VERSION,
@@ -108,73 +107,86 @@ def pi_entries(
         "timestamp": iso(int(session["create_time_us"])),
         "cwd": labels.get("pi.cwd", ""),
     }
-    pending: list[Record] = []  # valid checkpoints, by at_seq
-    first_kept: dict[int, str] = {}  # first_kept_seq -> entry id, once written
-    taken: set[str] = set()
-    parent: str | None = None
+    chain = _Chain(stats, inherited, str(session.get("pinned_state", "")))
+    for record in it:
+        kind = record["type"]
+        if kind == "checkpoint":
+            chain.checkpoint(record)
+        elif kind == "message":
+            yield from chain.message(record)
+    chain.merge_inherited()
+    yield from chain.compactions(None)
 
-    def compactions(before_seq: int | None) -> Iterator[Entry]:
-        nonlocal parent
-        while pending and (before_seq is None or pending[0]["at_seq"] < before_seq):
-            c = pending.pop(0)
+
+class _Chain:
+    """The entries of one session as a parent chain: messages in order, each
+    valid checkpoint a compaction entry before the first message after it."""
+
+    def __init__(self, stats: PiExport, inherited: Iterable[Record], pinned_state: str) -> None:
+        self.stats = stats
+        self.inherited = inherited
+        self.pinned_state = pinned_state
+        self.pending: list[Record] = []  # valid checkpoints, by at_seq
+        self.first_kept: dict[int, str] = {}  # first_kept_seq -> entry id, once written
+        self.taken: set[str] = set()
+        self.parent: str | None = None
+        self.merged = False
+
+    def checkpoint(self, record: Record) -> None:
+        if record["superseded_at_seq"]:
+            self.stats.superseded += 1
+        else:
+            self.pending.append(record)
+
+    def merge_inherited(self) -> None:
+        """Once, after the checkpoints (which come before the messages)."""
+        if self.merged:
+            return
+        self.merged = True
+        own = {c["compaction_id"] for c in self.pending}
+        self.pending.extend(c for c in self.inherited if c["compaction_id"] not in own)
+        self.pending.sort(key=lambda c: (int(c["at_seq"]), int(c["create_time_us"])))
+        self.stats.checkpoints = list(self.pending)
+
+    def message(self, record: Record) -> Iterator[Entry]:
+        self.merge_inherited()
+        if record["state"] != "active":
+            self.stats.rolled_back += 1
+            return
+        message = message_of(record)
+        if message.history_only and PI_ENTRY not in message.metadata:
+            self.stats.history_only += 1
+            return
+        seq = message.seq
+        yield from self.compactions(seq)
+        entry = entry_of(message, _entry_id(seq, message.message_id, self.taken), self.parent)
+        for c in self.pending:
+            fk = int(c["first_kept_seq"])
+            if fk <= seq and fk not in self.first_kept:
+                self.first_kept[fk] = entry["id"]
+        self.parent = entry["id"]
+        self.stats.entries += 1
+        yield entry
+
+    def compactions(self, before_seq: int | None) -> Iterator[Entry]:
+        """The pending checkpoints made before ``before_seq`` (None: all)."""
+        while self.pending and (before_seq is None or self.pending[0]["at_seq"] < before_seq):
+            c = self.pending.pop(0)
             pi = c["details"].get("pi", {})
             entry: Entry = {
                 "type": "compaction",
-                "id": _entry_id(0, str(pi.get("id", "")), taken),
-                "parentId": parent,
+                "id": _entry_id(0, str(pi.get("id", "")), self.taken),
+                "parentId": self.parent,
                 "timestamp": pi.get("timestamp") or iso(int(c["create_time_us"])),
-                "summary": pi_summary(c, pinned_state),
-                "firstKeptEntryId": first_kept.get(int(c["first_kept_seq"]), ""),
+                "summary": pi_summary(c, self.pinned_state),
+                "firstKeptEntryId": self.first_kept.get(int(c["first_kept_seq"]), ""),
                 "tokensBefore": c["tokens_before"],
             }
             for k in ("details", "fromHook"):
                 if k in pi:
                     entry[k] = pi[k]
-            parent = entry["id"]
+            self.parent = entry["id"]
             yield entry
-
-    merged = False
-
-    def merge_inherited() -> None:
-        nonlocal merged
-        merged = True
-        own = {c["compaction_id"] for c in pending}
-        pending.extend(c for c in inherited if c["compaction_id"] not in own)
-        pending.sort(key=lambda c: (int(c["at_seq"]), int(c["create_time_us"])))
-        stats.checkpoints = list(pending)
-
-    for record in it:
-        kind = record["type"]
-        if kind == "checkpoint":
-            if record["superseded_at_seq"]:
-                stats.superseded += 1
-            else:
-                pending.append(record)
-            continue
-        if kind != "message":
-            continue
-        if not merged:
-            merge_inherited()
-        if record["state"] != "active":
-            stats.rolled_back += 1
-            continue
-        message = message_of(record)
-        if message.history_only and PI_ENTRY not in message.metadata:
-            stats.history_only += 1
-            continue
-        seq = message.seq
-        yield from compactions(seq)
-        entry = entry_of(message, _entry_id(seq, message.message_id, taken), parent)
-        for c in pending:
-            fk = int(c["first_kept_seq"])
-            if fk <= seq and fk not in first_kept:
-                first_kept[fk] = entry["id"]
-        parent = entry["id"]
-        stats.entries += 1
-        yield entry
-    if not merged:
-        merge_inherited()
-    yield from compactions(None)
 
 
 class _Tree:

@@ -130,60 +130,13 @@ def message_of(entry: Entry) -> Message | None:
     """The ctxwarden message of a pi entry on the path the model sees; None for
     entries the model never sees (model or thinking changes, labels, ...), which
     the importer keeps as history-only messages."""
-    kept = dict(entry)
     common: dict[str, Any] = {
         "create_time_us": time_us(entry["timestamp"]),
         "message_id": entry["id"],
     }
     kind = entry["type"]
     if kind == "message":
-        m = entry["message"]
-        role = m.get("role")
-        if role in ("user", "assistant", "toolResult"):
-            rest = {k: v for k, v in m.items() if k != "content"}
-            if isinstance(m.get("content"), str):
-                rest["content"] = ""  # marks pi's string form of a user message
-            kept["message"] = rest
-            common["metadata"] = {PI_ENTRY: compact(kept)}
-            content = _blocks(m.get("content", []))
-            if role == "user":
-                return Message(Role.USER, content, **common)
-            if role == "toolResult":
-                return Message(
-                    Role.TOOL_RESULT,
-                    content,
-                    tool_call_id=m["toolCallId"],
-                    tool_name=m.get("toolName", ""),
-                    is_error=bool(m.get("isError")),
-                    **common,
-                )
-            u = m.get("usage") or {}
-            return Message(
-                Role.ASSISTANT,
-                content,
-                stop_reason=STOP.get(m.get("stopReason", ""), StopReason.STOP),
-                usage=Usage(
-                    u.get("input", 0),
-                    u.get("output", 0),
-                    u.get("cacheRead", 0),
-                    u.get("cacheWrite", 0),
-                    u.get("totalTokens", 0),
-                )
-                if u
-                else None,
-                model=m.get("model", ""),
-                provider=m.get("provider", ""),
-                error_message=m.get("errorMessage", ""),
-                **common,
-            )
-        common["metadata"] = {PI_ENTRY: compact(entry)}
-        if role == "bashExecution":
-            if m.get("excludeFromContext"):
-                return None
-            return Message(Role.USER, (ContentBlock.of_text(_bash_text(m)),), **common)
-        if role == "custom":
-            return Message(Role.USER, _blocks(m["content"]), **common)
-        return None
+        return _message_entry(entry, common)
     common["metadata"] = {PI_ENTRY: compact(entry)}
     if kind == "custom_message":
         return Message(Role.USER, _blocks(entry["content"]), **common)
@@ -191,6 +144,64 @@ def message_of(entry: Entry) -> Message | None:
         text = BRANCH_SUMMARY_PREFIX + entry["summary"] + BRANCH_SUMMARY_SUFFIX
         return Message(Role.USER, (ContentBlock.of_text(text),), **common)
     return None
+
+
+def _message_entry(entry: Entry, common: dict[str, Any]) -> Message | None:
+    """A ``message`` entry: user, assistant and tool results keep their pi form
+    without the content (stored once, as ctxwarden blocks); bash executions and
+    custom messages are user messages, the rest is not seen by the model."""
+    m = entry["message"]
+    role = m.get("role")
+    if role in ("user", "assistant", "toolResult"):
+        rest = {k: v for k, v in m.items() if k != "content"}
+        if isinstance(m.get("content"), str):
+            rest["content"] = ""  # marks pi's string form of a user message
+        common["metadata"] = {PI_ENTRY: compact({**entry, "message": rest})}
+        content = _blocks(m.get("content", []))
+        if role == "user":
+            return Message(Role.USER, content, **common)
+        if role == "toolResult":
+            return Message(
+                Role.TOOL_RESULT,
+                content,
+                tool_call_id=m["toolCallId"],
+                tool_name=m.get("toolName", ""),
+                is_error=bool(m.get("isError")),
+                **common,
+            )
+        return _assistant(m, content, common)
+    common["metadata"] = {PI_ENTRY: compact(entry)}
+    if role == "bashExecution":
+        if m.get("excludeFromContext"):
+            return None
+        return Message(Role.USER, (ContentBlock.of_text(_bash_text(m)),), **common)
+    if role == "custom":
+        return Message(Role.USER, _blocks(m["content"]), **common)
+    return None
+
+
+def _assistant(
+    m: dict[str, Any], content: tuple[ContentBlock, ...], common: dict[str, Any]
+) -> Message:
+    u = m.get("usage") or {}
+    return Message(
+        Role.ASSISTANT,
+        content,
+        stop_reason=STOP.get(m.get("stopReason", ""), StopReason.STOP),
+        usage=Usage(
+            u.get("input", 0),
+            u.get("output", 0),
+            u.get("cacheRead", 0),
+            u.get("cacheWrite", 0),
+            u.get("totalTokens", 0),
+        )
+        if u
+        else None,
+        model=m.get("model", ""),
+        provider=m.get("provider", ""),
+        error_message=m.get("errorMessage", ""),
+        **common,
+    )
 
 
 def entry_of(message: Message, entry_id: str, parent_id: str | None) -> Entry:

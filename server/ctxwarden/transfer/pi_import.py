@@ -32,7 +32,6 @@ from typing import Any
 
 import msgpack
 
-from ctxwarden import ids
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import Message, Role, Visibility
 from ctxwarden.core.session import (
@@ -60,6 +59,7 @@ from ctxwarden.store.transfer_format import (
 from ctxwarden.tokenizers import load_tokenizer
 from ctxwarden.transfer.pi_format import PI_ENTRY, Entry, compact, message_of, time_us
 from ctxwarden.transfer.pi_tree import Branch, branches, fork_id
+from ctxwarden.util import ids
 
 
 @dataclass

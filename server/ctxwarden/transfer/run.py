@@ -30,7 +30,7 @@ from ctxwarden.transfer.pi_import import PiSession, pi_sessions, read_pi
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ctxwarden.serve_args import add_database
+    from ctxwarden.config.serve_options import add_database
 
     exp = sub.add_parser("export", help="write one session to a JSONL file (or pi's format)")
     add_database(exp)

@@ -1,4 +1,4 @@
-"""The supervisor's main loop of ``serve --workers N`` (see workers.py)."""
+"""The supervisor's main loop of ``serve --workers N`` (the supervisor: workers.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ctxwarden import listen
+from ctxwarden.app.worker_link import SERVING
+from ctxwarden.app.workers import START_TIMEOUT, Supervisor, reserve_port
+from ctxwarden.config import Settings
 from ctxwarden.observability.logging import configure_logging
 from ctxwarden.observability.metrics import MetricsServer, start_metrics_server
 from ctxwarden.observability.worker_metrics import WorkersCollector
-from ctxwarden.worker_link import SERVING
-from ctxwarden.workers import START_TIMEOUT, Supervisor, reserve_port
+from ctxwarden.util import listen
 
 log = logging.getLogger("ctxwarden")
 
@@ -122,3 +123,8 @@ def _announce(sup: Supervisor, bound: str, metrics: MetricsServer | None) -> Non
         print(f"ctxwarden console on {console}", flush=True)
     pids = ", ".join(str(s.process.pid) for s in sup.slots if s.process is not None)
     log.info("serving on %s with %d workers (pids %s)", bound, sup.count, pids)
+
+
+def run_workers(settings: Settings, count: int) -> int:
+    """``serve --workers N``: supervise N workers until a signal or a fatal start."""
+    return run(Supervisor(settings, count))

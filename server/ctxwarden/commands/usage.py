@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from google.protobuf import json_format
 
+from ctxwarden.commands.client import Admin, table
 from ctxwarden.v1 import context_service_pb2 as pb
-
-if TYPE_CHECKING:
-    from ctxwarden.admin import Admin
 
 SOURCES = {pb.USAGE_SOURCE_AGENT: "agent", pb.USAGE_SOURCE_SUMMARIZER: "summarizer"}
 HEADERS = (
@@ -59,8 +57,6 @@ def _row(source: str, model: str, t: pb.UsageTotals, cost: str) -> list[object]:
 
 
 def print_usage(admin: Admin, session_id: str, as_json: bool, out: TextIO) -> None:
-    from ctxwarden.admin import table
-
     report: pb.UsageReport = admin.call("GetUsage", pb.GetUsageRequest(session_id=session_id))
     if as_json:
         out.write(json_format.MessageToJson(report, preserving_proto_field_name=True) + "\n")

@@ -28,9 +28,9 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from ctxwarden import listen
+from ctxwarden.app.worker_link import NOT_SERVING, STARTING, WorkerLink
 from ctxwarden.config import Settings
-from ctxwarden.worker_link import NOT_SERVING, STARTING, WorkerLink
+from ctxwarden.util import listen
 
 log = logging.getLogger("ctxwarden")
 
@@ -59,7 +59,7 @@ def reserve_port(address: listen.Address) -> socket.socket:
 
 def worker_main(settings: Settings, link: WorkerLink) -> None:
     """A worker process: an ordinary serve that reports to the supervisor."""
-    from ctxwarden.app import run
+    from ctxwarden.app.server import run
 
     _stop_with_parent()
     sys.exit(run(settings, link))
@@ -215,9 +215,3 @@ class Supervisor:
             log.error("worker pid %s did not stop in time; killing it", process.pid)
             process.kill()
             process.join(5)
-
-
-def run_workers(settings: Settings, count: int) -> int:
-    from ctxwarden.workers_run import run
-
-    return run(Supervisor(settings, count))

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from ctxwarden import lifecycle_serve, listen, loop_slices
 from ctxwarden.api import reflection_v1
 from ctxwarden.api.auth import Authenticator, JwtConfig, describe, load_api_keys, load_jwks
 from ctxwarden.api.convert import new_encoding_cache
@@ -26,9 +25,10 @@ from ctxwarden.api.reads import (
     ReadGate,
 )
 from ctxwarden.api.servicer import ContextServicer
+from ctxwarden.app import lifecycle
+from ctxwarden.app.database_errors import schema_problem
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
-from ctxwarden.database_errors import schema_problem
 from ctxwarden.observability.db import instrument_engine
 from ctxwarden.observability.health import DatabaseProbe, HealthMonitor
 from ctxwarden.observability.interceptor import RpcObserver
@@ -48,10 +48,11 @@ from ctxwarden.store.engine import make_engine, writable_message_bytes
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.repository import Store
 from ctxwarden.store.urls import is_sqlite
+from ctxwarden.util import listen, loop_slices
 
 if TYPE_CHECKING:
+    from ctxwarden.app.worker_link import WorkerLink
     from ctxwarden.console.server import ConsoleServer
-    from ctxwarden.worker_link import WorkerLink
 
 log = logging.getLogger("ctxwarden")
 
@@ -175,7 +176,7 @@ async def build_manager(
 async def serve(settings: Settings, link: WorkerLink | None = None) -> None:
     """Serve until SIGTERM/SIGINT; ``link``: as one worker of ``serve --workers N``."""
     if settings.model_table_file:
-        from ctxwarden.modeltable import load_model_table
+        from ctxwarden.config.modeltable import load_model_table
 
         try:
             load_model_table(settings.model_table_file)
@@ -192,7 +193,7 @@ async def serve(settings: Settings, link: WorkerLink | None = None) -> None:
     obs.watch_sessions(lambda: len(manager.hot), manager.hot.capacity, lambda: manager.restores)
     metrics_server: MetricsServer | None = None
     console: ConsoleServer | None = None
-    schedule = lifecycle_serve.start(settings, manager, obs.registry)
+    schedule = lifecycle.start(settings, manager, obs.registry)
     try:
         if settings.metrics_listen:
             try:
@@ -203,8 +204,8 @@ async def serve(settings: Settings, link: WorkerLink | None = None) -> None:
                 ) from exc
         if settings.console_listen:
             # The console's web stack (uvicorn, Starlette, Jinja) is loaded only when it is on.
+            from ctxwarden.app.console import start_for as start_console_for
             from ctxwarden.console.server import ConsoleError
-            from ctxwarden.console_serve import start_for as start_console_for
 
             try:
                 console = await start_console_for(settings, manager, auth)
@@ -214,7 +215,7 @@ async def serve(settings: Settings, link: WorkerLink | None = None) -> None:
             settings, manager, auth, credentials, obs, tracing, metrics_server, console, link
         )
     finally:
-        await lifecycle_serve.stop(schedule)
+        await lifecycle.stop(schedule)
         if console is not None:
             await console.close()
         if metrics_server is not None:
@@ -268,21 +269,13 @@ async def _serve_grpc(
     console: ConsoleServer | None = None,
     link: WorkerLink | None = None,
 ) -> None:
-    encodings = new_encoding_cache(max(0, settings.encoding_cache_mb) * 1024 * 1024)
-    servicer = ContextServicer(manager, settings.limits, encodings)
     address = listen.parse(settings.listen)
     server = grpc.aio.server(
         interceptors=_interceptors(settings, auth, obs, tracing),
         options=server_options(settings, address),
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    server.add_generic_rpc_handlers((servicer.handler(),))
-    health_servicer = health.aio.HealthServicer() if link is None else link.health_servicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if settings.reflection:
-        reflection_v1.enable(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server
-        )
+    health_servicer = _add_services(server, settings, manager, link)
     try:
         port = listen.bind(server, address, credentials, settings.unix_socket_mode)
     except listen.ListenError as exc:
@@ -309,10 +302,7 @@ async def _serve_grpc(
             console.address if console else "",
         )
     else:
-        _announce(settings, address.bound(port), credentials, auth, metrics_server)
-    if console is not None and link is None:
-        # ... and this one (after those) for the console.
-        print(f"ctxwarden console on {console.address}", flush=True)
+        _announce(settings, address.bound(port), credentials, auth, metrics_server, console)
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -330,12 +320,33 @@ async def _serve_grpc(
     log.info("stopped")
 
 
+def _add_services(
+    server: grpc.aio.Server,
+    settings: Settings,
+    manager: SessionManager,
+    link: WorkerLink | None,
+) -> health.aio.HealthServicer:
+    """ContextService, health (a worker's is shared with its supervisor) and,
+    unless turned off, reflection; returns the health servicer."""
+    encodings = new_encoding_cache(max(0, settings.encoding_cache_mb) * 1024 * 1024)
+    servicer = ContextServicer(manager, settings.limits, encodings)
+    server.add_generic_rpc_handlers((servicer.handler(),))
+    health_servicer = health.aio.HealthServicer() if link is None else link.health_servicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if settings.reflection:
+        reflection_v1.enable(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server
+        )
+    return health_servicer
+
+
 def _announce(
     settings: Settings,
     bound: str,
     credentials: grpc.ServerCredentials | None,
     auth: Authenticator,
     metrics_server: MetricsServer | None,
+    console: ConsoleServer | None,
 ) -> None:
     # Tests and supervisors read this line to learn the bound address.
     print(f"ctxwarden listening on {bound}", flush=True)
@@ -351,6 +362,9 @@ def _announce(
         _describe_summarizer(settings),
         f", metrics on {metrics_server.address}" if metrics_server else "",
     )
+    if console is not None:
+        # ... and this one (after those) for the console.
+        print(f"ctxwarden console on {console.address}", flush=True)
 
 
 def _describe_summarizer(settings: Settings) -> str:

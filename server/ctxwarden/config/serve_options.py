@@ -1,7 +1,7 @@
-"""The ``ctxwarden serve`` options and the :class:`Settings` built from them.
+"""The ``ctxwarden serve`` options (the :class:`Settings` they describe: build.py).
 
-Each option's default comes from its environment variable when that is set.
-A config file (``configfile.apply``) sets defaults by dest, so each option's
+Each option's default comes from its environment variable when that is set
+(env.py). A config file (``file.apply``) sets defaults by dest, so each option's
 dest is also its config-file key, and ``CTXWARDEN_<DEST>`` the variable that
 beats the file.
 """
@@ -10,32 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from ctxwarden.config import DEFAULT_LISTEN, Limits
+from ctxwarden.config.env import from_env
+from ctxwarden.config.lifecycle_options import add_lifecycle
 from ctxwarden.store.urls import DEFAULT_DATABASE_URL
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise SystemExit(f"ctxwarden: {name} must be an integer, got {value!r}") from None
-
-
-def from_env(name: str, default: str | int | float) -> dict[str, Any]:
-    """``add_argument`` keywords: ``default`` from environment variable ``name``
-    (else ``default``), and ``type`` when ``default`` is an int or a float."""
-    if isinstance(default, bool):
-        raise TypeError("a switch is action='store_true'")
-    if isinstance(default, int):
-        return {"type": int, "default": env_int(name, default)}
-    if isinstance(default, float):
-        return {"type": float, "default": float(os.environ.get(name, default))}
-    return {"default": os.environ.get(name, default)}
 
 
 def add_database(p: argparse.ArgumentParser) -> None:
@@ -56,10 +35,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     sec = serve.add_argument_group("security and limits")
     _security(sec)
     _limits(sec)
+    _processes(sec)
     _observability(serve)
     _files(serve)
-    from ctxwarden.lifecycle_args import add_lifecycle
-
     add_lifecycle(serve)
 
 
@@ -300,6 +278,10 @@ def _limits(sec: argparse._ArgumentGroup) -> None:
         help="seconds a request message may take to arrive; slower ones are dropped "
         "with DEADLINE_EXCEEDED (env CTXWARDEN_REQUEST_READ_TIMEOUT; default %(default)s)",
     )
+
+
+def _processes(sec: argparse._ArgumentGroup) -> None:
+    """The listening socket and the processes that share it."""
     sec.add_argument(
         "--reuse-port",
         action="store_true",

@@ -22,8 +22,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ctxwarden.config.env import from_env
 from ctxwarden.core.retention import RULE_KEYS, RetentionRule, RetentionRules
-from ctxwarden.serve_args import from_env
 
 RULE_HELP = {
     "purge_archived_after_days": "purge archived sessions this many days after ArchiveSession",

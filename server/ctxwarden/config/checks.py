@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ctxwarden import listen
 from ctxwarden.observability.logging import parse_level
 from ctxwarden.store.urls import async_url
+from ctxwarden.util import listen
 
 AT_LEAST_ONE = (
     "max_hot_sessions",
@@ -83,7 +83,7 @@ def problems(args: argparse.Namespace) -> list[str]:
     out += _background(args)
     out += _price_table(getattr(args, "price_table", ""))
     if args.tenant_retention:
-        from ctxwarden.lifecycle_args import load_tenant_rules
+        from ctxwarden.config.lifecycle_options import load_tenant_rules
 
         try:
             load_tenant_rules(args.tenant_retention)

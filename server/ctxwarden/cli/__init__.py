@@ -1,10 +1,8 @@
-"""Command line: ``ctxwarden serve``, ``migrate``, ``purge``, ``config check``,
-``health`` and the operator commands (``sessions``, ``context``, ``compact``,
-``rollback``).
+"""The ``ctxwarden`` command: parse (parser.py), then run what was asked for
+(the commands in :mod:`ctxwarden.commands`, or ``serve`` through :mod:`ctxwarden.app`).
 
-Every serve flag has an environment variable and a config-file key; flags win
-over the environment, which wins over the config file, which wins over the
-defaults.
+This module imports nothing of the server at import time: ``--version`` and
+``health`` (what probes run) stay light.
 """
 
 from __future__ import annotations
@@ -14,38 +12,6 @@ import sys
 from collections.abc import Sequence
 
 from ctxwarden import __version__
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from ctxwarden import commands, probe
-    from ctxwarden.serve_args import add_serve_arguments
-
-    parser = argparse.ArgumentParser(prog="ctxwarden", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"ctxwarden {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_serve_arguments(sub.add_parser("serve", help="run the gRPC server"))
-    probe.add_arguments(
-        sub.add_parser("health", help="check a running server's gRPC health (exit 0: SERVING)")
-    )
-    commands.add_commands(sub)
-    return parser
-
-
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse, applying ``serve --config FILE`` (below env vars and flags)."""
-    from ctxwarden import commands, configfile
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "serve" and args.config:
-        serve = commands.subparser(parser, "serve")
-        try:
-            configfile.apply(serve, configfile.load(args.config), args.config)
-        except ValueError as exc:
-            raise SystemExit(f"ctxwarden: {exc}") from None
-        args = parser.parse_args(argv)
-    return args
-
 
 DATABASE_COMMANDS = ("serve", "migrate", "export", "import", "purge")
 READY_FIRST = ("export", "import", "purge")
@@ -61,13 +27,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ctxwarden {__version__}")
         return 0
     if words[:1] == ["health"]:
-        from ctxwarden import probe
+        from ctxwarden.commands import health
 
-        return probe.main(words[1:])
-    args = _parse(words)
+        return health.main(words[1:])
+    from ctxwarden.cli.parser import parse
+
+    args = parse(words)
     if args.command not in DATABASE_COMMANDS:
         return _run(args)
-    from ctxwarden import database_errors
+    from ctxwarden.app import database_errors
     from ctxwarden.store.urls import UnsupportedDatabase
 
     try:
@@ -86,28 +54,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ctxwarden import checks, commands
+    from ctxwarden.cli.parser import OPERATOR_COMMANDS, build_parser, subparser
+    from ctxwarden.config import checks
 
     if args.command == "eval":
         from ctxwarden.evaluation.cli import run as run_eval
 
         return run_eval(args)
     if args.command == "config":
-        return commands.config_check(build_parser(), args.file)
+        from ctxwarden.commands.config_check import config_check
+
+        parser = build_parser()
+        return config_check(parser, subparser(parser, "serve"), args.file)
     if args.command == "purge":
-        return commands.purge(args)
-    if args.command in commands.OPERATOR_COMMANDS:
-        from ctxwarden import admin
+        from ctxwarden.commands.database import purge
+
+        return purge(args)
+    if args.command in OPERATOR_COMMANDS:
+        from ctxwarden.commands import admin
 
         return admin.run(args)
     if args.command == "migrate":
-        return commands.migrate_database(args.database_url)
+        from ctxwarden.commands.database import migrate_database
+
+        return migrate_database(args.database_url)
     if args.command in ("export", "import"):
         from ctxwarden.transfer import run as transfer
 
         return transfer.run_export(args) if args.command == "export" else transfer.run_import(args)
 
-    from ctxwarden.serve_settings import settings, workers_problem
+    from ctxwarden.config.build import settings, workers_problem
 
     wrong = checks.problems(args) + [w for w in (workers_problem(args),) if w]
     if len(wrong) == 1:
@@ -118,13 +94,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     serve_settings = settings(args)
     if args.workers > 1:
-        from ctxwarden.workers import run_workers
+        from ctxwarden.app.workers_run import run_workers
 
         return run_workers(serve_settings, args.workers)
-    from ctxwarden.app import run  # configures logging first
+    from ctxwarden.app.server import run  # configures logging first
 
     return run(serve_settings)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
