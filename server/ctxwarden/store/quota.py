@@ -66,8 +66,9 @@ class TenantQuota:
         return (0, 0) if row is None else (int(row.sessions), int(row.stored_bytes))
 
     async def claim_session(self, conn: AsyncConnection, tenant: str, stored_bytes: int) -> None:
-        """Count a new session (and its bytes) or raise QuotaExceeded. Run it first
-        in the transaction: it locks the tenant's row (creates of one tenant queue)."""
+        """Count a new session (and its bytes) or raise QuotaExceeded. Run it last
+        in the transaction: it locks the tenant's row until the commit (creates of
+        one tenant queue on it), and raising rolls the session's rows back."""
         q = update(T).where(T.c.tenant_id == tenant)
         if self.max_sessions > 0:
             q = q.where(T.c.sessions < self.max_sessions)

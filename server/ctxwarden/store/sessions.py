@@ -120,15 +120,16 @@ class SessionRepository:
         for attempt in range(3):
             try:
                 async with self.gate.begin() as conn:
-                    # Before the tenant's counter row is locked: concurrent creates
-                    # queue on that lock, so nothing more should happen under it.
                     if session.parent_session_id:
                         await self._check_parent(conn, session.parent_session_id, parent_created_us)
                     reused = await self._deleted_exists(conn, session.session_id)
-                    charged = rows.added + state_bytes(session_row_values(session)["state_json"])
-                    await self.quota.claim_session(conn, tenant_of(session.session_id), charged)
                     created = await self._retire_deleted(conn, session) if reused else session
                     await self._insert(conn, created, rows)
+                    # Last: the tenant's counter row stays locked until the commit, and
+                    # every create of the tenant queues on it, so only the commit may
+                    # follow (over the quota, the rollback takes the rows back).
+                    charged = rows.added + state_bytes(session_row_values(session)["state_json"])
+                    await self.quota.claim_session(conn, tenant_of(session.session_id), charged)
                 return created
             except DBAPIError as exc:
                 # Two tenants' first sessions can deadlock on the new counter rows.
