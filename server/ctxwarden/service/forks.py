@@ -16,7 +16,7 @@ import asyncio
 from dataclasses import replace
 
 from ctxwarden.core.context import SessionContext
-from ctxwarden.core.errors import AlreadyExists, InvalidArgument
+from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
@@ -96,18 +96,8 @@ class Forks:
         except ConcurrentWrite:
             raise await self._source_changed(source.session_id) from None
         except DuplicateKey:
-            again = await self.rt.replay(scope, key)
-            if again is not None:
-                return await self.rt.get_session(str(again.outcome["session_id"]))
-            raise AlreadyExists(
-                f"session {visible_id(sid)!r} already exists",
-                reason=ErrorReason.SESSION_ALREADY_EXISTS,
-                metadata={"session_id": visible_id(sid)},
-            ) from None
-        fork = ctx.session = replace(fork, version=created.version)
-        ctx.checked_at = self.rt.clock()
-        self.rt.hot.put(sid, ctx)
-        return fork
+            return await self.rt.taken_id(scope, key, sid)
+        return self.rt.install_created(ctx, created.version)
 
     async def _source_changed(self, source_id: str) -> Exception:
         """Why the source refused the fork: gone (deleted or purged meanwhile:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ctxwarden.config import Settings
@@ -14,6 +15,7 @@ from ctxwarden.core.calibration import ModelCalibration
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import (
     Aborted,
+    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -230,6 +232,28 @@ class SessionRuntime:
                 field="request_id",
             )
         return stored
+
+    async def taken_id(
+        self, scope: RequestScope, key: IdempotencyKey | None, session_id: str
+    ) -> Session:
+        """A create (or fork) found ``session_id`` taken: the session an applied try
+        with ``key`` made, else ALREADY_EXISTS."""
+        stored = await self.replay(scope, key)
+        if stored is not None:
+            return await self.get_session(str(stored.outcome["session_id"]))
+        raise AlreadyExists(
+            f"session {visible_id(session_id)!r} already exists",
+            reason=ErrorReason.SESSION_ALREADY_EXISTS,
+            metadata={"session_id": visible_id(session_id)},
+        )
+
+    def install_created(self, ctx: SessionContext, version: int) -> Session:
+        """A new session is stored at ``version`` (after a deleted one's with its
+        ID): its context becomes the hot copy."""
+        session = ctx.session = replace(ctx.session, version=version)
+        ctx.checked_at = self.clock()
+        self.hot.put(session.session_id, ctx)
+        return session
 
     @staticmethod
     def record(

@@ -11,12 +11,11 @@ from typing import Any
 from ctxwarden.core.context import SessionContext, counting_profile
 from ctxwarden.core.errors import (
     Aborted,
-    AlreadyExists,
     InvalidArgument,
 )
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Session, effective_policy
-from ctxwarden.core.tenancy import scoped_id, tenant_of, visible_id
+from ctxwarden.core.tenancy import scoped_id, tenant_of
 from ctxwarden.core.validation import (
     check_key,
     check_session_fields,
@@ -100,19 +99,9 @@ class Sessions:
                 )
             )
         except DuplicateKey:
-            stored = await self.rt.replay(scope, key)
-            if stored is not None:
-                return await self.rt.get_session(str(stored.outcome["session_id"]))
-            raise AlreadyExists(
-                f"session {visible_id(sid)!r} already exists",
-                reason=ErrorReason.SESSION_ALREADY_EXISTS,
-                metadata={"session_id": visible_id(sid)},
-            ) from None
+            return await self.rt.taken_id(scope, key, sid)
         # A deleted session's ID made a new one: the version continues after it.
-        fresh = ctx.session = replace(fresh, version=created.version)
-        ctx.checked_at = self.rt.clock()
-        self.rt.hot.put(sid, ctx)
-        return fresh
+        return self.rt.install_created(ctx, created.version)
 
     async def get_session_with_state(self, session_id: str) -> SessionWithState:
         """GetSession: the session and the states it shares with its user's and
