@@ -225,17 +225,7 @@ def message_to_pb(m: Message) -> msg_pb.Message:
     if m.create_time_us:
         out.create_time.CopyFrom(timestamp(m.create_time_us))
     if m.usage is not None:
-        u = m.usage
-        out.usage.CopyFrom(
-            msg_pb.Usage(
-                input_tokens=u.input_tokens,
-                output_tokens=u.output_tokens,
-                cache_read_tokens=u.cache_read_tokens,
-                cache_write_tokens=u.cache_write_tokens,
-                total_tokens=u.total_tokens,
-                reasoning_tokens=u.reasoning_tokens,
-            )
-        )
+        out.usage.CopyFrom(usage_to_pb(m.usage))
     return out
 
 
