@@ -24,7 +24,7 @@ const (
 )
 
 // A kind of anchor: a concrete fact a compaction must not lose silently
-// (see the README's "Loss reports" for exactly what each one matches).
+// (see the compaction guide's "Loss reports" for exactly what each one matches).
 type AnchorCategory int32
 
 const (

@@ -52,7 +52,7 @@ class _AnchorCategoryEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Anchor
 
 class AnchorCategory(_AnchorCategory, metaclass=_AnchorCategoryEnumTypeWrapper):
     """A kind of anchor: a concrete fact a compaction must not lose silently
-    (see the README's "Loss reports" for exactly what each one matches).
+    (see the compaction guide's "Loss reports" for exactly what each one matches).
     """
 
 ANCHOR_CATEGORY_UNSPECIFIED: AnchorCategory.ValueType  # 0

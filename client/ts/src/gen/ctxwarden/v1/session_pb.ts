@@ -391,7 +391,7 @@ export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
 
 /**
  * A kind of anchor: a concrete fact a compaction must not lose silently
- * (see the README's "Loss reports" for exactly what each one matches).
+ * (see the compaction guide's "Loss reports" for exactly what each one matches).
  *
  * @generated from enum ctxwarden.v1.AnchorCategory
  */
