@@ -7,6 +7,7 @@ import {
   Code,
   ConnectError,
   MemoryState,
+  ModelInputFormat,
   createClient,
   errorReason,
   fieldMask,
@@ -44,6 +45,28 @@ describe("forks, lifecycle and memory against a real ctxwarden server", () => {
     assert.deepEqual(input.messages.map(messageText), ["one", "two", "other"]);
     const forks = await client.listSessions({ parentSessionId: sessionId });
     assert.deepEqual(forks.sessions.map((s) => s.sessionId), [fork.sessionId]);
+  });
+
+  test("GetUsage totals what the provider reported, once per request_id", async () => {
+    const { sessionId } = await client.createSession({ session: {} });
+    await client.appendMessages({ sessionId, messages: [user("hi")] });
+    const responseJson = JSON.stringify({
+      id: "chatcmpl-1", object: "chat.completion", created: 1, model: "gpt-4o",
+      choices: [{ index: 0, finish_reason: "stop", message: { role: "assistant", content: "hello" } }],
+      usage: { prompt_tokens: 20, completion_tokens: 3, total_tokens: 23 },
+    });
+    const output = {
+      sessionId,
+      format: ModelInputFormat.OPENAI_CHAT,
+      output: { case: "responseJson" as const, value: responseJson },
+      requestId: "turn-1",
+    };
+    await client.appendModelOutput(output);
+    await client.appendModelOutput(output); // a retry: applied once
+    const report = await client.getUsage({ sessionId });
+    assert.equal(report.total?.inputTokens, 20n);
+    assert.equal(report.total?.outputTokens, 3n);
+    assert.deepEqual(report.models.map((m) => m.model), ["gpt-4o"]);
   });
 
   test("an archived session is read-only until UnarchiveSession", async () => {
