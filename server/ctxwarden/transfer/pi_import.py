@@ -164,14 +164,16 @@ class _Builder:
             self.counted[(m.message_id, key)] = counted
         return counted
 
-    def records(self, b: Branch, session_id: str) -> Iterator[Record]:
-        """The records of the session made from branch ``b``."""
-        path = b.path
-        order = {e["id"]: n for n, e in enumerate(path)}
+    def _walk(
+        self, b: Branch, session_id: str
+    ) -> tuple[list[Message], list[tuple[int, Checkpoint, dict[str, Any]]], str, str]:
+        """Branch ``b``'s messages, its compactions (entry index, checkpoint, pi
+        fields), the session's name and the last model seen."""
+        order = {e["id"]: n for n, e in enumerate(b.path)}
         messages: list[Message] = []
         found: list[tuple[int, Checkpoint, dict[str, Any]]] = []
         name, model_seen = "", ""
-        for n, entry in enumerate(path):
+        for n, entry in enumerate(b.path):
             kind = entry["type"]
             if kind == "compaction":
                 found.append((n, *self.checkpoint(entry, session_id, messages, order)))
@@ -184,40 +186,25 @@ class _Builder:
             if msg.role is Role.ASSISTANT and msg.model:
                 model_seen = msg.model
             messages.append(msg)
-        # firstKeptEntryId past every message before the compaction: nothing kept. The
-        # newest checkpoint is the one made last: pi's millisecond times can tie.
-        checkpoints: list[Checkpoint] = []
-        for _, c, _ in found:
-            after = checkpoints[-1].create_time_us + 1 if checkpoints else 0
-            checkpoints.append(
-                replace(
-                    c,
-                    first_kept_seq=c.first_kept_seq or c.at_seq + 1,
-                    create_time_us=max(c.create_time_us, after),
-                )
-            )
-        fork, parent_seq = b.parent >= 0, b.parent_seq
-        # A fork holds the checkpoint in force at its branch point (a copy) and its own.
-        in_force = max((n for n, _, _ in found if n < b.shared), default=-1)
-        held = [
-            (c, pi, n >= b.shared)
-            for (n, _, pi), c in zip(found, checkpoints, strict=True)
-            if n >= b.shared or n == in_force
-        ]
-        now = ids.now_us()
-        created = time_us(self.header["timestamp"]) if self.header.get("timestamp") else now
+        return messages, found, name, model_seen
+
+    def _session(
+        self, b: Branch, session_id: str, name: str, model: str, messages: list[Message]
+    ) -> Session:
+        stamp = self.header.get("timestamp")
+        created = time_us(stamp) if stamp else ids.now_us()
         labels = {
             "pi.session_id": str(self.header.get("id", "")),
             "pi.cwd": str(self.header.get("cwd", "")),
         }
-        if fork:
-            created = time_us(path[b.shared]["timestamp"])
+        if b.parent >= 0:  # a fork
+            created = time_us(b.path[b.shared]["timestamp"])
             labels["pi.leaf_id"] = b.leaf
-        session = Session(
+        return Session(
             session_id=session_id,
             title=name,
             system_prompt=self.system_prompt,
-            model=self.model or model_seen,
+            model=self.model or model,
             policy=ContextPolicy(tokenizer=self.tokenizer),
             labels=labels,
             last_seq=len(messages),
@@ -225,6 +212,21 @@ class _Builder:
             update_time_us=messages[-1].create_time_us if messages else created,
             version=1,
         )
+
+    def records(self, b: Branch, session_id: str) -> Iterator[Record]:
+        """The records of the session made from branch ``b``."""
+        messages, found, name, model_seen = self._walk(b, session_id)
+        checkpoints = _in_time_order([c for _, c, _ in found])
+        parent_seq = b.parent_seq
+        # A fork holds the checkpoint in force at its branch point (a copy) and its own.
+        in_force = max((n for n, _, _ in found if n < b.shared), default=-1)
+        held = [
+            (c, pi, n >= b.shared)
+            for (n, _, pi), c in zip(found, checkpoints, strict=True)
+            if n >= b.shared or n == in_force
+        ]
+        session = self._session(b, session_id, name, model_seen, messages)
+        created = session.create_time_us
         spec = effective_policy(session.policy, session.model).tokenizer
         context = SessionContext(session, None, (), load_tokenizer(spec))
         latest = checkpoints[-1] if checkpoints else None
@@ -288,3 +290,19 @@ class _Builder:
             at_seq=len(before),
         )
         return checkpoint, {k: entry[k] for k in kept if k in entry}
+
+
+def _in_time_order(found: list[Checkpoint]) -> list[Checkpoint]:
+    """firstKeptEntryId past every message before the compaction: nothing kept. The
+    newest checkpoint is the one made last: pi's millisecond times can tie."""
+    checkpoints: list[Checkpoint] = []
+    for c in found:
+        after = checkpoints[-1].create_time_us + 1 if checkpoints else 0
+        checkpoints.append(
+            replace(
+                c,
+                first_kept_seq=c.first_kept_seq or c.at_seq + 1,
+                create_time_us=max(c.create_time_us, after),
+            )
+        )
+    return checkpoints
