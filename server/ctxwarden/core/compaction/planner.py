@@ -159,15 +159,7 @@ def plan_compaction(
             prompt = make_history_prompt(chunks.conversations[0], chunks.max_tokens, lists)
     elif history:
         prompt = make_history_prompt(serialize_messages(history), budget, files)
-    prefix_prompt = None
-    if cut.split_turn:
-        prefix_budget = max(int(budget * TURN_PREFIX_SHARE), 1)
-        conversation = serialize_messages(prefix)
-        prefix_prompt = (
-            fit_turn_prefix(conversation, window, _turn_prefix_maker, prefix_budget)
-            if window is not None
-            else turn_prefix_prompt(conversation, max_tokens=prefix_budget)
-        )
+    prefix_prompt = _prefix_prompt(prefix, window, budget) if cut.split_turn else None
     return Plan(
         session_id=session_id,
         first_kept_seq=active[cut.first_kept_index].seq,
@@ -188,6 +180,17 @@ def plan_compaction(
         context_window=window.tokens if window is not None else 0,
         shown_files=shown,
     )
+
+
+def _prefix_prompt(
+    prefix: Sequence[Message], window: SummaryWindow | None, budget: int
+) -> SummaryPrompt:
+    """The prompt for the split turn's prefix, with its share of the budget."""
+    prefix_budget = max(int(budget * TURN_PREFIX_SHARE), 1)
+    conversation = serialize_messages(prefix)
+    if window is not None:
+        return fit_turn_prefix(conversation, window, _turn_prefix_maker, prefix_budget)
+    return turn_prefix_prompt(conversation, max_tokens=prefix_budget)
 
 
 def _turn_prefix_maker(conversation: str, max_tokens: int) -> SummaryPrompt:
