@@ -34,6 +34,7 @@ from ctxwarden.core.cache_prefix import CacheBreak
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.tenancy import visible_id
 from ctxwarden.service.console import ConsoleReader
+from ctxwarden.util import loop_slices
 
 log = logging.getLogger("ctxwarden.console")
 
@@ -125,6 +126,7 @@ class Console:
             except Throttled as exc:
                 return _throttled(exc)
             token = current_tenant.set(caller.tenant)
+            in_flight = loop_slices.call_began()  # big pages leave the loop room
             try:
                 return await page(request, caller)
             except PageNotFound as exc:
@@ -141,6 +143,7 @@ class Console:
                     "error.html", 503, caller=caller, title="Unavailable", detail=str(exc)
                 )
             finally:
+                loop_slices.call_ended(in_flight)
                 current_tenant.reset(token)
 
         return endpoint

@@ -34,6 +34,7 @@ from ctxwarden.observability.logging import (
     RpcInfo,
     current_rpc,
 )
+from ctxwarden.util import loop_slices
 
 if TYPE_CHECKING:
     from ctxwarden.observability.metrics import Metrics
@@ -125,6 +126,7 @@ class _Call:
         "requests",
         "responses",
         "rpc_token",
+        "slices_token",
         "span",
         "start",
         "streaming",
@@ -152,6 +154,7 @@ class _Call:
             self.span = observer.tracing.start_rpc(method, metadata)
         if self.metrics is not None:
             self.metrics.rpcs_in_flight.labels(method).inc()
+        self.slices_token = loop_slices.call_began()  # big calls leave it room
         self.start = time.perf_counter()
 
     def take(self, request: Any, streaming: bool) -> Any:
@@ -185,6 +188,7 @@ class _Call:
         self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException | None
     ) -> None:
         elapsed = time.perf_counter() - self.start
+        loop_slices.call_ended(self.slices_token)
         code = status_of(context, exc)
         m = self.metrics
         if m is not None:

@@ -20,6 +20,15 @@ objects are freed by reference counting). ``tune_gc`` makes young collections
 rarer and full ones far rarer (``GC_THRESHOLDS``), and freezes what the server
 loaded at startup so no collection scans it again.
 
+Slicing alone is not enough while other calls are in flight: a small call
+(a GetSession) needs a dozen or more loop turns (its database round trips, its
+gRPC events), and between any two of them the big call works another slice, so
+the small one waited 30-100 times a slice, 0.3-1 s. So while any other call is
+in flight (``call_began``/``call_ended``: every RPC and console request), a
+slice is followed by a pause as long as it (the big call gets at most half of
+the loop, and the small ones run their turns in the gaps); alone, it runs
+flat out.
+
 ``CTXWARDEN_LOOP_SLICES=0`` turns slicing and the GC tuning off, each piece of
 work running in one go (or in a worker thread where it did before): the
 benchmark's "before".
@@ -32,8 +41,8 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextvars import ContextVar, Token
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -55,6 +64,30 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+_calls_in_flight = 0
+_in_call: ContextVar[bool] = ContextVar("ctxwarden_in_call", default=False)
+
+
+def call_began() -> Token[bool]:
+    """A call (an RPC, a console request) started in this context."""
+    global _calls_in_flight
+    _calls_in_flight += 1
+    return _in_call.set(True)
+
+
+def call_ended(token: Token[bool]) -> None:
+    """The call that ``call_began`` returned ``token`` for is over."""
+    global _calls_in_flight
+    _calls_in_flight -= 1
+    with contextlib.suppress(ValueError):  # ended in another context: nothing to undo
+        _in_call.reset(token)
+
+
+def others_in_flight() -> int:
+    """Calls in flight other than the one this code runs in."""
+    return _calls_in_flight - (1 if _in_call.get() else 0)
 
 
 _deadline: ContextVar[asyncio.Timeout | None] = ContextVar("ctxwarden_deadline", default=None)
@@ -81,12 +114,19 @@ def _postpone(since: float) -> float:
 
 
 class Slicer:
-    """Counts the time worked since the loop last ran; ``pause`` when it is due."""
+    """Counts the time worked since the loop last ran; ``pause`` when it is due.
 
-    __slots__ = ("budget", "mark", "started")
+    ``sleep``: how a pause waits (tests pass one that records the delays)."""
 
-    def __init__(self, budget: float = SLICE_SECONDS) -> None:
+    __slots__ = ("budget", "mark", "sleep", "started")
+
+    def __init__(
+        self,
+        budget: float = SLICE_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.budget = budget
+        self.sleep = sleep
         self.started = time.perf_counter()
         self.mark = asyncio.get_running_loop().time()
 
@@ -94,9 +134,12 @@ class Slicer:
         return ENABLED and time.perf_counter() - self.started >= self.budget
 
     async def pause(self) -> None:
-        """Let the loop run everything that is ready (and poll for I/O), then go on."""
+        """Let the loop run everything that is ready (and poll for I/O), then go on;
+        while other calls are in flight, leave the loop to them for as long as
+        this slice worked."""
+        worked = time.perf_counter() - self.started
         self.mark = _postpone(self.mark)  # before yielding: the deadline cannot fire now
-        await asyncio.sleep(0)
+        await self.sleep(worked if others_in_flight() > 0 else 0)
         self.mark = _postpone(self.mark)
         self.started = time.perf_counter()
 

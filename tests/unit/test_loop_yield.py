@@ -1,0 +1,73 @@
+"""Sliced work leaves the loop to other calls: while another call is in flight a
+pause lasts as long as the slice worked; alone, it only yields one loop turn."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+
+import pytest
+
+from ctxwarden.util import loop_slices
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+async def _one_pause(sleep: _Recorder) -> None:
+    slicer = loop_slices.Slicer(budget=0.0, sleep=sleep)
+    await slicer.pause()
+
+
+async def test_alone_a_pause_is_one_loop_turn() -> None:
+    sleep = _Recorder()
+    token = loop_slices.call_began()  # the big call itself
+    try:
+        assert loop_slices.others_in_flight() == 0
+        await _one_pause(sleep)
+    finally:
+        loop_slices.call_ended(token)
+    assert sleep.delays == [0]
+
+
+async def test_with_another_call_in_flight_a_pause_is_as_long_as_the_slice() -> None:
+    sleep = _Recorder()
+    token = loop_slices.call_began()
+    try:
+        other = _other_call()  # another call began elsewhere (its own context)
+        try:
+            assert loop_slices.others_in_flight() == 1
+            slicer = loop_slices.Slicer(budget=0.0, sleep=sleep)
+            slicer.started -= 0.004  # this slice worked 4 ms
+            await slicer.pause()
+        finally:
+            other()
+        assert loop_slices.others_in_flight() == 0
+        await _one_pause(sleep)
+    finally:
+        loop_slices.call_ended(token)
+    assert sleep.delays[0] == pytest.approx(0.004, abs=0.002)
+    assert sleep.delays[1] == 0
+
+
+async def test_work_outside_any_call_counts_every_call_as_another() -> None:
+    sleep = _Recorder()
+    end = _other_call()
+    try:
+        assert loop_slices.others_in_flight() == 1  # e.g. a background compaction
+        await _one_pause(sleep)
+    finally:
+        end()
+    assert sleep.delays[0] > 0
+
+
+def _other_call() -> Callable[[], None]:
+    """A call begun in a context of its own; returns how to end it."""
+    ctx = contextvars.Context()
+    token = ctx.run(loop_slices.call_began)
+    return lambda: ctx.run(loop_slices.call_ended, token)
