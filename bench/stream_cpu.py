@@ -3,6 +3,7 @@
 
     .venv/bin/python -m bench.stream_cpu [--backend mysql] [--blocks 6] [--block 1000]
                                          [--window 16] [--streams 1] [--json PATH]
+                                         [--profile PATH]
 
 Each request carries one message (the workload's ~830-byte turns, serialized
 once); the client writes the very same bytes to both servers through a raw
@@ -34,6 +35,7 @@ import grpc
 from tests.support.server import ServerProcess
 
 from bench.common import CHANNEL_OPTIONS, backend_database, create_session, log
+from bench.profile import recording, summary
 from bench.unary_floor import _pid_of, cpu_seconds
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
@@ -115,7 +117,13 @@ def stream_all(
 
 
 def run(
-    backend: str, blocks: int, block: int, window: int, streams: int, workdir: Path
+    backend: str,
+    blocks: int,
+    block: int,
+    window: int,
+    streams: int,
+    workdir: Path,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     cpu = {"ctxwarden": 0.0, "bare": 0.0}
     wall = {"ctxwarden": 0.0, "bare": 0.0}
@@ -158,12 +166,16 @@ def run(
                     log(f"{backend}: block {b + 1}/{blocks}")
                     batch = requests()
                     for name, channel, method, pid in sides if b % 2 == 0 else sides[::-1]:
-                        before, t0 = cpu_seconds(pid), time.perf_counter()
-                        stream_all(channel, method, batch, window)
-                        wall[name] += time.perf_counter() - t0
-                        cpu[name] += cpu_seconds(pid) - before
+                        sampled = profile is not None and name == "ctxwarden"
+                        with _sampled(pid, workdir / f"profile-{b}.txt" if sampled else None):
+                            before, t0 = cpu_seconds(pid), time.perf_counter()
+                            stream_all(channel, method, batch, window)
+                            wall[name] += time.perf_counter() - t0
+                            cpu[name] += cpu_seconds(pid) - before
         finally:
             server.stop()
+    if profile is not None:
+        profile.write_text("".join(p.read_text() for p in sorted(workdir.glob("profile-*.txt"))))
     n = blocks * (block // streams) * streams
     per = {k: v / n * 1e3 for k, v in cpu.items()}
     return {
@@ -178,6 +190,14 @@ def run(
     }
 
 
+def _sampled(pid: int, path: Path | None) -> contextlib.AbstractContextManager[None]:
+    """py-spy on ``pid`` into ``path`` for the block (nothing when ``path`` is None).
+
+    The profiler's own sampling costs the server a little CPU: a profiled run's
+    ratio is not the figure, the unprofiled one is."""
+    return contextlib.nullcontext() if path is None else recording(pid, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
@@ -190,9 +210,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--streams", type=int, default=1, help="concurrent streams (sessions)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample ctxwarden's blocks with py-spy into this raw file and print where "
+        "the server's loop thread spends its CPU, by part (the profile extra)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ctxw-stream-cpu-") as tmp:
-        result = run(args.backend, args.blocks, args.block, args.window, args.streams, Path(tmp))
+        result = run(
+            args.backend,
+            args.blocks,
+            args.block,
+            args.window,
+            args.streams,
+            Path(tmp),
+            args.profile,
+        )
     per, rate = result["server_cpu_ms_per_message"], result["messages_per_s"]
     print(
         f"{args.backend}: server CPU per streamed message: ctxwarden {per['ctxwarden']:.3f} ms, "
@@ -203,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
+    if args.profile:
+        print(summary([args.profile]))
     return 0
 
 

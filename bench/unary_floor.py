@@ -36,6 +36,7 @@ from tests.support.server import ServerProcess
 
 from bench.baselines import METHOD, _mysql_commits, _sqlite_commits, bare_server
 from bench.common import CHANNEL_OPTIONS, TIMEOUT, backend_database, create_session, log
+from bench.profile import recording, summary
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
@@ -74,7 +75,9 @@ def _timed_calls(fn: Callable[[], Any], n: int) -> list[int]:
     return lat
 
 
-def run(backend: str, blocks: int, block: int, workdir: Path) -> dict[str, Any]:
+def run(
+    backend: str, blocks: int, block: int, workdir: Path, profile: Path | None = None
+) -> dict[str, Any]:
     db_pid = _pid_of("mariadbd") if backend == "mysql" else None
     lat: dict[str, list[int]] = {"append": [], "round_trip": [], "commit": []}
     cpu: dict[str, dict[str, float]] = {k: {} for k in lat}
@@ -121,10 +124,17 @@ def run(backend: str, blocks: int, block: int, workdir: Path) -> dict[str, Any]:
                 for b in range(blocks):
                     log(f"{backend}: block {b + 1}/{blocks}")
                     for kind, fn, pids in kinds if b % 2 == 0 else kinds[::-1]:
-                        with _cpu(pids, cpu[kind]):
+                        sampled = profile is not None and kind == "append"
+                        pid, raw = server.proc.pid, workdir / f"profile-{b}.txt"
+                        with (
+                            recording(pid, raw) if sampled else contextlib.nullcontext(),
+                            _cpu(pids, cpu[kind]),
+                        ):
                             lat[kind] += fn()
         finally:
             server.stop()
+    if profile is not None:
+        profile.write_text("".join(p.read_text() for p in sorted(workdir.glob("profile-*.txt"))))
     n = blocks * block
     med = {k: statistics.median(v) / 1e6 for k, v in lat.items()}
     floor = med["round_trip"] + med["commit"]
@@ -144,9 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--block", type=int, default=200, help="calls of each kind per block")
     parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the server during the appends with py-spy into this raw file and print "
+        "where its loop thread spends its CPU, by part (the profile extra; costs a little "
+        "CPU: the unprofiled run's ratio is the figure)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ctxw-unary-") as tmp:
-        result = run(args.backend, args.blocks, args.block, Path(tmp))
+        result = run(args.backend, args.blocks, args.block, Path(tmp), args.profile)
     med, cpu = result["median_ms"], result["cpu_ms_per_call"]
     print(
         f"{args.backend}: unary append {med['append']:.3f} ms; floor {result['floor_ms']:.3f} ms "
@@ -162,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
+    if args.profile:
+        print(summary([args.profile]))
     return 0
 
 
