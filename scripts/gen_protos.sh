@@ -38,6 +38,14 @@ mkdir -p "$work/protoc" "$work/server" "$work/client"
   --mypy_out="$work/protoc" --mypy_grpc_out="$work/protoc" \
   protos/ctxwarden/v1/*.proto
 cp "$work"/protoc/ctxwarden/v1/* "$work/server/"
+# A .proto file without a service gets an empty *_pb2_grpc module (only
+# protoc's version check): neither side ships those.
+for proto in protos/ctxwarden/v1/*.proto; do
+  if ! grep -q '^service ' "$proto"; then
+    base="$(basename "$proto" .proto)"
+    rm -f "$work/server/${base}_pb2_grpc.py" "$work/server/${base}_pb2_grpc.pyi"
+  fi
+done
 for name in "${client_files[@]}"; do
   module="${name%.*}"
   printf '%s\n' \
