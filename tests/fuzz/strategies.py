@@ -589,6 +589,7 @@ def policies(hostile: bool) -> st.SearchStrategy[ses.ContextPolicy]:
         clear_tool_results_at_least=tokens,
         clear_tool_results_keep=count(hostile, 0, 3),
         background_compaction_percent=count(hostile, 0, 99),
+        cache_lifetime_seconds=count(hostile, 0, 86_400),
     )
 
 

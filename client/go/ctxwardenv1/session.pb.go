@@ -273,8 +273,20 @@ type ContextPolicy struct {
 	// into the pinned state (see CompactionLossReport). Computed once, at the
 	// compaction, and stored with its checkpoint. Unset: nothing is put back.
 	PreserveLostAnchors *AnchorPreservation `protobuf:"bytes,14,opt,name=preserve_lost_anchors,json=preserveLostAnchors,proto3" json:"preserve_lost_anchors,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Cache-aware background compaction: the provider's prompt cache lifetime
+	// in seconds (Anthropic: 300; OpenAI: about 300-600), at most 86400. A
+	// compaction rewrites the start of the input, so the next call misses the
+	// cache; after an idle gap this long the cache has expired anyway. With
+	// background_compaction_percent set, a session past the soft threshold is
+	// then not compacted at once but once it has been idle (no append, no
+	// BuildModelInput) this long, or as soon as its context is halfway from the
+	// soft threshold to the compaction threshold, so the agent still rarely
+	// waits for a summariser. Idle time is measured by the server process that
+	// served the session's last request. 0 (the default): compact at once past
+	// the soft threshold.
+	CacheLifetimeSeconds int64 `protobuf:"varint,15,opt,name=cache_lifetime_seconds,json=cacheLifetimeSeconds,proto3" json:"cache_lifetime_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ContextPolicy) Reset() {
@@ -396,6 +408,13 @@ func (x *ContextPolicy) GetPreserveLostAnchors() *AnchorPreservation {
 		return x.PreserveLostAnchors
 	}
 	return nil
+}
+
+func (x *ContextPolicy) GetCacheLifetimeSeconds() int64 {
+	if x != nil {
+		return x.CacheLifetimeSeconds
+	}
+	return 0
 }
 
 // Which lost anchors a compaction puts back into the pinned state
@@ -710,7 +729,7 @@ const file_ctxwarden_v1_session_proto_rawDesc = "" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xb8\x05\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xee\x05\n" +
 	"\rContextPolicy\x12%\n" +
 	"\x0econtext_window\x18\x01 \x01(\x03R\rcontextWindow\x12%\n" +
 	"\x0ereserve_tokens\x18\x02 \x01(\x03R\rreserveTokens\x12,\n" +
@@ -725,7 +744,8 @@ const file_ctxwarden_v1_session_proto_rawDesc = "" +
 	"\x11memory_max_tokens\x18\b \x01(\x03R\x0fmemoryMaxTokens\x12@\n" +
 	"\fmemory_write\x18\t \x01(\x0e2\x1d.ctxwarden.v1.MemoryWriteModeR\vmemoryWrite\x12B\n" +
 	"\x1dbackground_compaction_percent\x18\r \x01(\x03R\x1bbackgroundCompactionPercent\x12T\n" +
-	"\x15preserve_lost_anchors\x18\x0e \x01(\v2 .ctxwarden.v1.AnchorPreservationR\x13preserveLostAnchors\"q\n" +
+	"\x15preserve_lost_anchors\x18\x0e \x01(\v2 .ctxwarden.v1.AnchorPreservationR\x13preserveLostAnchors\x124\n" +
+	"\x16cache_lifetime_seconds\x18\x0f \x01(\x03R\x14cacheLifetimeSeconds\"q\n" +
 	"\x12AnchorPreservation\x12<\n" +
 	"\n" +
 	"categories\x18\x01 \x03(\x0e2\x1c.ctxwarden.v1.AnchorCategoryR\n" +

@@ -15,20 +15,10 @@ from ctxwarden.api.convert_usage import usage_to_pb
 from ctxwarden.api.encoding import DEFAULT_LIMIT_BYTES, EncodingCache
 from ctxwarden.api.message_wire import message_body
 from ctxwarden.api.tenancy import outer_id
+from ctxwarden.core import messages as msg
 from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.types import SummaryPrompt
 from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.messages import (
-    EMPTY_METADATA,
-    ContentBlock,
-    ContentKind,
-    Message,
-    MessageState,
-    Role,
-    StopReason,
-    Usage,
-    Visibility,
-)
 from ctxwarden.core.model_input import TokenCountMethod
 from ctxwarden.core.provider_errors import ProviderError
 from ctxwarden.core.reasons import ErrorReason
@@ -93,27 +83,29 @@ def method_to_pb(method: TokenCountMethod) -> svc_pb.TokenCountMethod.ValueType:
 # -- messages -------------------------------------------------------------------
 
 
-def _block_from_pb(b: msg_pb.ContentBlock, field: str) -> ContentBlock:
+def _block_from_pb(b: msg_pb.ContentBlock, field: str) -> msg.ContentBlock:
     kind = b.WhichOneof("block")
     if kind == "text":
-        return ContentBlock(ContentKind.TEXT, text=b.text.text)
+        return msg.ContentBlock(msg.ContentKind.TEXT, text=b.text.text)
     if kind == "image":
-        return ContentBlock(ContentKind.IMAGE, mime_type=b.image.mime_type, data=b.image.data)
+        return msg.ContentBlock(
+            msg.ContentKind.IMAGE, mime_type=b.image.mime_type, data=b.image.data
+        )
     if kind == "thinking":
         t = b.thinking
-        return ContentBlock(
-            ContentKind.THINKING, text=t.thinking, signature=t.signature, redacted=t.redacted
+        return msg.ContentBlock(
+            msg.ContentKind.THINKING, text=t.thinking, signature=t.signature, redacted=t.redacted
         )
     if kind == "tool_call":
         c = b.tool_call
-        return ContentBlock(
-            ContentKind.TOOL_CALL,
+        return msg.ContentBlock(
+            msg.ContentKind.TOOL_CALL,
             tool_call_id=c.id,
             tool_name=c.name,
             arguments_json=c.arguments_json,
         )
     if kind == "provider":
-        return ContentBlock.of_provider(b.provider.family, b.provider.json)
+        return msg.ContentBlock.of_provider(b.provider.family, b.provider.json)
     raise InvalidArgument(
         f"{field} is an empty content block: set text, image, thinking, tool_call or provider",
         reason=ErrorReason.INVALID_CONTENT,
@@ -121,25 +113,25 @@ def _block_from_pb(b: msg_pb.ContentBlock, field: str) -> ContentBlock:
     )
 
 
-def visibility_from_pb(value: int) -> Visibility | None:
+def visibility_from_pb(value: int) -> msg.Visibility | None:
     """UNSPECIFIED means MODEL; None for a value this server does not know."""
     if value == msg_pb.MESSAGE_VISIBILITY_UNSPECIFIED:
-        return Visibility.MODEL
-    return Visibility(value) if value in Visibility._value2member_map_ else None
+        return msg.Visibility.MODEL
+    return msg.Visibility(value) if value in msg.Visibility._value2member_map_ else None
 
 
-def visibility_to_pb(visibility: Visibility) -> msg_pb.MessageVisibility.ValueType:
+def visibility_to_pb(visibility: msg.Visibility) -> msg_pb.MessageVisibility.ValueType:
     return msg_pb.MessageVisibility.Value(f"MESSAGE_VISIBILITY_{visibility.name}")
 
 
-def message_from_pb(m: msg_pb.Message, field: str) -> Message:
+def message_from_pb(m: msg_pb.Message, field: str) -> msg.Message:
     if m.role not in (msg_pb.ROLE_USER, msg_pb.ROLE_ASSISTANT, msg_pb.ROLE_TOOL_RESULT):
         raise InvalidArgument(
             f"{field}.role is {m.role}: use ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL_RESULT",
             reason=ErrorReason.INVALID_ROLE,
             field=f"{field}.role",
         )
-    if m.stop_reason not in StopReason._value2member_map_:
+    if m.stop_reason not in msg.StopReason._value2member_map_:
         raise InvalidArgument(
             f"{field}.stop_reason {m.stop_reason} is unknown",
             reason=ErrorReason.INVALID_STOP_REASON,
@@ -153,12 +145,12 @@ def message_from_pb(m: msg_pb.Message, field: str) -> Message:
             field=f"{field}.visibility",
         )
     u = m.usage
-    return Message(
-        role=Role(m.role),
+    return msg.Message(
+        role=msg.Role(m.role),
         content=tuple(_block_from_pb(b, f"{field}.content[{i}]") for i, b in enumerate(m.content)),
         message_id=m.message_id,
-        stop_reason=StopReason(m.stop_reason),
-        usage=Usage(
+        stop_reason=msg.StopReason(m.stop_reason),
+        usage=msg.Usage(
             u.input_tokens,
             u.output_tokens,
             u.cache_read_tokens,
@@ -175,24 +167,24 @@ def message_from_pb(m: msg_pb.Message, field: str) -> Message:
         tool_call_id=m.tool_call_id,
         tool_name=sys.intern(m.tool_name),
         is_error=m.is_error,
-        metadata=dict(m.metadata) if m.metadata else EMPTY_METADATA,
+        metadata=dict(m.metadata) if m.metadata else msg.EMPTY_METADATA,
         visibility=visibility,
     )
 
 
-def _block_to_pb(b: ContentBlock) -> msg_pb.ContentBlock:
+def _block_to_pb(b: msg.ContentBlock) -> msg_pb.ContentBlock:
     k = b.kind
-    if k is ContentKind.TEXT:
+    if k is msg.ContentKind.TEXT:
         return msg_pb.ContentBlock(text=msg_pb.TextContent(text=b.text))
-    if k is ContentKind.IMAGE:
+    if k is msg.ContentKind.IMAGE:
         return msg_pb.ContentBlock(image=msg_pb.ImageContent(mime_type=b.mime_type, data=b.data))
-    if k is ContentKind.THINKING:
+    if k is msg.ContentKind.THINKING:
         return msg_pb.ContentBlock(
             thinking=msg_pb.ThinkingContent(
                 thinking=b.text, signature=b.signature, redacted=b.redacted
             )
         )
-    if k is ContentKind.PROVIDER:
+    if k is msg.ContentKind.PROVIDER:
         return msg_pb.ContentBlock(
             provider=msg_pb.ProviderContent(family=b.family, json=b.provider_json)
         )
@@ -203,7 +195,7 @@ def _block_to_pb(b: ContentBlock) -> msg_pb.ContentBlock:
     )
 
 
-def message_to_pb(m: Message) -> msg_pb.Message:
+def message_to_pb(m: msg.Message) -> msg_pb.Message:
     out = msg_pb.Message(
         seq=m.seq,
         message_id=m.message_id,
@@ -216,7 +208,7 @@ def message_to_pb(m: Message) -> msg_pb.Message:
         tool_call_id=m.tool_call_id,
         tool_name=m.tool_name,
         is_error=m.is_error,
-        state=int(m.state if m.seq else MessageState.ACTIVE),  # type: ignore[arg-type]
+        state=int(m.state if m.seq else msg.MessageState.ACTIVE),  # type: ignore[arg-type]
         token_count=m.token_count,
         metadata=dict(m.metadata),
     )
@@ -232,7 +224,7 @@ def message_to_pb(m: Message) -> msg_pb.Message:
 # -- model input ----------------------------------------------------------------
 
 
-def encode_message(m: Message) -> bytes:
+def encode_message(m: msg.Message) -> bytes:
     """``m`` as a length-delimited ModelInput.messages field.
 
     Deterministic: metadata entries in key order, not in the order the map was

@@ -11,6 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ctxwarden.api.convert_anchors import preservation_from_pb, preservation_to_pb
 from ctxwarden.api.convert_state import dict_to_struct, struct_to_dict
 from ctxwarden.api.tenancy import outer_id
+from ctxwarden.core.background import MAX_CACHE_LIFETIME_SECONDS
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import ContextPolicy, Session, ToolDefinition, shared_tools
@@ -42,6 +43,7 @@ _POLICY_COUNTS = (
     "clear_tool_results_keep",
     "memory_max_tokens",
     "background_compaction_percent",
+    "cache_lifetime_seconds",
 )
 """ContextPolicy's numeric fields (the same names in the proto and the domain)."""
 
@@ -60,6 +62,13 @@ def policy_from_pb(p: ses_pb.ContextPolicy) -> ContextPolicy:
             "compaction threshold) or 0 (no background compaction)",
             reason=ErrorReason.INVALID_POLICY,
             field="policy.background_compaction_percent",
+        )
+    if p.cache_lifetime_seconds > MAX_CACHE_LIFETIME_SECONDS:
+        raise InvalidArgument(
+            f"policy.cache_lifetime_seconds must be at most {MAX_CACHE_LIFETIME_SECONDS} "
+            "(the provider's prompt cache lifetime, e.g. 300) or 0 (do not wait for it)",
+            reason=ErrorReason.INVALID_POLICY,
+            field="policy.cache_lifetime_seconds",
         )
     # An hf: spec is a file path: os.path raises ValueError on NUL (INTERNAL).
     check_no_nul(p.tokenizer, "policy.tokenizer")

@@ -10,35 +10,13 @@ from google.protobuf import empty_pb2
 from ctxwarden.api.convert_memory import memory_from_pb, memory_to_pb, state_from_pb
 from ctxwarden.api.tenancy import current_tenant
 from ctxwarden.api.unary import unary
-from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.api.update_mask import mask_paths
 from ctxwarden.service.memories import UPDATABLE
 from ctxwarden.v1 import memory_pb2 as mem_pb
 
 if TYPE_CHECKING:
     from ctxwarden.config import Limits
     from ctxwarden.service.manager import SessionManager
-
-
-def _paths(request: mem_pb.UpdateMemoryRequest) -> list[str]:
-    paths = list(request.update_mask.paths)
-    if not paths:
-        raise InvalidArgument(
-            f"update_mask is required: list the fields to change, e.g. [{', '.join(UPDATABLE)}] "
-            "(or '*' for all of them)",
-            reason=ErrorReason.MISSING_FIELD,
-            field="update_mask",
-        )
-    if paths == ["*"]:
-        return list(UPDATABLE)
-    for path in paths:
-        if path not in UPDATABLE:
-            raise InvalidArgument(
-                f"update_mask path {path!r} cannot be updated; allowed: {', '.join(UPDATABLE)}",
-                reason=ErrorReason.INVALID_UPDATE_MASK,
-                field="update_mask",
-            )
-    return paths
 
 
 class MemoryServicer:
@@ -82,7 +60,7 @@ class MemoryServicer:
     async def UpdateMemory(
         self, request: mem_pb.UpdateMemoryRequest, context: Any
     ) -> mem_pb.Memory:
-        paths = _paths(request)
+        paths = mask_paths(request.update_mask, UPDATABLE)
         memory = memory_from_pb(request.memory)
         updated = await self.manager.memories.update(
             memory, paths, request.etag, current_tenant.get()

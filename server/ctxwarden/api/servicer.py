@@ -44,6 +44,7 @@ from ctxwarden.api.responses import (
 from ctxwarden.api.tenancy import current_tenant, inner_id
 from ctxwarden.api.unary import check_decoded, unary
 from ctxwarden.api.unary import idempotency_key as _key
+from ctxwarden.api.update_mask import mask_paths
 from ctxwarden.api.usage_rpcs import UsageRpcs
 from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
@@ -105,23 +106,7 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
 
     @unary
     async def UpdateSession(self, request: pb.UpdateSessionRequest, context: Any) -> ses_pb.Session:
-        paths = list(request.update_mask.paths)
-        if not paths:
-            raise InvalidArgument(
-                "update_mask is required: list the fields to change, e.g. "
-                f"[{', '.join(UPDATABLE)}] (or '*' for all of them)",
-                reason=ErrorReason.MISSING_FIELD,
-                field="update_mask",
-            )
-        if paths == ["*"]:
-            paths = list(UPDATABLE)
-        for path in paths:
-            if path not in UPDATABLE:
-                raise InvalidArgument(
-                    f"update_mask path {path!r} cannot be updated; allowed: {', '.join(UPDATABLE)}",
-                    reason=ErrorReason.INVALID_UPDATE_MASK,
-                    field="update_mask",
-                )
+        paths = mask_paths(request.update_mask, UPDATABLE)
         session = session_from_pb(request.session)
         session = replace(session, session_id=inner_id(session.session_id, "session.session_id"))
         updated = await self.manager.update_session(session, paths, request.etag)

@@ -5,7 +5,7 @@ span are what an agent typically needs later and a summariser typically
 drops: file paths, URLs, identifiers (commit SHAs, tickets and issues, error
 codes, HTTP 4xx/5xx statuses, UUIDs), numbers with units, the user's
 constraints, open tasks and the tool calls made (with their key argument).
-``core.anchor_report`` says where each one survives.
+``core.anchor_search`` says where each one survives.
 
 The extractor is deterministic and purely lexical (regular expressions and a
 few word lists, documented below and in the README's "Loss reports"):
@@ -24,7 +24,7 @@ few word lists, documented below and in the README's "Loss reports"):
   Constraints and open tasks are sentences: one survives where a single
   sentence of the target holds at least ``SENTENCE_COVERAGE`` of its words
   (case, punctuation and word order do not matter) and agrees with it on
-  negation (``core.anchor_report.NEGATIONS``). Tool calls survive where
+  negation (``core.anchor_search.NEGATIONS``). Tool calls survive where
   their key argument (or, without one, their name) appears as a whole token.
 """
 

@@ -1,17 +1,21 @@
-"""What planning an append produces, and the tool-call bookkeeping that tool
-results are checked against."""
+"""Planning an append: what it produces, the planning itself (over a hot
+session, ``core.context.SessionContext``), and the tool-call bookkeeping that
+tool results are checked against."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
-from ctxwarden.core.calibration import Calibration
+from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.errors import FailedPrecondition
-from ctxwarden.core.messages import Message, Role
+from ctxwarden.core.messages import Message, MessageState, Role
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Session
+from ctxwarden.core.session import EffectivePolicy, Session
+from ctxwarden.core.tokens import CountingProfile
 from ctxwarden.core.usage_ledger import ledger_after_messages
+from ctxwarden.core.view import make_entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,4 +110,94 @@ def session_after(
         estimate_ratio=calibration.ratio,
         estimate_samples=calibration.samples,
         usage=ledger_after_messages(session.usage, new, session.model),
+    )
+
+
+class AppendBase(Protocol):
+    """What planning an append reads of the hot session (SessionContext)."""
+
+    @property
+    def session(self) -> Session: ...
+    @property
+    def calibration(self) -> Calibration: ...
+    @property
+    def fixed_tokens(self) -> int: ...
+    @property
+    def message_tokens(self) -> int: ...
+    @property
+    def calls(self) -> Mapping[str, CallState]: ...
+    @property
+    def policy(self) -> EffectivePolicy: ...
+    @property
+    def profile(self) -> CountingProfile: ...
+    def find_duplicate(self, message_id: str) -> Message | None: ...
+    def count(self, message: Message) -> int: ...
+
+
+def planned_append(
+    base: AppendBase,
+    messages: Sequence[Message],
+    now_us: int,
+    ids: Iterator[str],
+    stored_duplicates: Mapping[str, Message],
+) -> AppendPlan:
+    """SessionContext.plan_append: ``messages`` as they will be stored after
+    ``base``'s (new IDs from ``ids``), duplicates as they are stored."""
+    seq = base.session.last_seq
+    calibration = base.calibration
+    fixed = base.fixed_tokens
+    calls = PlanCalls(base.calls)
+    out: list[Message] = []
+    new: list[Message] = []
+    tokens = base.message_tokens
+    for i, incoming in enumerate(messages):
+        dup = base.find_duplicate(incoming.message_id) or stored_duplicates.get(incoming.message_id)
+        if dup is not None:
+            out.append(dup)
+            continue
+        assistant = incoming.role is Role.ASSISTANT and not incoming.history_only
+        if incoming.role is Role.TOOL_RESULT and not incoming.history_only:
+            calls.answer(incoming.tool_call_id, i)
+            if not incoming.tool_name and (call := calls.get(incoming.tool_call_id)):
+                incoming = replace(incoming, tool_name=call.name)
+        seq += 1
+        observed = None
+        if assistant and usable(incoming):
+            assert incoming.usage is not None
+            # The usage measured the context this reply was made from.
+            calibration = calibration.observe(prompt_tokens(incoming.usage), fixed + tokens)
+            observed = (calibration.ratio, calibration.samples)
+        message_id = incoming.message_id or next(ids)
+        message = _admitted(base, incoming, seq, message_id, now_us, observed)
+        if assistant:
+            for block in message.tool_calls:
+                calls.add(block.tool_call_id, seq, block.tool_name)
+        tokens += make_entry(message, base.policy, base.profile).token_count
+        out.append(message)
+        new.append(message)
+    after = session_after(base.session, seq, fixed + tokens, now_us, new, calibration)
+    return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, after, calibration)
+
+
+def _admitted(
+    base: AppendBase,
+    incoming: Message,
+    seq: int,
+    message_id: str,
+    now_us: int,
+    calibration: tuple[float, int] | None,
+) -> Message:
+    """The message as it will be stored: its seq, ID, time, token count and
+    the calibration it changed (None: it changed none)."""
+    # One copy: the count reads only the content and the visibility, which the
+    # copy keeps.
+    return replace(
+        incoming,
+        seq=seq,
+        message_id=message_id,
+        state=MessageState.ACTIVE,
+        create_time_us=now_us,
+        token_count=base.count(incoming),
+        counted_with=base.profile.key,
+        calibration=incoming.calibration if calibration is None else calibration,
     )

@@ -7,14 +7,14 @@ touching the state (so a failed database write leaves nothing behind), and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from ctxwarden.core.append import AppendPlan, CallState, PlanCalls, session_after
-from ctxwarden.core.calibration import Calibration, anchored, prompt_tokens, usable
+from ctxwarden.core.append import AppendPlan, CallState, planned_append
+from ctxwarden.core.calibration import Calibration, anchored
 from ctxwarden.core.clearing import view_entry
-from ctxwarden.core.errors import InvalidArgument
-from ctxwarden.core.messages import Message, MessageState, Role, pack_message
+from ctxwarden.core.context_view import ViewCache
+from ctxwarden.core.messages import Message, Role, pack_message
 from ctxwarden.core.model_input import (
     ModelInputView,
     counting_profile,
@@ -23,8 +23,7 @@ from ctxwarden.core.model_input import (
     tools_text,
 )
 from ctxwarden.core.program_prefix import program_prefix
-from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.rollback import rewind_to, trailing_failed_turn
+from ctxwarden.core.rollback import rolled_back
 from ctxwarden.core.session import Checkpoint, Session, effective_policy
 from ctxwarden.core.summary import trim_summary
 from ctxwarden.core.tokens import Tokenizer, count_text
@@ -32,13 +31,9 @@ from ctxwarden.core.view import (
     SYNTHETIC_RESULT_TEXT,
     Entry,
     View,
-    ViewBuilder,
     ViewEntry,
     base_digest,
-    build_view,
     compact,
-    make_entry,
-    make_stub,
 )
 
 # The service layer imports these from here.
@@ -60,9 +55,6 @@ class SessionContext:
         self.checkpoint = checkpoint
         self.tokenizer = tokenizer
         self._entries: list[Entry] = []
-        # The view so far; valid while _entries is the same list and only grew.
-        self._builder: ViewBuilder | None = None
-        self._builder_source: list[Entry] | None = None
         # message_id -> stored message, built on first use: most clients never
         # send message_ids, and thousands of hot sessions need not pay for it.
         self._by_message_id: dict[str, Message] | None = None
@@ -96,14 +88,8 @@ class SessionContext:
                 self._add(message)
             yield
         self._message_tokens = sum(e.token_count for e in self._entries)
-        if self.policy.keep_tool_results > 0:
-            return  # that view is built whole for every input anyway
-        builder = self._builder = ViewBuilder(self.synthetic_tokens, self._base())
-        self._builder_source = self._entries
-        for start in range(0, len(self._entries), step):
-            for entry in self._entries[start : start + step]:
-                builder.feed(entry)
-            yield
+        if self._views.incremental:  # else that view is built whole for every input anyway
+            yield from self._views.build_steps(self._entries, self._base(), step)
 
     # -- settings ---------------------------------------------------------
 
@@ -126,8 +112,8 @@ class SessionContext:
         self._prefix_hash = prefix_hash(
             self.session, self._summary.text if self._summary is not None else ""
         )
-        self._stubs: dict[int, ViewEntry] = {}
-        self._builder = None  # the summary or the synthetic result may have changed
+        # The summary or the synthetic result may have changed: the view starts anew.
+        self._views = ViewCache(self.synthetic_tokens, self.policy.keep_tool_results, self.profile)
 
     def replace_session(self, session: Session, tokenizer: Tokenizer | None = None) -> None:
         """Install new settings; a new tokenizer or policy re-derives the view entries."""
@@ -152,6 +138,16 @@ class SessionContext:
     @property
     def entries(self) -> Sequence[Entry]:
         return self._entries
+
+    @property
+    def message_tokens(self) -> int:
+        """Tokens of the kept messages as stored (before view repairs)."""
+        return self._message_tokens
+
+    @property
+    def calls(self) -> Mapping[str, CallState]:
+        """The active tool calls by ID, as committed."""
+        return self._calls
 
     @property
     def fixed_tokens(self) -> int:
@@ -204,64 +200,7 @@ class SessionContext:
         (older than the kept history); they are returned as they are.
         """
         ids = iter(new_message_id)
-        seq = self.session.last_seq
-        calibration = self.calibration
-        fixed = self.fixed_tokens
-        calls = PlanCalls(self._calls)
-        out: list[Message] = []
-        new: list[Message] = []
-        tokens = self._message_tokens
-        for i, incoming in enumerate(messages):
-            dup = self.find_duplicate(incoming.message_id) or (stored_duplicates or {}).get(
-                incoming.message_id
-            )
-            if dup is not None:
-                out.append(dup)
-                continue
-            assistant = incoming.role is Role.ASSISTANT and not incoming.history_only
-            if incoming.role is Role.TOOL_RESULT and not incoming.history_only:
-                calls.answer(incoming.tool_call_id, i)
-                if not incoming.tool_name and (call := calls.get(incoming.tool_call_id)):
-                    incoming = replace(incoming, tool_name=call.name)
-            seq += 1
-            observed = None
-            if assistant and usable(incoming):
-                assert incoming.usage is not None
-                # The usage measured the context this reply was made from.
-                calibration = calibration.observe(prompt_tokens(incoming.usage), fixed + tokens)
-                observed = (calibration.ratio, calibration.samples)
-            message = self._admit(incoming, seq, incoming.message_id or next(ids), now_us, observed)
-            if assistant:
-                for block in message.tool_calls:
-                    calls.add(block.tool_call_id, seq, block.tool_name)
-            tokens += make_entry(message, self.policy, self.profile).token_count
-            out.append(message)
-            new.append(message)
-        after = session_after(self.session, seq, fixed + tokens, now_us, new, calibration)
-        return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, after, calibration)
-
-    def _admit(
-        self,
-        incoming: Message,
-        seq: int,
-        message_id: str,
-        now_us: int,
-        calibration: tuple[float, int] | None,
-    ) -> Message:
-        """The message as it will be stored: its seq, ID, time, token count and
-        the calibration it changed (None: it changed none)."""
-        # One copy: the count reads only the content and the visibility, which the
-        # copy keeps.
-        return replace(
-            incoming,
-            seq=seq,
-            message_id=message_id,
-            state=MessageState.ACTIVE,
-            create_time_us=now_us,
-            token_count=self.count(incoming),
-            counted_with=self.profile.key,
-            calibration=incoming.calibration if calibration is None else calibration,
-        )
+        return planned_append(self, messages, now_us, ids, stored_duplicates or {})
 
     def apply_append(self, plan: AppendPlan) -> None:
         """Install a committed append."""
@@ -305,19 +244,7 @@ class SessionContext:
     # -- rollback ---------------------------------------------------------
 
     def plan_rollback(self, to_seq: int | None) -> list[int]:
-        if to_seq is None:
-            return trailing_failed_turn(self.active_messages)
-        if to_seq < 0:
-            raise InvalidArgument(
-                "to_seq must be >= 0", reason=ErrorReason.INVALID_SEQ, field="to_seq"
-            )
-        if to_seq > self.session.last_seq:
-            raise InvalidArgument(
-                f"to_seq {to_seq} is beyond the session's last_seq {self.session.last_seq}",
-                reason=ErrorReason.INVALID_SEQ,
-                field="to_seq",
-            )
-        return rewind_to(self.active_messages, to_seq)
+        return rolled_back(self.active_messages, self.session.last_seq, to_seq)
 
     def crosses_checkpoint(self, to_seq: int | None) -> bool:
         """A rewind to before the checkpoint's first kept seq invalidates it."""
@@ -339,33 +266,12 @@ class SessionContext:
 
     # -- the model input ----------------------------------------------------
 
-    def _stub(self, entry: Entry) -> ViewEntry:
-        seq = entry.message.seq
-        stub = self._stubs.get(seq)
-        if stub is None:
-            stub = self._stubs[seq] = make_stub(entry.original, self.profile)
-        return stub
-
     def view_tokens(self) -> int:
         """Total tokens of the current model input (what compaction shrinks)."""
         return self.model_input().tokens.total_tokens
 
     def _view(self) -> View:
-        """build_view of the entries, resumed from the last call while they only grew."""
-        if self.policy.keep_tool_results > 0:
-            # Stubbing depends on the newest results: any append can change old entries.
-            return build_view(
-                self._entries, self.synthetic_tokens, self.policy.keep_tool_results, self._stub
-            )
-        builder = self._builder
-        # _entries only grows in place; every other change replaces the list or,
-        # for the summary and synthetic results, drops the builder.
-        if builder is None or self._builder_source is not self._entries:
-            builder = self._builder = ViewBuilder(self.synthetic_tokens, self._base())
-            self._builder_source = self._entries
-        for entry in self._entries[builder.fed :]:
-            builder.feed(entry)
-        return builder.view()
+        return self._views.view(self._entries, self._base)
 
     def _base(self) -> int:
         s = self.session  # its creation time tells incarnations of a reused ID apart
@@ -390,10 +296,9 @@ class SessionContext:
         for call_id, call in self._calls.items():
             if not call.answered:
                 fork._calls[call_id] = CallState(call.seq, False, call.name)
-        if self.policy.keep_tool_results <= 0:  # else every view is built anew anyway
+        if self._views.incremental:  # else every view is built anew anyway
             self._view()
-            assert self._builder is not None
-            fork._builder, fork._builder_source = self._builder.rebased(fork._base()), fork._entries
+            fork._views.resume(self._views, fork._entries, fork._base())
         return fork
 
     def model_input(self, max_output_tokens: int = 0) -> ModelInputView:

@@ -137,7 +137,8 @@ class Usage:
     def reasoning_tokens(self) -> int:
         return self._count(5)
 
-    def _fields(self) -> tuple[int, int, int, int, int, int]:
+    def counts(self) -> tuple[int, int, int, int, int, int]:
+        """The six counts, in the constructor's order."""
         return (
             self.input_tokens,
             self.output_tokens,
@@ -156,11 +157,11 @@ class Usage:
         return hash(self._counts)
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(_USAGE_ARGS, self._fields(), strict=True))
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(_USAGE_ARGS, self.counts(), strict=True))
         return f"Usage({shown})"
 
     def __reduce__(self) -> tuple[type[Usage], tuple[int, ...]]:
-        return Usage, self._fields()
+        return Usage, self.counts()
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")

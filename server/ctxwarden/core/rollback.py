@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import Message, Role
+from ctxwarden.core.reasons import ErrorReason
 
 
 def trailing_failed_turn(active: Sequence[Message]) -> list[int]:
@@ -39,6 +41,22 @@ def trailing_failed_turn(active: Sequence[Message]) -> list[int]:
 def rewind_to(active: Sequence[Message], to_seq: int) -> list[int]:
     """Seqs of every active message after ``to_seq``."""
     return [m.seq for m in active if m.seq > to_seq]
+
+
+def rolled_back(active: Sequence[Message], last_seq: int, to_seq: int | None) -> list[int]:
+    """Seqs a RollbackTurn removes: the trailing failed turn (``to_seq`` None),
+    else everything after ``to_seq``; INVALID_SEQ past the session's ``last_seq``."""
+    if to_seq is None:
+        return trailing_failed_turn(active)
+    if to_seq < 0:
+        raise InvalidArgument("to_seq must be >= 0", reason=ErrorReason.INVALID_SEQ, field="to_seq")
+    if to_seq > last_seq:
+        raise InvalidArgument(
+            f"to_seq {to_seq} is beyond the session's last_seq {last_seq}",
+            reason=ErrorReason.INVALID_SEQ,
+            field="to_seq",
+        )
+    return rewind_to(active, to_seq)
 
 
 def last_failure_message(active: Sequence[Message], seqs: Sequence[int]) -> str:

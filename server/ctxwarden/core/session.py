@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxwarden.core.anchor_report import LossReport
@@ -60,6 +60,9 @@ class ContextPolicy:
     clear_tool_results_at_least: int = 0
     clear_tool_results_keep: int = 0
     background_compaction_percent: int = 0
+    cache_lifetime_seconds: int = 0
+    """0: background compaction starts at once; N: it waits for an idle gap of
+    N seconds, the provider's cache lifetime (core.background)."""
     memory_max_tokens: int = 0
     """0: no memory block; N: a block of at most N tokens (core.memory)."""
     memory_write: int = 0
@@ -163,6 +166,24 @@ class Session:
     @property
     def archived(self) -> bool:
         return self.archive_time_us != 0
+
+
+def born(session: Session, session_id: str, last_seq: int, now_us: int, **changes: Any) -> Session:
+    """``session`` as the first incarnation of a new, live session ``session_id``
+    (CreateSession, ForkSession): revision and version 1, no failures, created
+    now, never deleted; ``changes`` set the rest."""
+    return replace(
+        session,
+        session_id=session_id,
+        last_seq=last_seq,
+        revision=1,
+        version=1,
+        consecutive_failures=0,
+        create_time_us=now_us,
+        update_time_us=now_us,
+        delete_time_us=0,
+        **changes,
+    )
 
 
 class CompactionTrigger(enum.IntEnum):

@@ -276,14 +276,7 @@ def _check_tool_call(block: ContentBlock, bfield: str, call_ids: set[str]) -> No
 
 
 def _check_usage(u: Usage, field: str) -> None:
-    values = (
-        u.input_tokens,
-        u.output_tokens,
-        u.cache_read_tokens,
-        u.cache_write_tokens,
-        u.total_tokens,
-        u.reasoning_tokens,
-    )
+    values = u.counts()
     if any(v < 0 for v in values):
         raise InvalidArgument(
             f"{field} has a negative count", reason=ErrorReason.INVALID_USAGE, field=field

@@ -9,6 +9,14 @@ checkpoint (messages appended meanwhile stay kept, a compaction or rollback in
 between makes the plan stale), so the agent's appends and BuildModelInput go on
 while the summariser runs.
 
+With ``cache_lifetime_seconds`` in the policy, a session past the soft
+threshold may instead wait (``core.background.background_moment``): each
+growth notice (an append, a BuildModelInput) marks it active, and one timer per
+waiting session queues it once it has been idle for the cache lifetime (its
+provider cache has expired anyway), unless it grew past the wait limit first
+(then it is queued at once) or no longer needs it (a compaction or a rollback
+came first). Waiting sessions are not ``pending``: ``waiting`` tells them.
+
 One job per session at a time; a failed attempt is retried after a doubling
 backoff up to ``--background-max-attempts``. Shutdown drops queued jobs (they
 changed nothing; the next append queues them again) and gives in-flight ones
@@ -23,7 +31,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ctxwarden.core.background import retry_delay, wants_background_compaction
+from ctxwarden.core.background import (
+    Moment,
+    background_moment,
+    idle_remaining,
+    retry_delay,
+    wants_background_compaction,
+)
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import Aborted, FailedPrecondition, NotFound, Unavailable
 from ctxwarden.core.reasons import ErrorReason
@@ -40,24 +54,29 @@ _RETRY = "retry"
 class BackgroundCompactions:
     """The scheduler: a queue of sessions, a fixed pool of workers, retry timers.
 
-    ``sleep`` waits out a retry's backoff (tests pass one they control)."""
+    ``sleep`` waits out a retry's backoff and an idle timer, ``clock``
+    (seconds; default: the runtime's) tells how long a session has been idle;
+    tests pass ones they control."""
 
     def __init__(
         self,
         rt: SessionRuntime,
         compactor: Compactor,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         s = rt.settings
         self.rt = rt
         self.compactor = compactor
         self.sleep = sleep
+        self.clock: Callable[[], float] = clock or (lambda: rt.clock())
         self.workers = max(0, s.background_compactions)
         self.max_attempts = max(1, s.background_max_attempts)
         self.retry_base = s.background_retry_seconds
         self.retry_max = s.background_retry_max_seconds
         self.metrics = BackgroundRecorder(lambda: rt.metrics.background())
-        self._queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[str, int, bool]] = asyncio.Queue()
+        """(session, attempt, whether to check first that it is still wanted)."""
         self._pending: set[str] = set()
         """Sessions queued, compacting or waiting to retry: one job each."""
         self._idle = asyncio.Event()
@@ -65,6 +84,11 @@ class BackgroundCompactions:
         self._running: dict[str, asyncio.Future[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.Task[None]] = set()
+        self._waiting: dict[str, tuple[float, int]] = {}
+        """Sessions waiting for an idle gap: (last active, cache lifetime)."""
+        self._idle_timers: dict[str, asyncio.Task[None]] = {}
+        self.queued_after_idle = 0
+        """Sessions queued because their cache lifetime passed idle (for tests and benches)."""
         self._started = False
         self._closed = False
 
@@ -91,22 +115,66 @@ class BackgroundCompactions:
     # -- what the use cases call ---------------------------------------------------
 
     def offer(self, ctx: SessionContext) -> bool:
-        """Queue the session if its context passed the soft threshold (cheap when
-        it did not; call with the session's lock held). True: queued now."""
+        """Queue the session if its context passed the soft threshold, or let it
+        wait for an idle gap (cheap when neither; call with the session's lock
+        held). Every call marks the session active. True: queued now."""
         percent = ctx.policy.background_compaction_percent
-        if percent <= 0 or not self.enabled:
-            return False
         sid = ctx.session.session_id
+        if percent <= 0 or not self.enabled:
+            self._stop_waiting(sid)  # the policy was changed meanwhile
+            return False
         if sid in self._pending:
             return False
         after = ctx.checkpoint.tokens_after if ctx.checkpoint else None
-        if not wants_background_compaction(ctx.view_tokens(), ctx.threshold(), percent, after):
+        lifetime = ctx.session.policy.cache_lifetime_seconds
+        moment = background_moment(ctx.view_tokens(), ctx.threshold(), percent, after, lifetime)
+        if moment is Moment.WHEN_IDLE:
+            self._wait_for_idle(sid, lifetime)
             return False
+        self._stop_waiting(sid)
+        if moment is Moment.NOT_YET:
+            return False
+        self._enqueue(sid, 1, recheck=False)
+        return True
+
+    def _enqueue(self, sid: str, attempt: int, *, recheck: bool) -> None:
         self._pending.add(sid)
         self._idle.clear()
-        self._queue.put_nowait((sid, 1))
+        self._queue.put_nowait((sid, attempt, recheck))
         self._levels()
-        return True
+
+    def waiting(self, session_id: str) -> bool:
+        """Whether the session waits for an idle gap of its cache lifetime."""
+        return session_id in self._waiting
+
+    def _wait_for_idle(self, sid: str, lifetime: int) -> None:
+        self._waiting[sid] = (self.clock(), lifetime)
+        if sid not in self._idle_timers:
+            timer = asyncio.create_task(self._when_idle(sid), name=f"cache-idle-{sid}")
+            self._idle_timers[sid] = timer
+
+    def _stop_waiting(self, sid: str) -> None:
+        if self._waiting.pop(sid, None) is not None:
+            timer = self._idle_timers.pop(sid, None)
+            if timer is not None:
+                timer.cancel()
+
+    async def _when_idle(self, sid: str) -> None:
+        """Sleep until the session has been idle for its cache lifetime (each
+        activity moves that moment on), then queue it, checked first."""
+        try:
+            while (entry := self._waiting.get(sid)) is not None:
+                remaining = idle_remaining(entry[0], self.clock(), entry[1])
+                if remaining <= 0:
+                    break
+                await self.sleep(remaining)
+        finally:
+            if self._idle_timers.get(sid) is asyncio.current_task():
+                del self._idle_timers[sid]
+        waited = self._waiting.pop(sid, None) is not None
+        if waited and not self._closed and sid not in self._pending:
+            self.queued_after_idle += 1
+            self._enqueue(sid, 1, recheck=True)
 
     def pending(self, session_id: str) -> bool:
         """Whether a job for the session is queued, running or waiting to retry."""
@@ -135,16 +203,16 @@ class BackgroundCompactions:
 
     async def _work(self) -> None:
         while True:
-            sid, attempt = await self._queue.get()
+            sid, attempt, recheck = await self._queue.get()
             self._levels()
             try:
-                await self._job(sid, attempt)
+                await self._job(sid, attempt, recheck)
             except Exception:  # a worker must outlive any one job
                 log.exception("background compaction of session %s failed", sid)
                 self._done(sid)
 
-    async def _job(self, sid: str, attempt: int) -> None:
-        if attempt > 1 and not await self._still_wanted(sid):
+    async def _job(self, sid: str, attempt: int, recheck: bool) -> None:
+        if (attempt > 1 or recheck) and not await self._still_wanted(sid):
             self.metrics.superseded()
             self._done(sid)
             return
@@ -177,12 +245,12 @@ class BackgroundCompactions:
         if self._closed:
             self._done(sid)
             return
-        self._queue.put_nowait((sid, attempt))
+        self._queue.put_nowait((sid, attempt, True))
         self._levels()
 
     async def _still_wanted(self, sid: str) -> bool:
-        """Before a retry: does the session still need it (another compaction,
-        a rollback or a deletion may have come first)?"""
+        """Before a retry or after an idle wait: does the session still need it
+        (another compaction, a rollback or a deletion may have come first)?"""
         try:
             ctx = await self.rt.context(sid)
         except (NotFound, Unavailable):
@@ -242,17 +310,20 @@ class BackgroundCompactions:
         to ``grace_seconds`` to commit, then cancel them (nothing is lost: a
         cancelled compaction commits nothing)."""
         self._closed = True
-        for timer in list(self._timers):
+        for timer in [*self._timers, *self._idle_timers.values()]:
             timer.cancel()
+        self._waiting.clear()
         while not self._queue.empty():
-            sid, _ = self._queue.get_nowait()
+            sid, _, _ = self._queue.get_nowait()
             self._done(sid)
         running = list(self._running.values())
         if running and grace_seconds > 0:
             await asyncio.wait(running, timeout=grace_seconds)
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._timers, return_exceptions=True)
+        idle_timers = list(self._idle_timers.values())
+        await asyncio.gather(*self._tasks, *self._timers, *idle_timers, return_exceptions=True)
+        self._idle_timers.clear()
         self._tasks = []
         self._pending.clear()
         self._idle.set()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Concatenate, ParamSpec
 
 from ctxwarden.core.anchors import span_anchors
 from ctxwarden.core.compaction.loss import assess, reassess, summarized_span
@@ -18,26 +20,7 @@ NO_EARLIER_HISTORY = "(no earlier history)"
 BIG_CONTEXT = 2000
 """Kept messages past which a checkpoint is built in a worker thread (its loss
 report reads every message of the span)."""
-
-
-async def checkpoint_built(
-    ctx: SessionContext,
-    terms: PlanTerms,
-    summary: str,
-    turn_prefix_summary: str,
-    summarizer: str,
-    trigger: CompactionTrigger,
-    session: Session | None = None,
-) -> Checkpoint:
-    """``build_checkpoint``, off the event loop for a big context (the caller
-    holds the session's lock, so nothing changes ``ctx`` meanwhile)."""
-
-    def build() -> Checkpoint:
-        return build_checkpoint(
-            ctx, terms, summary, turn_prefix_summary, summarizer, trigger, session
-        )
-
-    return await asyncio.to_thread(build) if len(ctx.entries) > BIG_CONTEXT else build()
+P = ParamSpec("P")
 
 
 def build_checkpoint(
@@ -85,6 +68,25 @@ def build_checkpoint(
             checkpoint = reassess(ctx, checkpoint, after_session, span, anchors)
             after = ctx.tokens_with(checkpoint, session)
     return replace(checkpoint, tokens_after=after)
+
+
+def _off_loop_when_big(
+    build: Callable[Concatenate[SessionContext, P], Checkpoint],
+) -> Callable[Concatenate[SessionContext, P], Awaitable[Checkpoint]]:
+    """``build``, off the event loop for a big context (the caller holds the
+    session's lock, so nothing changes ``ctx`` meanwhile)."""
+
+    async def built(ctx: SessionContext, /, *args: P.args, **kwargs: P.kwargs) -> Checkpoint:
+        if len(ctx.entries) > BIG_CONTEXT:
+            return await asyncio.to_thread(build, ctx, *args, **kwargs)
+        return build(ctx, *args, **kwargs)
+
+    return built
+
+
+checkpoint_built = _off_loop_when_big(build_checkpoint)
+"""``build_checkpoint`` for a caller on the event loop (a big context is built
+in a worker thread)."""
 
 
 def _summaries(

@@ -209,6 +209,9 @@ class Compactor:
         key: IdempotencyKey | None,
         trigger: CompactionTrigger = CompactionTrigger.MANUAL,
     ) -> Checkpoint:
+        cleared = await self.clear(session_id, key, trigger)
+        if cleared is not None:
+            return cleared
         summarizer = self.summarizer
         if summarizer is None:
             raise FailedPrecondition(
@@ -239,6 +242,14 @@ class Compactor:
         return await self._commit_final(
             session_id, plan, summary, prefix, summarizer.name, trigger, scope, key, spent
         )
+
+    async def clear(
+        self, session_id: str, key: IdempotencyKey | None, trigger: CompactionTrigger
+    ) -> Checkpoint | None:
+        """Commit a checkpoint that makes a summary unnecessary, when one suffices;
+        None: summarise. This compactor has none (LayeredCompactor clears tool results)."""
+        del session_id, key, trigger
+        return None
 
     async def _commit_final(
         self,

@@ -19,7 +19,7 @@ from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Checkpoint, Session, effective_policy
+from ctxwarden.core.session import Checkpoint, Session, born, effective_policy
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.usage_ledger import EMPTY_LEDGER
 from ctxwarden.core.validation import check_key, check_session_id
@@ -148,17 +148,11 @@ def _fork_point(source: SessionContext, at_seq: int) -> int:
 def _fork_of(base: Session, source: Session, sid: str, at: int) -> Session:
     """The fork's row: ``base`` (the source's settings at the fork point) as a
     new, live session ``sid`` whose history is the source's before ``at``."""
-    now = ids.now_us()
-    return replace(
+    return born(
         base,
-        session_id=sid,
-        last_seq=at - 1,
-        revision=1,
-        version=1,
-        consecutive_failures=0,
-        create_time_us=now,
-        update_time_us=now,
-        delete_time_us=0,
+        sid,
+        at - 1,
+        ids.now_us(),
         archive_time_us=0,  # a new, live session, whatever the source's state
         usage=EMPTY_LEDGER,  # what the source's providers reported stays the source's
         state=source.state,

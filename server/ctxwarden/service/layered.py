@@ -78,19 +78,6 @@ def build_clearing(
 class LayeredCompactor(Compactor):
     """Compact: a clearing when it suffices, else the summarising compaction."""
 
-    async def compact(
-        self,
-        session_id: str,
-        instructions: str,
-        keep_recent_tokens: int,
-        key: IdempotencyKey | None,
-        trigger: CompactionTrigger = CompactionTrigger.MANUAL,
-    ) -> Checkpoint:
-        cleared = await self.clear(session_id, key, trigger)
-        if cleared is not None:
-            return cleared
-        return await super().compact(session_id, instructions, keep_recent_tokens, key, trigger)
-
     async def clear(
         self, session_id: str, key: IdempotencyKey | None, trigger: CompactionTrigger
     ) -> Checkpoint | None:

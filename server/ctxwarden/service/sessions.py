@@ -14,7 +14,7 @@ from ctxwarden.core.errors import (
     InvalidArgument,
 )
 from ctxwarden.core.reasons import ErrorReason
-from ctxwarden.core.session import Session, effective_policy
+from ctxwarden.core.session import Session, born, effective_policy
 from ctxwarden.core.tenancy import scoped_id, tenant_of
 from ctxwarden.core.validation import (
     check_key,
@@ -73,19 +73,7 @@ class Sessions:
         tokenizer = await tokenizer_for(policy.tokenizer)
         now = ids.now_us()
         prior = self.rt.model_calibration.prior(tenant, session.model)
-        fresh = replace(
-            session,
-            estimate_ratio=prior.ratio,
-            estimate_samples=0,
-            session_id=sid,
-            last_seq=0,
-            revision=1,
-            version=1,
-            consecutive_failures=0,
-            create_time_us=now,
-            update_time_us=now,
-            delete_time_us=0,
-        )
+        fresh = born(session, sid, 0, now, estimate_ratio=prior.ratio, estimate_samples=0)
         # Cold start: a session that opts in has its memory block from the first call.
         fresh = replace(fresh, memory=await self.blocks.select(fresh, tokenizer))
         ctx = SessionContext(fresh, None, (), tokenizer)

@@ -195,6 +195,8 @@ def _policy_json(p: ContextPolicy) -> str:
         d["clear_tool_results_keep"] = p.clear_tool_results_keep
     if p.memory_max_tokens:
         d["memory_max_tokens"] = p.memory_max_tokens
+    if p.cache_lifetime_seconds:
+        d["cache_lifetime_seconds"] = p.cache_lifetime_seconds
     if p.memory_write:
         d["memory_write"] = p.memory_write
     if p.preserve_lost_anchors:  # loss reports' re-injection (core.anchor_report)

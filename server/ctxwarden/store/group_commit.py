@@ -3,14 +3,10 @@
 Each append is a compare-and-set of its session row (on the row's ``version``)
 plus INSERTs. Done one by one, every append pays its own round trips and its
 own durable commit (an fsync). Here appends queue up while a commit is in
-flight and the next batch writes them all with a few statements and one commit:
-
-one UPDATE of every session row, ``version`` checked per row (a concurrent
-writer makes it match fewer rows); with a storage quota, one conditional UPDATE
-of the tenant counters; multi-row INSERTs of messages and idempotency records
-(on MySQL sent with the UPDATEs as one script: one round trip); COMMIT. A caller
-is acknowledged only after its batch committed. A batch never waits for
-company: a lone agent pays no extra latency. Writers hold their own connections.
+flight and the next batch writes them all with a few statements and one commit
+(``store.batch_write``). A caller is acknowledged only after its batch
+committed. A batch never waits for company: a lone agent pays no extra latency.
+Writers hold their own connections.
 
 One member can never fail another: when a batch cannot commit as a whole (a
 session moved on, a duplicate key, a quota, a value the database refuses), it
@@ -32,25 +28,20 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ctxwarden.core.session import Session
 from ctxwarden.store.batch_sql import BatchSql
-from ctxwarden.store.errors import (
-    ConcurrentWrite,
-    DuplicateKey,
-    QuotaExceeded,
-    StoreRejected,
-    StoreUnavailable,
-    classify,
-    driver_error_types,
-)
+from ctxwarden.store.batch_write import AppendOp, BatchFailed, BatchWrite
+from ctxwarden.store.errors import StoreUnavailable
 from ctxwarden.store.gate import WriteGate
 from ctxwarden.store.writer import Writer
+
+# AppendOp is defined with the batch's statements (store.batch_write); the
+# repositories import it from here, with the committer they submit it to.
+__all__ = ["MAX_BATCH_APPENDS", "MAX_BATCH_BYTES", "AppendOp", "GroupCommitter"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,29 +49,6 @@ T = TypeVar("T")
 MAX_BATCH_APPENDS = 256
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 """A batch stops growing at this much message content (keeps statements small)."""
-
-
-@dataclass(slots=True)
-class AppendOp:
-    """One caller's append: the new session row values, its rows, its record."""
-
-    session: Session
-    expected_version: int
-    rows: Sequence[dict[str, Any]]
-    """Encoded message rows (store.codec.message_row_values)."""
-    record_values: dict[str, Any] | None
-    added_bytes: int
-    tenant: str
-    future: asyncio.Future[None] | None = field(default=None, repr=False)
-    """Set by GroupCommitter.submit; resolved when the op's batch committed or failed."""
-
-
-class _BatchFailed(Exception):
-    """The batch cannot commit as a whole; ``error`` is what a lone op gets."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class GroupCommitter:
@@ -102,10 +70,10 @@ class GroupCommitter:
         connection is considered lost (0: unbounded)."""
         self.engine = engine
         self._gate = gate or WriteGate(engine)
-        self._sql = BatchSql(engine.dialect, max_stored_bytes)
-        self._errors = driver_error_types(engine.dialect)
+        sql = BatchSql(engine.dialect, max_stored_bytes)
+        self._batch = BatchWrite(engine.dialect, sql, self._timed)
         self._connection_errors: tuple[type[BaseException], ...] = (
-            *self._errors,
+            *self._batch.errors,
             DBAPIError,
             OSError,
             TimeoutError,
@@ -199,11 +167,11 @@ class GroupCommitter:
                         w = await self._connect()
                     async with self._gate.hold():
                         try:
-                            await self._bounded(self._write(w, batch, stage))
-                        except _BatchFailed:
+                            await self._bounded(self._batch.write(w, batch, stage))
+                        except BatchFailed:
                             await w.rollback()  # inside the write turn: frees the lock
                             raise
-                except _BatchFailed as failed:
+                except BatchFailed as failed:
                     assert w is not None
                     if len(batch) > 1:
                         await self._one_by_one(w, batch)  # each caller gets its own outcome
@@ -250,110 +218,6 @@ class GroupCommitter:
         if current is not None and current is not w:
             await current.close()
 
-    async def _write(self, w: Writer, batch: Sequence[AppendOp], stage: list[str]) -> None:
-        """UPDATEs, INSERTs and COMMIT of one batch; ``stage`` says how far it got."""
-        stage[0] = "write"
-        sql = self._sql
-        try:
-            if sql.begin:
-                await self._timed("BEGIN", w.execute(sql.begin, ()))
-            statement, params = sql.update(
-                [(op.session, op.expected_version, op.added_bytes) for op in batch]
-            )
-            rows = [sql.message_row(values) for op in batch for values in op.rows]
-            records = [sql.record_row(op.record_values) for op in batch if op.record_values]
-            if w.mysql:
-                await self._write_mysql(w, batch, (statement, params), rows, records)
-            else:
-                counts = [await self._timed("UPDATE", w.execute(statement, params))]
-                self._check_counts(batch, (), counts, None)
-                added = _tenant_bytes(batch) if sql.quota_enabled else []
-                if added:
-                    counts.append(await self._timed("UPDATE", w.execute(*sql.quota(added))))
-                    self._check_counts(batch, added, counts, None)
-                if rows:
-                    await self._timed("INSERT", w.insert_many(sql.messages, rows))
-                if records:
-                    await self._timed("INSERT", w.insert_many(sql.records, records))
-        except self._errors as exc:
-            kind = classify(exc, self.engine.dialect)
-            if kind == "lost":
-                raise
-            if kind == "duplicate":
-                raise _BatchFailed(DuplicateKey(str(exc))) from exc
-            if kind == "rejected":
-                raise _BatchFailed(StoreRejected(str(exc))) from exc
-            if kind == "conflict":
-                raise _BatchFailed(
-                    ConcurrentWrite(f"the database aborted the batch: {exc}")
-                ) from exc
-            raise _BatchFailed(StoreUnavailable(f"the database refused the write: {exc}")) from exc
-        stage[0] = "commit"
-        try:
-            await self._timed("COMMIT", w.commit())
-        except self._errors as exc:
-            if classify(exc, self.engine.dialect) != "conflict":
-                raise  # lost during COMMIT: the outcome is unknown
-            # A multi-primary cluster certifies a transaction at COMMIT: Galera answers
-            # 1213, Group Replication 3101 when a write committed first on another node
-            # touched the same rows. The transaction is rolled back, nothing was written.
-            raise _BatchFailed(
-                ConcurrentWrite(f"the cluster rolled back the batch at commit: {exc}")
-            ) from exc
-
-    async def _write_mysql(
-        self,
-        w: Writer,
-        batch: Sequence[AppendOp],
-        update: tuple[str, Sequence[Any]],
-        rows: Sequence[Sequence[Any]],
-        records: Sequence[Sequence[Any]],
-    ) -> None:
-        """The batch's UPDATEs and its first INSERT in one round trip (a batch that
-        fits in one statement budget: all of it), then COMMIT: two round trips per
-        batch, as a bare INSERT + COMMIT. Nothing is committed before the counts
-        are checked, so a failed compare-and-set rolls the INSERT back with it."""
-        head = [w.inline(*update)]
-        added = _tenant_bytes(batch) if self._sql.quota_enabled else []
-        if added:
-            head.append(w.inline(*self._sql.quota(added)))
-        inserts = w.insert_statements(self._sql.messages, rows)
-        inserts += w.insert_statements(self._sql.records, records)
-        size = sum(len(x) for x in head)
-        while inserts and size + len(inserts[0]) <= w.budget:
-            size += len(inserts[0])
-            head.append(inserts.pop(0))
-        counts: list[int] = []
-        # Observed as the last kind of statement it carries (an INSERT as a rule).
-        kind = "INSERT" if len(head) > 1 + bool(added) else "UPDATE"
-        try:
-            await self._timed(kind, w.execute_script(head, counts))
-        except self._errors as exc:
-            # A lost compare-and-set or quota explains a later statement's error (another
-            # writer's rows: a duplicate key) better than that error does; a lost
-            # connection is still a lost connection (the writer reconnects).
-            if classify(exc, self.engine.dialect) != "lost":
-                self._check_counts(batch, added, counts, exc)
-            raise
-        self._check_counts(batch, added, counts, None)
-        for statement in inserts:
-            await self._timed("INSERT", w.execute_script([statement], []))
-
-    def _check_counts(
-        self,
-        batch: Sequence[AppendOp],
-        added: Sequence[tuple[str, int]],
-        counts: Sequence[int],
-        cause: BaseException | None,
-    ) -> None:
-        """Raise for a lost compare-and-set (counts[0]) or quota (counts[1]), as far as
-        the counts were read (both write paths check the same way)."""
-        if counts and counts[0] != len(batch):
-            raise _BatchFailed(ConcurrentWrite(batch[0].session.session_id)) from cause
-        if added and len(counts) > 1 and counts[1] != len(added):
-            limit = self._sql.max_stored_bytes
-            raise _BatchFailed(QuotaExceeded("stored_bytes", -1, limit)) from cause
-
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
         start = time.perf_counter()
         ok = False
@@ -363,14 +227,6 @@ class GroupCommitter:
             return value
         finally:
             self._observe(operation, time.perf_counter() - start, ok)
-
-
-def _tenant_bytes(batch: Sequence[AppendOp]) -> list[tuple[str, int]]:
-    """The bytes the batch adds per tenant, by tenant."""
-    added: dict[str, int] = {}
-    for op in batch:
-        added[op.tenant] = added.get(op.tenant, 0) + op.added_bytes
-    return sorted(added.items())
 
 
 def _no_observer(operation: str, seconds: float, ok: bool) -> None:

@@ -18,17 +18,7 @@ from typing import Any
 
 import msgpack
 
-from ctxwarden.core.messages import (
-    EMPTY_METADATA,
-    ContentBlock,
-    ContentKind,
-    Message,
-    MessageState,
-    Role,
-    StopReason,
-    Usage,
-    Visibility,
-)
+from ctxwarden.core import messages as msg
 from ctxwarden.core.tenancy import tenant_of, visible_id
 from ctxwarden.store.codec import message_from_row, message_row_values
 
@@ -243,16 +233,20 @@ def checkpoint_row(record: Mapping[str, Any], key: str, compaction_id: str) -> d
 
 # -- messages ----------------------------------------------------------------
 
-ROLES = {Role.USER: "user", Role.ASSISTANT: "assistant", Role.TOOL_RESULT: "tool_result"}
-STATES = {MessageState.ACTIVE: "active", MessageState.ROLLED_BACK: "rolled_back"}
-VISIBILITIES = {Visibility.MODEL: "model", Visibility.HISTORY_ONLY: "history_only"}
+ROLES = {
+    msg.Role.USER: "user",
+    msg.Role.ASSISTANT: "assistant",
+    msg.Role.TOOL_RESULT: "tool_result",
+}
+STATES = {msg.MessageState.ACTIVE: "active", msg.MessageState.ROLLED_BACK: "rolled_back"}
+VISIBILITIES = {msg.Visibility.MODEL: "model", msg.Visibility.HISTORY_ONLY: "history_only"}
 STOP_REASONS = {
-    StopReason.UNSPECIFIED: "",
-    StopReason.STOP: "stop",
-    StopReason.LENGTH: "length",
-    StopReason.TOOL_USE: "tool_use",
-    StopReason.ERROR: "error",
-    StopReason.ABORTED: "aborted",
+    msg.StopReason.UNSPECIFIED: "",
+    msg.StopReason.STOP: "stop",
+    msg.StopReason.LENGTH: "length",
+    msg.StopReason.TOOL_USE: "tool_use",
+    msg.StopReason.ERROR: "error",
+    msg.StopReason.ABORTED: "aborted",
 }
 
 
@@ -264,19 +258,19 @@ _ROLE_OF, _STATE_OF = _inverse(ROLES), _inverse(STATES)
 _VISIBILITY_OF, _STOP_OF = _inverse(VISIBILITIES), _inverse(STOP_REASONS)
 
 
-def block_record(b: ContentBlock) -> Record:
-    if b.kind is ContentKind.TEXT:
+def block_record(b: msg.ContentBlock) -> Record:
+    if b.kind is msg.ContentKind.TEXT:
         return {"type": "text", "text": b.text}
-    if b.kind is ContentKind.IMAGE:
+    if b.kind is msg.ContentKind.IMAGE:
         return {"type": "image", "mime_type": b.mime_type, "data": _b64(b.data)}
-    if b.kind is ContentKind.THINKING:
+    if b.kind is msg.ContentKind.THINKING:
         return {
             "type": "thinking",
             "thinking": b.text,
             "signature": b.signature,
             "redacted": b.redacted,
         }
-    if b.kind is ContentKind.PROVIDER:
+    if b.kind is msg.ContentKind.PROVIDER:
         return {"type": "provider", "family": b.family, "json": b.provider_json}
     return {
         "type": "tool_call",
@@ -286,30 +280,32 @@ def block_record(b: ContentBlock) -> Record:
     }
 
 
-def block_from_record(r: Mapping[str, Any]) -> ContentBlock:
+def block_from_record(r: Mapping[str, Any]) -> msg.ContentBlock:
     kind = r["type"]
     if kind == "text":
-        return ContentBlock.of_text(r["text"])
+        return msg.ContentBlock.of_text(r["text"])
     if kind == "image":
-        return ContentBlock(ContentKind.IMAGE, mime_type=r["mime_type"], data=_unb64(r["data"]))
+        return msg.ContentBlock(
+            msg.ContentKind.IMAGE, mime_type=r["mime_type"], data=_unb64(r["data"])
+        )
     if kind == "thinking":
-        return ContentBlock(
-            ContentKind.THINKING,
+        return msg.ContentBlock(
+            msg.ContentKind.THINKING,
             text=r["thinking"],
             signature=r["signature"],
             redacted=r["redacted"],
         )
     if kind == "provider":
-        return ContentBlock.of_provider(r["family"], r["json"])
+        return msg.ContentBlock.of_provider(r["family"], r["json"])
     if kind == "tool_call":
-        return ContentBlock.of_tool_call(r["id"], r["name"], r["arguments_json"])
+        return msg.ContentBlock.of_tool_call(r["id"], r["name"], r["arguments_json"])
     raise ValueError(f"unknown content block type {kind!r}")
 
 
 _USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
-def usage_record(u: Usage) -> Record:
+def usage_record(u: msg.Usage) -> Record:
     """A usage as a record; ``reasoning_tokens`` only when reported (format 2
     files written before it was counted read back the same)."""
     out: Record = {**{k: getattr(u, k) for k in _USAGE}, "total_tokens": u.total_tokens}
@@ -318,8 +314,8 @@ def usage_record(u: Usage) -> Record:
     return out
 
 
-def usage_of(u: Mapping[str, Any]) -> Usage:
-    return Usage(
+def usage_of(u: Mapping[str, Any]) -> msg.Usage:
+    return msg.Usage(
         int(u["input_tokens"]),
         int(u["output_tokens"]),
         int(u["cache_read_tokens"]),
@@ -329,7 +325,7 @@ def usage_of(u: Mapping[str, Any]) -> Usage:
     )
 
 
-def message_record_of(m: Message, rolled_back_at_seq: int = 0) -> Record:
+def message_record_of(m: msg.Message, rolled_back_at_seq: int = 0) -> Record:
     """The record of a message (the domain value plus the row's rollback seq)."""
     u = m.usage
     return {
@@ -361,11 +357,11 @@ def message_record(row: Any) -> Record:
     return message_record_of(message_from_row(row), int(row.rolled_back_at_seq))
 
 
-def message_of(r: Mapping[str, Any]) -> Message:
+def message_of(r: Mapping[str, Any]) -> msg.Message:
     """The domain message of a record."""
     u = r.get("usage")
     calib = r.get("calibration")
-    return Message(
+    return msg.Message(
         role=_ROLE_OF[r["role"]],
         content=tuple(block_from_record(b) for b in r["content"]),
         seq=int(r["seq"]),
@@ -382,7 +378,7 @@ def message_of(r: Mapping[str, Any]) -> Message:
         token_count=int(r.get("token_count", 0)),
         counted_with=r.get("counted_with", ""),
         create_time_us=int(r["create_time_us"]),
-        metadata=r.get("metadata") or EMPTY_METADATA,
+        metadata=r.get("metadata") or msg.EMPTY_METADATA,
         calibration=None if calib is None else (float(calib[0]), int(calib[1])),
         visibility=_VISIBILITY_OF[r.get("visibility", "model")],
     )

@@ -160,6 +160,7 @@ class ContextPolicy(_message.Message):
     MEMORY_WRITE_FIELD_NUMBER: _builtins.int
     BACKGROUND_COMPACTION_PERCENT_FIELD_NUMBER: _builtins.int
     PRESERVE_LOST_ANCHORS_FIELD_NUMBER: _builtins.int
+    CACHE_LIFETIME_SECONDS_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """Model context window in tokens. Default: the model's window from the
     built-in model table (128000 for an unknown model).
@@ -211,6 +212,19 @@ class ContextPolicy(_message.Message):
     background, so BuildModelInput does not wait for the summariser unless the
     hard threshold is crossed too. 0 (the default) turns background compaction off.
     """
+    cache_lifetime_seconds: _builtins.int
+    """Cache-aware background compaction: the provider's prompt cache lifetime
+    in seconds (Anthropic: 300; OpenAI: about 300-600), at most 86400. A
+    compaction rewrites the start of the input, so the next call misses the
+    cache; after an idle gap this long the cache has expired anyway. With
+    background_compaction_percent set, a session past the soft threshold is
+    then not compacted at once but once it has been idle (no append, no
+    BuildModelInput) this long, or as soon as its context is halfway from the
+    soft threshold to the compaction threshold, so the agent still rarely
+    waits for a summariser. Idle time is measured by the server process that
+    served the session's last request. 0 (the default): compact at once past
+    the soft threshold.
+    """
     @_builtins.property
     def preserve_lost_anchors(self) -> Global___AnchorPreservation:
         """Put the anchors of these categories that a compaction's summary lost back
@@ -234,10 +248,11 @@ class ContextPolicy(_message.Message):
         memory_write: Global___MemoryWriteMode.ValueType = ...,
         background_compaction_percent: _builtins.int = ...,
         preserve_lost_anchors: Global___AnchorPreservation | None = ...,
+        cache_lifetime_seconds: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["preserve_lost_anchors", b"preserve_lost_anchors"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "preserve_lost_anchors", b"preserve_lost_anchors", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["background_compaction_percent", b"background_compaction_percent", "cache_lifetime_seconds", b"cache_lifetime_seconds", "clear_tool_results_at_least", b"clear_tool_results_at_least", "clear_tool_results_keep", b"clear_tool_results_keep", "context_window", b"context_window", "keep_recent_tokens", b"keep_recent_tokens", "keep_tool_results", b"keep_tool_results", "memory_max_tokens", b"memory_max_tokens", "memory_write", b"memory_write", "preserve_lost_anchors", b"preserve_lost_anchors", "reserve_tokens", b"reserve_tokens", "tokenizer", b"tokenizer", "tool_output_max_bytes", b"tool_output_max_bytes", "tool_output_max_lines", b"tool_output_max_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,19 +4,16 @@ Revision ID: 0001
 Revises:
 """
 
-from typing import Any
-
 import sqlalchemy as sa
 from alembic import op
 
+from ctxwarden.store.migrations.common import MYSQL
 from ctxwarden.store.models import ascii_id, long_blob, long_text, text_col
 
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
-
-MYSQL: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
 
 
 def upgrade() -> None:

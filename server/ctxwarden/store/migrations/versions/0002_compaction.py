@@ -4,19 +4,16 @@ Revision ID: 0002
 Revises: 0001
 """
 
-from typing import Any
-
 import sqlalchemy as sa
 from alembic import op
 
+from ctxwarden.store.migrations.common import MYSQL
 from ctxwarden.store.models import ascii_id, long_text
 
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
-
-MYSQL: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
 
 
 def upgrade() -> None:

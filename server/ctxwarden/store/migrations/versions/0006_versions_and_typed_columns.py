@@ -16,11 +16,11 @@ Revises: 0005
 """
 
 import json
-from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
+from ctxwarden.store.migrations.common import MYSQL
 from ctxwarden.store.models import ascii_id, long_blob, long_text
 
 revision = "0006"
@@ -28,7 +28,6 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB"}
 BATCH = 2000
 
 

@@ -11,11 +11,10 @@ Revision ID: 0007
 Revises: 0006
 """
 
-from typing import Any
-
 import sqlalchemy as sa
 from alembic import op
 
+from ctxwarden.store.migrations.common import MYSQL
 from ctxwarden.store.models import ascii_id, long_text, text_col
 
 revision = "0007"
@@ -23,7 +22,6 @@ down_revision = "0006"
 branch_labels = None
 depends_on = None
 
-MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB"}
 TABLES = (
     "sessions",
     "messages",

@@ -8,19 +8,16 @@ Revision ID: 0010
 Revises: 0007
 """
 
-from typing import Any
-
 import sqlalchemy as sa
 from alembic import op
 
+from ctxwarden.store.migrations.common import MYSQL
 from ctxwarden.store.models import SESSION_KEY_LENGTH, ascii_id, long_text, text_col
 
 revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
-
-MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB"}
 
 
 def upgrade() -> None:

@@ -9,19 +9,16 @@ Revision ID: 0011
 Revises: 0010
 """
 
-from typing import Any
-
 import sqlalchemy as sa
 from alembic import op
 
+from ctxwarden.store.migrations.common import MYSQL
 from ctxwarden.store.models import SESSION_KEY_LENGTH, ascii_id, long_text
 
 revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None
-
-MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB"}
 
 
 def upgrade() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from ctxwarden.store.migrations.common import MYSQL
 from ctxwarden.store.models import SESSION_KEY_LENGTH, ascii_id, long_text
 
 revision = "0014"
@@ -28,7 +29,6 @@ down_revision = "0013"
 branch_labels = None
 depends_on = None
 
-MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB"}
 BATCH = 500
 """Sessions read per backfill batch."""
 

@@ -1,0 +1,185 @@
+"""One batch of appends written in one transaction, on a writer's connection.
+
+One UPDATE of every session row, ``version`` checked per row (a concurrent
+writer makes it match fewer rows); with a storage quota, one conditional UPDATE
+of the tenant counters; multi-row INSERTs of messages and idempotency records
+(on MySQL sent with the UPDATEs as one script: one round trip); COMMIT. What
+keeps the batch from committing as a whole is raised as ``BatchFailed``, with
+the error a lone append gets; a lost connection is raised as it is
+(``store.group_commit`` decides what the callers get).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy.engine import Dialect
+
+from ctxwarden.core.session import Session
+from ctxwarden.store.batch_sql import BatchSql
+from ctxwarden.store.errors import (
+    ConcurrentWrite,
+    DuplicateKey,
+    QuotaExceeded,
+    StoreRejected,
+    StoreUnavailable,
+    classify,
+    driver_error_types,
+)
+from ctxwarden.store.writer import Writer
+
+T = TypeVar("T")
+
+
+class Timed(Protocol):
+    """Runs one statement (or COMMIT) and observes how long it took."""
+
+    def __call__(self, operation: str, call: Awaitable[T]) -> Awaitable[T]: ...
+
+
+@dataclass(slots=True)
+class AppendOp:
+    """One caller's append: the new session row values, its rows, its record."""
+
+    session: Session
+    expected_version: int
+    rows: Sequence[dict[str, Any]]
+    """Encoded message rows (store.codec.message_row_values)."""
+    record_values: dict[str, Any] | None
+    added_bytes: int
+    tenant: str
+    future: asyncio.Future[None] | None = field(default=None, repr=False)
+    """Set by GroupCommitter.submit; resolved when the op's batch committed or failed."""
+
+
+class BatchFailed(Exception):
+    """The batch cannot commit as a whole; ``error`` is what a lone op gets."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class BatchWrite:
+    """The statements of a batch and what their errors mean for it."""
+
+    def __init__(self, dialect: Dialect, sql: BatchSql, timed: Timed) -> None:
+        self.dialect = dialect
+        self.sql = sql
+        self.errors = driver_error_types(dialect)
+        self._timed = timed
+
+    async def write(self, w: Writer, batch: Sequence[AppendOp], stage: list[str]) -> None:
+        """UPDATEs, INSERTs and COMMIT of one batch; ``stage`` says how far it got."""
+        stage[0] = "write"
+        sql = self.sql
+        try:
+            if sql.begin:
+                await self._timed("BEGIN", w.execute(sql.begin, ()))
+            statement, params = sql.update(
+                [(op.session, op.expected_version, op.added_bytes) for op in batch]
+            )
+            rows = [sql.message_row(values) for op in batch for values in op.rows]
+            records = [sql.record_row(op.record_values) for op in batch if op.record_values]
+            if w.mysql:
+                await self._write_mysql(w, batch, (statement, params), rows, records)
+            else:
+                counts = [await self._timed("UPDATE", w.execute(statement, params))]
+                self._check_counts(batch, (), counts, None)
+                added = _tenant_bytes(batch) if sql.quota_enabled else []
+                if added:
+                    counts.append(await self._timed("UPDATE", w.execute(*sql.quota(added))))
+                    self._check_counts(batch, added, counts, None)
+                if rows:
+                    await self._timed("INSERT", w.insert_many(sql.messages, rows))
+                if records:
+                    await self._timed("INSERT", w.insert_many(sql.records, records))
+        except self.errors as exc:
+            kind = classify(exc, self.dialect)
+            if kind == "lost":
+                raise
+            if kind == "duplicate":
+                raise BatchFailed(DuplicateKey(str(exc))) from exc
+            if kind == "rejected":
+                raise BatchFailed(StoreRejected(str(exc))) from exc
+            if kind == "conflict":
+                raise BatchFailed(
+                    ConcurrentWrite(f"the database aborted the batch: {exc}")
+                ) from exc
+            raise BatchFailed(StoreUnavailable(f"the database refused the write: {exc}")) from exc
+        stage[0] = "commit"
+        try:
+            await self._timed("COMMIT", w.commit())
+        except self.errors as exc:
+            if classify(exc, self.dialect) != "conflict":
+                raise  # lost during COMMIT: the outcome is unknown
+            # A multi-primary cluster certifies a transaction at COMMIT: Galera answers
+            # 1213, Group Replication 3101 when a write committed first on another node
+            # touched the same rows. The transaction is rolled back, nothing was written.
+            raise BatchFailed(
+                ConcurrentWrite(f"the cluster rolled back the batch at commit: {exc}")
+            ) from exc
+
+    async def _write_mysql(
+        self,
+        w: Writer,
+        batch: Sequence[AppendOp],
+        update: tuple[str, Sequence[Any]],
+        rows: Sequence[Sequence[Any]],
+        records: Sequence[Sequence[Any]],
+    ) -> None:
+        """The batch's UPDATEs and its first INSERT in one round trip (a batch that
+        fits in one statement budget: all of it), then COMMIT: two round trips per
+        batch, as a bare INSERT + COMMIT. Nothing is committed before the counts
+        are checked, so a failed compare-and-set rolls the INSERT back with it."""
+        head = [w.inline(*update)]
+        added = _tenant_bytes(batch) if self.sql.quota_enabled else []
+        if added:
+            head.append(w.inline(*self.sql.quota(added)))
+        inserts = w.insert_statements(self.sql.messages, rows)
+        inserts += w.insert_statements(self.sql.records, records)
+        size = sum(len(x) for x in head)
+        while inserts and size + len(inserts[0]) <= w.budget:
+            size += len(inserts[0])
+            head.append(inserts.pop(0))
+        counts: list[int] = []
+        # Observed as the last kind of statement it carries (an INSERT as a rule).
+        kind = "INSERT" if len(head) > 1 + bool(added) else "UPDATE"
+        try:
+            await self._timed(kind, w.execute_script(head, counts))
+        except self.errors as exc:
+            # A lost compare-and-set or quota explains a later statement's error (another
+            # writer's rows: a duplicate key) better than that error does; a lost
+            # connection is still a lost connection (the writer reconnects).
+            if classify(exc, self.dialect) != "lost":
+                self._check_counts(batch, added, counts, exc)
+            raise
+        self._check_counts(batch, added, counts, None)
+        for statement in inserts:
+            await self._timed("INSERT", w.execute_script([statement], []))
+
+    def _check_counts(
+        self,
+        batch: Sequence[AppendOp],
+        added: Sequence[tuple[str, int]],
+        counts: Sequence[int],
+        cause: BaseException | None,
+    ) -> None:
+        """Raise for a lost compare-and-set (counts[0]) or quota (counts[1]), as far as
+        the counts were read (both write paths check the same way)."""
+        if counts and counts[0] != len(batch):
+            raise BatchFailed(ConcurrentWrite(batch[0].session.session_id)) from cause
+        if added and len(counts) > 1 and counts[1] != len(added):
+            limit = self.sql.max_stored_bytes
+            raise BatchFailed(QuotaExceeded("stored_bytes", -1, limit)) from cause
+
+
+def _tenant_bytes(batch: Sequence[AppendOp]) -> list[tuple[str, int]]:
+    """The bytes the batch adds per tenant, by tenant."""
+    added: dict[str, int] = {}
+    for op in batch:
+        added[op.tenant] = added.get(op.tenant, 0) + op.added_bytes
+    return sorted(added.items())
