@@ -16,11 +16,16 @@ from typing import TYPE_CHECKING, cast
 import grpc
 from bench.cache_schedule import ManualTime
 from google.protobuf import field_mask_pb2
+from prometheus_client import CollectorRegistry
 
 from ctxwarden.app.server import build_manager
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.extractive import ExtractiveSummarizer
 from ctxwarden.core.session import CompactionTrigger, ContextPolicy
+from ctxwarden.observability.background_metrics import (
+    BackgroundCompactionMetrics,
+    BackgroundRecorder,
+)
 from ctxwarden.service.manager import SessionManager
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses
@@ -109,11 +114,14 @@ async def test_a_busy_session_waits_and_is_compacted_once_idle_for_the_lifetime(
 ) -> None:
     async with scheduler(backend_url) as (m, clock), api_server(m) as sync_typed:
         stub = cast("ContextServiceAsyncStub", sync_typed)  # an aio stub at run time
+        metrics = BackgroundCompactionMetrics(CollectorRegistry())
+        m.background.metrics = BackgroundRecorder(lambda: metrics)
         sid = await new_session(m, policy=AWARE)
         tokens = 0
         while not m.background.waiting(sid):
             tokens = await turn(m, clock, sid, 20)
         assert 1500 < tokens < 2250 and not m.background.pending(sid)
+        assert metrics.waiting_for_idle._value.get() == 1
         # Busy: a turn every 100 s for 400 s, longer than the lifetime in all,
         # but never idle that long; inputs are built meanwhile (auto_compact too).
         for _ in range(4):
@@ -131,6 +139,7 @@ async def test_a_busy_session_waits_and_is_compacted_once_idle_for_the_lifetime(
         await m.background.idle()
         assert await triggers(m, sid) == [CompactionTrigger.BACKGROUND]
         assert not m.background.waiting(sid) and m.background.queued_after_idle == 1
+        assert metrics.after_idle._value.get() == 1 and metrics.waiting_for_idle._value.get() == 0
         # The next input shows the compaction the idle gap made free.
         view = await stub.BuildModelInput(
             pb.BuildModelInputRequest(session_id=sid, report_cache_prefix=True)

@@ -51,6 +51,18 @@ class BackgroundCompactionMetrics:
             "out their backoff not included)",
             registry=r,
         )
+        self.waiting_for_idle = Gauge(
+            "ctxwarden_background_compactions_waiting_for_idle",
+            "Sessions past the soft threshold waiting for an idle gap as long as their "
+            "policy's cache_lifetime_seconds before they are compacted",
+            registry=r,
+        )
+        self.after_idle = Counter(
+            "ctxwarden_background_compactions_after_idle",
+            "Background compactions queued because the session was idle for its cache "
+            "lifetime (the provider's prompt cache had expired anyway)",
+            registry=r,
+        )
         self.duration = Histogram(
             "ctxwarden_background_compaction_duration_seconds",
             "Time of each background compaction attempt (summariser and commit), by result",
@@ -100,8 +112,14 @@ class BackgroundRecorder:
         if m is not None:
             m.superseded.inc()
 
-    def levels(self, in_flight: int, queued: int) -> None:
+    def levels(self, in_flight: int, queued: int, waiting: int) -> None:
         m = self._target()
         if m is not None:
             m.in_flight.set(in_flight)
             m.queued.set(queued)
+            m.waiting_for_idle.set(waiting)
+
+    def after_idle(self) -> None:
+        m = self._target()
+        if m is not None:
+            m.after_idle.inc()

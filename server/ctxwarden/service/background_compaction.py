@@ -152,12 +152,14 @@ class BackgroundCompactions:
         if sid not in self._idle_timers:
             timer = asyncio.create_task(self._when_idle(sid), name=f"cache-idle-{sid}")
             self._idle_timers[sid] = timer
+            self._levels()
 
     def _stop_waiting(self, sid: str) -> None:
         if self._waiting.pop(sid, None) is not None:
             timer = self._idle_timers.pop(sid, None)
             if timer is not None:
                 timer.cancel()
+            self._levels()
 
     async def _when_idle(self, sid: str) -> None:
         """Sleep until the session has been idle for its cache lifetime (each
@@ -174,7 +176,10 @@ class BackgroundCompactions:
         waited = self._waiting.pop(sid, None) is not None
         if waited and not self._closed and sid not in self._pending:
             self.queued_after_idle += 1
-            self._enqueue(sid, 1, recheck=True)
+            self.metrics.after_idle()
+            self._enqueue(sid, 1, recheck=True)  # updates the levels
+        elif waited:
+            self._levels()
 
     def pending(self, session_id: str) -> bool:
         """Whether a job for the session is queued, running or waiting to retry."""
@@ -301,7 +306,7 @@ class BackgroundCompactions:
         return "succeeded"
 
     def _levels(self) -> None:
-        self.metrics.levels(len(self._running), self._queue.qsize())
+        self.metrics.levels(len(self._running), self._queue.qsize(), len(self._waiting))
 
     # -- shutdown ----------------------------------------------------------------------
 
