@@ -23,6 +23,10 @@ TESTED_FILES = {
     "client/ts/examples/agent-loop.ts": "client/ts/test/agent-loop.test.ts",
     "client/ts/examples/openai-agents.ts": "client/ts/test/adapter-examples.test.ts",
     "client/ts/examples/ai-sdk.ts": "client/ts/test/adapter-examples.test.ts",
+    "client/ts/examples/message-stream.ts": "client/ts/test/message-stream-example.test.ts",
+    "client/ts/compat/agents-core-0.20/example.ts": (
+        "client/ts/compat/agents-core-0.20/example.test.ts"
+    ),
     "client/java/ctxwarden-client/src/test/java/dev/ctxwarden/examples/Quickstart.java": (
         "client/java/ctxwarden-client/src/test/java/dev/ctxwarden/examples/ReadmeTest.java"
     ),
@@ -42,13 +46,6 @@ OTHER_PYTHON = {
     "# docs example: usage ledger": "tests/docs/test_programs.py",
 }
 """First lines of the Python blocks that tests/test_readme.py does not name, and their tests."""
-
-
-NOT_YET_RUN = {
-    "docs/guides/typescript-compaction.md": "its TypeScript samples are not yet files a test runs",
-}
-"""Pages whose program samples no test runs yet, with the reason: the gap stays visible here
-until the page includes tested files (a ``--8<--`` line) and its entry is removed."""
 
 
 def _flat(code: str) -> str:
@@ -77,8 +74,6 @@ def test_every_python_block_is_run() -> None:
     for name in _blocks():
         assert f'_blocks()["{name}"]' in readme_tests or f'blocks["{name}"]' in readme_tests
     for block in blocks("python"):
-        if str(block.page.relative_to(ROOT)) in NOT_YET_RUN:
-            continue
         first = block.code.splitlines()[0].split(" (")[0]
         if block.code in named:
             continue
@@ -92,8 +87,6 @@ def test_every_go_ts_and_java_block_is_a_tested_program() -> None:
         for block in blocks(lang):
             seen += 1
             where = f"{block.page.relative_to(ROOT)}: a {lang} block"
-            if str(block.page.relative_to(ROOT)) in NOT_YET_RUN:
-                continue
             if block.included is not None:
                 assert block.included in TESTED_FILES, f"{where} includes an untested file"
                 continue
@@ -111,11 +104,6 @@ def test_go_quickstart_run_from_the_go_readme_is_the_file() -> None:
     marker = "<!-- program: example/quickstart/main.go -->\n```go\n"
     shown = readme.split(marker, 1)[1].split("```", 1)[0]
     assert shown == (ROOT / "client/go/example/quickstart/main.go").read_text()
-
-
-def test_pages_not_yet_run_exist() -> None:
-    for page in NOT_YET_RUN:
-        assert (ROOT / page).is_file(), f"{page} is gone: remove it from NOT_YET_RUN"
 
 
 def test_snippet_lines_name_existing_files() -> None:
