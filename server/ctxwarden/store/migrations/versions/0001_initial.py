@@ -17,6 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    """Long only as a declaration is: the first schema, one table after another."""
     op.create_table(
         "sessions",
         sa.Column("session_id", ascii_id(128), nullable=False),
