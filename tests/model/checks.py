@@ -29,6 +29,7 @@ def normalized(mi: pb.ModelInput) -> bytes:
     out = pb.ModelInput()
     out.CopyFrom(mi)
     out.session_id = out.resume_token = out.compaction_id = ""
+    out.ClearField("cache_prefix")  # what it shares with the call before: not its state
     for msg in out.messages:
         msg.ClearField("create_time")
         msg.metadata.pop(SUMMARY_KEY, None)

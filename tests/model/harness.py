@@ -1,14 +1,18 @@
 """The real parts the whole-API model test drives: one or two ``ctxwarden serve`` replicas
-over one database, the CLI (export, import, purge) and direct SQL to age rows (the
-retention rules' clock)."""
+over one database (each with its web console, whose session search is the one label
+search), the CLI (export, import, purge) and direct SQL to age rows (the retention rules'
+clock)."""
 
 from __future__ import annotations
 
 import random
+import re
 import subprocess
+import threading
 from pathlib import Path
 
 import grpc
+import httpx
 from sqlalchemy import create_engine, text
 
 from ctxwarden.store.urls import sync_url
@@ -22,6 +26,31 @@ SERVER_ARGS = ["--summarizer", "extractive", "--max-stored-bytes-per-tenant", "5
 """A server summariser (Compact, auto_compact) and a tenant quota the test can reach."""
 
 
+class Replica(ServerProcess):
+    """A server with its console on a free port (``console`` is its base URL)."""
+
+    def __init__(self, url: str, log_dir: Path) -> None:
+        super().__init__(url, log_dir, [*SERVER_ARGS, "--console-listen", "127.0.0.1:0"])
+        self.console = ""
+
+    def start(self, port: int | None = None) -> None:
+        super().start(port)
+        assert self.proc is not None and self.proc.stdout is not None
+        stdout, lines = self.proc.stdout, []
+        reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
+        reader.start()  # the console's line follows "listening on" at once
+        reader.join(timeout=10)
+        line = lines[0] if lines else ""
+        assert line.startswith("ctxwarden console on "), line
+        self.console = line.split()[-1]
+
+
+ROW = re.compile(
+    r'data-testid="session-row" data-archived="(true|false)">\s*<td><a href="/sessions/([^"]+)"'
+)
+NEXT = re.compile(r'data-testid="next-page" href="/sessions\?[^"]*after=([^"&]+)"')
+
+
 class Harness:
     """Replicas of one database; ``stub()`` picks one at random for every call, so a
     session's calls wander between replicas as a load balancer would send them."""
@@ -30,13 +59,12 @@ class Harness:
         self.url = url
         self.log_dir = log_dir
         self.rng = random.Random(0)
-        self.servers = [
-            ServerProcess(url, log_dir=log_dir / f"r{i}", extra_args=list(SERVER_ARGS))
-            for i in range(replicas)
-        ]
+        self.servers = [Replica(url, log_dir / f"r{i}") for i in range(replicas)]
         self.channels: list[grpc.Channel] = []
         self.stubs: list[Stub] = []
         self.restarts = 0
+        self.last = 0
+        """The replica that served the last ``stub()`` call."""
 
     def start(self) -> None:
         for server in self.servers:
@@ -57,7 +85,27 @@ class Harness:
             server.stop()
 
     def stub(self) -> Stub:
-        return self.rng.choice(self.stubs)
+        self.last = self.rng.randrange(len(self.stubs))
+        return self.stubs[self.last]
+
+    def search(self, **params: str) -> dict[str, bool]:
+        """The console's session search on a random replica, every page: the IDs
+        found, each with whether the page shows it archived."""
+        base = self.servers[self.rng.randrange(len(self.servers))].console
+        found: dict[str, bool] = {}
+        after = ""
+        with httpx.Client(base_url=base, timeout=30) as http:
+            while True:
+                cursor = {"after": after} if after else {}
+                page = http.get("/sessions", params={**params, **cursor})
+                assert page.status_code == 200, (page.status_code, page.text[:500])
+                for archived, sid in ROW.findall(page.text):
+                    assert sid not in found, f"{sid} listed twice"
+                    found[sid] = archived == "true"
+                more = NEXT.search(page.text)
+                if more is None:
+                    return found
+                after = more.group(1)
 
     def restart(self) -> None:
         """Every replica stops (SIGTERM, a clean drain) and starts again on its port."""

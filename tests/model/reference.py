@@ -37,6 +37,15 @@ class Ref:
     archived: bool = False
     last_request: pb.AppendMessagesRequest | None = None
     """The last acknowledged AppendMessages request (sent again to check idempotency)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    labels_at: dict[int, dict[str, str]] = field(default_factory=dict)
+    """k -> the labels just before message k was appended (a fork at k takes the
+    source's settings of then)."""
+    parent: str = ""
+    """The session a fork was made of, its ``fork_seq`` (the seq it forked at) and its
+    ``parent_seq`` (the last seq it inherits)."""
+    fork_seq: int = 0
+    parent_seq: int = 0
     usage: list[int] = field(default_factory=lambda: [0] * 6)
     """The usage ledger's agent totals: the sum of the usage of every message stored
     (calls, input, cache read, cache write, output, reasoning); rollbacks refund nothing."""
@@ -45,6 +54,7 @@ class Ref:
         k = self.last_seq + 1
         self.replays[k] = self.latest
         self.visible_at[k] = list(self.visible)
+        self.labels_at[k] = dict(self.labels)
 
     @property
     def open_calls(self) -> list[str]:
@@ -83,18 +93,25 @@ class Ref:
 
     def rolled_back(self, seqs: list[int]) -> None:
         gone = {self.by_seq[s] for s in seqs if s in self.by_seq}
+        if seqs and self.parent and min(seqs) <= self.parent_seq:
+            self.parent_seq = min(seqs) - 1  # the fork now holds what it inherited from there
         self.visible = [i for i in self.visible if i not in gone]
 
     def fork(self, sid: str, at: int) -> Ref:
         """The fork at ``at``: the source as it was just before message ``at``."""
-        child = Ref(sid=sid, user_id=self.user_id, last_seq=at - 1)
+        labels = dict(self.labels_at.get(at, self.labels))
+        child = Ref(sid=sid, user_id=self.user_id, last_seq=at - 1, labels=labels)
+        child.parent, child.fork_seq, child.parent_seq = self.sid, at, at - 1
         child.ids = [self.by_seq[s] for s in sorted(self.by_seq) if s < at]
         child.by_seq = {s: i for s, i in self.by_seq.items() if s < at}
         child.visible = list(self.visible_at.get(at, self.visible))
         child.calls = dict(self.calls)
         child.answers = dict(self.answers)
-        child.replays = {k: v for k, v in self.replays.items() if k <= at}
+        # Not at ``at`` itself: as_of_seq = last_seq + 1 is the fork's input now, which a
+        # memory refresh or a compaction of the fork changes before it appends.
+        child.replays = {k: v for k, v in self.replays.items() if k < at}
         child.visible_at = {k: v for k, v in self.visible_at.items() if k <= at}
+        child.labels_at = {k: v for k, v in self.labels_at.items() if k <= at}
         child.latest = self.replays.get(at, self.latest)
         return child
 
@@ -105,5 +122,7 @@ class Ref:
         twin.visible = list(self.visible)
         twin.own = len(twin.ids)
         twin.state = dict(self.state)
+        twin.labels = dict(self.labels)
+        twin.parent, twin.fork_seq, twin.parent_seq = "", 0, 0  # a whole session of its own
         twin.usage = list(self.usage)  # the ledger travels with the export (a fork's starts at 0)
         return twin

@@ -2,7 +2,9 @@
 
 Runs on SQLite, MariaDB and PostgreSQL with one server, and on MariaDB and PostgreSQL
 with two replicas of one database. ``CTXWARDEN_MODEL_EXAMPLES`` sets the number of
-examples (default 4) and ``CTXWARDEN_MODEL_STEPS`` the steps per example (default 30)."""
+examples (default 4) and ``CTXWARDEN_MODEL_STEPS`` the steps per example (default 30);
+the examples are the same every run unless ``CTXWARDEN_MODEL_SEED`` is set (then
+``--hypothesis-seed=N`` picks them)."""
 
 from __future__ import annotations
 

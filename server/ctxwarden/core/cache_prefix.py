@@ -9,10 +9,10 @@ messages whole or not at all, then kept messages one by one (providers cache
 whole blocks). Kept messages are compared by the view's fingerprint chain
 (``digests``, the one resume tokens use): O(1) when the previous input is a
 prefix of this one, O(log n) by bisection otherwise, plus the messages past
-the chain; across a new checkpoint (its chain is sealed anew) message by
-message, O(kept messages) once per compaction, clearing or rewind. Bytes: of
-the rendered JSON (by its marks) for a provider format, of the texts the
-tokenizer counts for the native one.
+the chain; across a new checkpoint or a settings update (the chain is sealed
+anew) message by message, O(kept messages) once per compaction, clearing,
+rewind or UpdateSession. Bytes: of the rendered JSON (by its marks) for a
+provider format, of the texts the tokenizer counts for the native one.
 """
 
 from __future__ import annotations
@@ -135,8 +135,14 @@ def common_kept(prev: InputShape, cur: InputShape) -> int:
     """How many leading kept messages the two inputs share."""
     n = min(len(prev.kept), len(cur.kept))
     k = 0
-    # Fingerprints are sealed per checkpoint: across a new one, compare the messages.
-    if prev.digests and cur.digests and prev.checkpoint == cur.checkpoint:
+    # Fingerprints are sealed per checkpoint and per revision of the session's settings
+    # (digests[0], the empty prefix's, tells): across either, compare the messages.
+    if (
+        prev.digests
+        and cur.digests
+        and prev.checkpoint == cur.checkpoint
+        and prev.digests[0] == cur.digests[0]
+    ):
         chained = min(n, len(prev.digests) - 1, len(cur.digests) - 1)
         k = _bisect(prev.digests, cur.digests, chained)
         if k < chained:

@@ -1,0 +1,156 @@
+"""Rules that write messages: plain, streamed and idempotently retried appends (with
+``state_delta``, usage, failed turns and history-only messages), tool calls answered in
+any order, and ``AppendModelOutput`` in all four formats."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.protobuf import struct_pb2
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import message_pb2 as m
+from tests.core.ingest import sdk_fixtures as sdk
+from tests.model import checks
+from tests.model.base import PICK, STATS, WORDS, Base, logged, new_id
+from tests.support.builders import assistant, failed, result, user
+
+
+class MessageRules(Base):
+    @precondition(lambda self: self.writable())
+    @rule(n=PICK, kind=st.sampled_from(["user", "assistant", "failed", "history"]), text=WORDS)
+    @logged
+    def append_one(self, n: int, kind: str, text: str) -> None:
+        ref = self.pick(self.writable(), n)
+        if kind == "user":
+            msg = user(text)
+        elif kind == "assistant":
+            msg = assistant(text)
+            msg.usage.CopyFrom(
+                m.Usage(input_tokens=n % 97, cache_read_tokens=n % 13, output_tokens=9)
+            )
+        elif kind == "failed":
+            msg = failed("500 internal error " + text)
+        else:
+            msg = user("history only " + text)
+            msg.visibility = m.MESSAGE_VISIBILITY_HISTORY_ONLY
+        delta = pb.StateDelta(session=struct_pb2.Struct())
+        delta.session.update({"step": float(n % 7)})
+        resp = self.append(ref, [msg], state_delta=delta)
+        if resp.messages:
+            ref.state["step"] = float(n % 7)
+
+    @precondition(lambda self: self.writable())
+    @rule(n=PICK, calls=st.integers(1, 3))
+    @logged
+    def call_tools(self, n: int, calls: int) -> None:
+        ref = self.pick(self.writable(), n)
+        batch = [(f"call_{new_id()[:8]}", "read", {"path": f"f{i}.py"}) for i in range(calls)]
+        self.append(ref, [assistant("calling", calls=batch)])
+
+    @precondition(lambda self: any(r.open_calls for r in self.writable()))
+    @rule(n=PICK, which=PICK, big=st.booleans())
+    @logged
+    def answer_call(self, n: int, which: int, big: bool) -> None:
+        ref = self.pick([r for r in self.writable() if r.open_calls], n)
+        call = ref.open_calls[which % len(ref.open_calls)]
+        body = ("line of output\n" * 400) if big else f"result of {call}"
+        self.append(ref, [result(call, body, name="read")])
+
+    @precondition(lambda self: self.writable())
+    @rule(n=PICK, count=st.integers(1, 4))
+    @logged
+    def stream(self, n: int, count: int) -> None:
+        ref = self.pick(self.writable(), n)
+        reqs = []
+        for i in range(count):
+            msg = user(f"streamed {i}") if i % 2 == 0 else assistant(f"streamed {i}")
+            msg.message_id = new_id()
+            reqs.append(
+                pb.AppendMessagesRequest(
+                    session_id=ref.sid, messages=[msg], view=pb.MESSAGE_VIEW_FULL
+                )
+            )
+        for req in reqs:
+            self.before_append(ref)
+            (resp,) = self.stub.StreamMessages(iter([req]))
+            self.record(ref, resp)
+
+    @precondition(lambda self: any(r.last_request for r in self.writable()))
+    @rule(n=PICK)
+    @logged
+    def retry_last_append(self, n: int) -> None:
+        """A retry with the same request_id applies once and answers as the first time."""
+        ref = self.pick([r for r in self.writable() if r.last_request], n)
+        assert ref.last_request is not None
+        before = list(ref.ids)
+        self.stub.AppendMessages(ref.last_request)
+        assert ref.ids == before
+        assert not self.usage_problems(ref)
+        STATS["idempotent retries"] += 1
+
+    @precondition(lambda self: self.writable())
+    @rule(n=PICK, fmt=st.sampled_from(sorted(checks.RENDERED)), tool=st.booleans())
+    @logged
+    def model_output(self, n: int, fmt: str, tool: bool) -> None:
+        ref = self.pick(self.writable(), n)
+        if ref.open_calls:
+            return  # a provider answers only a request whose calls are all answered
+        call_id = f"call_{new_id()[:8]}"
+        body = provider_body(fmt, call_id if tool else "", f"answer {n}")
+        self.before_append(ref)
+        resp = self.stub.AppendModelOutput(
+            pb.AppendModelOutputRequest(
+                session_id=ref.sid,
+                format=checks.RENDERED[fmt],
+                response_json=body,
+                view=pb.MESSAGE_VIEW_FULL,
+            )
+        )
+        self.record(ref, resp)
+        # What the provider sent survives rendering back to the same provider.
+        rendered = self.build(ref.sid, format=checks.RENDERED[fmt]).rendered_json
+        assert f"answer {n}" in rendered
+        if tool:
+            assert call_id in rendered or fmt == "gemini"
+        STATS["render(ingest(x)) checks"] += 1
+
+
+def provider_body(fmt: str, call_id: str, text: str) -> str:
+    """One assistant turn as the provider's SDK types serialise it."""
+    call = {"path": "a.py"}
+    if fmt == "openai_chat":
+        rendered: dict[str, Any] = {"content": text}
+        if call_id:
+            rendered["tool_calls"] = [
+                {"id": call_id, "function": {"name": "read", "arguments": json.dumps(call)}}
+            ]
+        done = sdk.chat_completion(rendered, "tool_calls" if call_id else "stop")
+        return json.dumps(sdk.dump(done))
+    if fmt == "openai_responses":
+        items: list[dict[str, Any]] = [{"role": "assistant", "content": text}]
+        if call_id:
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call_id,
+                    "name": "read",
+                    "arguments": json.dumps(call),
+                }
+            )
+        return json.dumps(sdk.dump(sdk.response(sdk.responses_output(items))))
+    if fmt == "anthropic":
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        if call_id:
+            blocks.append({"type": "tool_use", "id": call_id, "name": "read", "input": call})
+        message = sdk.anthropic_message(blocks, "tool_use" if call_id else "end_turn")
+        return json.dumps(sdk.dump(message))
+    parts = [sdk.gemini_part({"text": text})]
+    if call_id:
+        parts.append(
+            sdk.gemini_part({"functionCall": {"id": call_id, "name": "read", "args": call}})
+        )
+    return json.dumps(sdk.dump_gemini(sdk.gemini_response(parts)))

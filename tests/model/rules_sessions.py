@@ -1,0 +1,183 @@
+"""Rules over whole sessions: create (with labels), label updates and the console's
+label search, archive/unarchive, export -> import, delete and purge, restarts."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import field_mask_pb2
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from ctxwarden.v1 import context_service_pb2 as pb
+from ctxwarden.v1 import session_pb2 as ses
+from tests.model import checks
+from tests.model.base import PICK, STATS, Base, logged, new_id
+from tests.model.reference import Ref
+
+TEAMS = st.sampled_from(["red", "blü", "a=b"])
+"""Label values: plain, not ASCII, holding the console's key=value separator."""
+TIERS = st.sampled_from(["", "gold", "free"])
+"""'' leaves the label out."""
+
+
+class SessionRules(Base):
+    def labels(self, team: str, tier: str) -> dict[str, str]:
+        return {"run": self.run, "team": team, **({"tier": tier} if tier else {})}
+
+    @rule(memory=st.booleans(), clearing=st.booleans(), team=TEAMS, tier=TIERS)
+    @logged
+    def create_session(self, memory: bool, clearing: bool, team: str, tier: str) -> None:
+        STATS["steps"] += 1
+        user_id = self.users[len(self.refs) % 2]
+        policy = ses.ContextPolicy(
+            tokenizer="heuristic",
+            context_window=4000,
+            keep_recent_tokens=60,
+            memory_max_tokens=120 if memory else 0,
+            clear_tool_results_at_least=40 if clearing else 0,
+        )
+        tools = [ses.ToolDefinition(name="read", description="Read", parameters_json="{}")]
+        labels = self.labels(team, tier)
+        session = self.stub.CreateSession(
+            pb.CreateSessionRequest(
+                session_id=f"m-{new_id()[:12]}",
+                session=ses.Session(
+                    system_prompt="Model test.",
+                    model="gpt-4o",
+                    policy=policy,
+                    tools=tools,
+                    user_id=user_id,
+                    title='it\'s a "title" \\ with quotes',
+                    labels=labels,
+                ),
+            )
+        )
+        self.cache.created(session.session_id, self.replica)
+        self.refs[session.session_id] = Ref(sid=session.session_id, user_id=user_id, labels=labels)
+        self.touched = session.session_id
+
+    @precondition(lambda self: self.live())
+    @rule(n=PICK, team=TEAMS, tier=TIERS)
+    @logged
+    def update_labels(self, n: int, team: str, tier: str) -> None:
+        """UpdateSession replaces the labels (an archived session is read-only)."""
+        ref = self.pick(self.live(), n)
+        labels = self.labels(team, tier)
+        req = pb.UpdateSessionRequest(
+            session=ses.Session(session_id=ref.sid, labels=labels),
+            update_mask=field_mask_pb2.FieldMask(paths=["labels"]),
+        )
+        try:
+            updated = self.stub.UpdateSession(req)
+        except grpc.RpcError as err:
+            refused = err.code() == grpc.StatusCode.FAILED_PRECONDITION
+            if not (ref.archived and refused):
+                raise
+            return
+        assert not ref.archived and dict(updated.labels) == labels
+        self.cache.wrote(self.replica, ref.sid, "labels")
+        ref.labels = labels
+
+    @precondition(lambda self: self.refs)
+    @rule(
+        by=st.sampled_from(["run", "team", "tier", "any tier"]),
+        team=TEAMS,
+        tier=TIERS,
+        user=st.integers(0, 1),
+        archived=st.sampled_from(["all", "live", "archived"]),
+    )
+    @logged
+    def search_labels(self, by: str, team: str, tier: str, user: int, archived: str) -> None:
+        """The console's session search by label finds exactly the sessions the
+        reference's filter does (this example's: its run label, or its users)."""
+        STATS["steps"] += 1
+        params = {"archived": archived}
+        if by == "run":
+            params["label"] = f"run={self.run}"
+        else:
+            params["user"] = self.users[user]
+            value = {"team": team, "tier": tier or "gold", "any tier": ""}[by]
+            params["label"] = f"{by.split()[-1]}={value}" if value else "tier"
+
+        def wanted(ref: Ref) -> bool:
+            key, _, value = params["label"].partition("=")
+            shown = {"all": True, "live": not ref.archived, "archived": ref.archived}
+            same_user = ref.user_id == params.get("user", ref.user_id)
+            has = key in ref.labels and (not value or ref.labels[key] == value)
+            return has and same_user and shown[archived]
+
+        want = {r.sid: r.archived for r in self.live() if wanted(r)}
+        got = self.harness.search(**params)
+        assert got == want, (params, got, want)
+        STATS["label searches"] += 1
+
+    @precondition(lambda self: self.live())
+    @rule(n=PICK)
+    @logged
+    def archive_toggle(self, n: int) -> None:
+        ref = self.pick(self.live(), n)
+        if ref.archived:
+            self.stub.UnarchiveSession(pb.UnarchiveSessionRequest(session_id=ref.sid))
+        else:
+            self.stub.ArchiveSession(pb.ArchiveSessionRequest(session_id=ref.sid))
+        ref.archived = not ref.archived
+        self.cache.set_archived(self.replica, ref.sid, ref.archived)
+
+    @precondition(lambda self: self.live())
+    @rule(n=PICK, roll=st.integers(0, 2))
+    @logged
+    def export_import(self, n: int, roll: int) -> None:
+        """(One draw in three: two CLI runs.)"""
+        if roll:
+            return
+        ref = self.pick(self.live(), n)
+        new_sid = f"i-{new_id()[:12]}"
+        self.harness.export_import(ref.sid, new_sid, self.tmp / f"{new_sid}.json")
+        twin = ref.copy_as(new_sid)
+        self.cache.created(new_sid, None, self.cache.stored[ref.sid])
+        assert checks.normalized(self.build(new_sid)) == checks.normalized(self.build(ref.sid))
+        self.refs[new_sid] = twin
+        STATS["export -> import"] += 1
+
+    @precondition(lambda self: len(self.live()) > 1)
+    @rule(n=PICK, archived=st.booleans(), roll=st.integers(0, 2))
+    @logged
+    def delete_and_purge(self, n: int, archived: bool, roll: int) -> None:
+        """A session leaves (deleted, or archived) and the retention rules purge it; its
+        forks and every other session are untouched. (One draw in three: a CLI run.)"""
+        if roll:
+            return
+        ref = self.pick(self.live(), n)
+        if archived:
+            if not ref.archived:
+                self.stub.ArchiveSession(pb.ArchiveSessionRequest(session_id=ref.sid))
+                self.cache.set_archived(self.replica, ref.sid, True)
+            self.harness.age(ref.sid, "archive_time_us", 2)
+        else:
+            self.stub.DeleteSession(pb.DeleteSessionRequest(session_id=ref.sid))
+            self.cache.dropped(self.replica, ref.sid)
+            self.harness.age(ref.sid, "delete_time_us", 2)
+        self.deleted.add(ref.sid)
+        self.harness.purge()
+        STATS["purges"] += 1
+        self.touched = ""
+
+    @rule(roll=st.integers(0, 5))
+    @logged
+    def restart(self, roll: int) -> None:
+        """Every replica restarts: each session comes back byte-identical, and each
+        replica's previous inputs and unwritten ledger counts are gone. (One draw in
+        six: a restart costs seconds.)"""
+        if roll or not self.refs:
+            return
+        STATS["steps"] += 1
+        before = {r.sid: self.build(r.sid) for r in self.live()}
+        self.harness.restart()
+        self.cache.restarted()
+        for sid, was in before.items():
+            after = self.build(sid)
+            for mi in (after, was):
+                mi.resume_token = ""
+                mi.ClearField("cache_prefix")
+            assert after == was, f"{sid} differs after a restart"
+        STATS["restarts"] += 1
