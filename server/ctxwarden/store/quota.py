@@ -77,11 +77,13 @@ class TenantQuota:
         q = q.values(sessions=T.c.sessions + 1, stored_bytes=T.c.stored_bytes + stored_bytes)
         if (await conn.execute(q)).rowcount == 1:
             return
-        exists = (await conn.execute(select(T.c.sessions).where(T.c.tenant_id == tenant))).first()
-        if exists is None:  # the tenant's first session
-            await self._ensure(conn, tenant)
-            if (await conn.execute(q)).rowcount == 1:
-                return
+        # No row matched: over a limit, or the tenant's first session, whose counter
+        # row may not exist yet or may just have been committed by a rival's first
+        # create (the UPDATE above did not see it). Make sure it exists (waiting for
+        # a rival's insert), then count again: a fresh statement sees it.
+        await self._ensure(conn, tenant)
+        if (await conn.execute(q)).rowcount == 1:
+            return
         sessions, used = await self._used(conn, tenant)
         if self.max_sessions > 0 and sessions >= self.max_sessions:
             raise QuotaExceeded("sessions", sessions, self.max_sessions)
