@@ -51,6 +51,7 @@ from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.service.manager import SessionManager
+from ctxwarden.util.loop_slices import stepped
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
 
@@ -226,6 +227,8 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
             report_cache=request.report_cache_prefix,
         )
         if not with_messages:
+            if view.rendered is not None and not request.resume_token:
+                await stepped(view.rendered.join_steps())  # a big JSON, not in one go
             return basic_model_input_bytes(view, int(request.format), request.resume_token)
         offset = resume_offset(request.resume_token, view) if request.resume_token else 0
         encoded = await model_input_bytes_cooperatively(view, offset, self.encodings)

@@ -21,6 +21,7 @@ from ctxwarden.core.session import Session
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.validation import check_session_id
 from ctxwarden.service.console import ConsoleReader, Lineage
+from ctxwarden.util.loop_slices import stepped
 
 FORMATS = {
     "openai-chat": Format.OPENAI_CHAT,
@@ -145,6 +146,8 @@ class Pages:
         current = view if as_of is None and not fmt_name else None
         if current is None:
             current = await self.reader.manager.build_model_input(sid, 0, False, None, 0)
+        if view.rendered is not None:
+            await stepped(view.rendered.join_steps())  # a big JSON, not in one go
         rendered, rendered_cut = pretty_json(view.rendered_json, cfg.max_rendered_bytes)
         lineage = await self.reader.lineage(session, tenant, cfg.page_size)
         inherited = inheritance(session, lineage)

@@ -4,7 +4,7 @@ a client holding an earlier rendering be sent only what follows (see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxwarden.core.view import Notice
@@ -63,6 +63,19 @@ class Rendered:
             head, items, tail = self._parts
             self._json = head + ",".join(items) + tail
         return self._json
+
+    def join_steps(self, chunk: int = 2048) -> Iterator[None]:
+        """Join the JSON ``chunk`` items at a time, yielding after each chunk (the
+        caller may let other work run in between); ``json`` then has it at once.
+        The same string: the chunks, joined with commas, are the items joined."""
+        if self._json is not None or self._parts is None:
+            return
+        head, items, tail = self._parts
+        pieces = []
+        for start in range(0, len(items), chunk):
+            pieces.append(",".join(items[start : start + chunk]))
+            yield
+        self._json = head + ",".join(pieces) + tail
 
     @property
     def joined(self) -> int:

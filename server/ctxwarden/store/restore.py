@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from operator import attrgetter
+from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Row, Select, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.core.messages import Message, MessageState
@@ -27,10 +29,14 @@ from ctxwarden.store.codec import message_from_row, session_from_row, session_wi
 from ctxwarden.store.lineage import Segment
 from ctxwarden.store.memory_blocks import block_at
 from ctxwarden.store.tables import C, M, S, V
-from ctxwarden.util.loop_slices import Slicer, mapped
+from ctxwarden.util.loop_slices import Slicer
+
+R = TypeVar("R")
 
 REPLAY_STEP = 512
 """Stored messages sorted into a replay between two looks at the clock."""
+FETCH_ROWS = 1000
+"""Message rows fetched at a time (a server-side cursor) by a restore or replay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,28 +66,36 @@ async def load_snapshot(engine: AsyncEngine, session_id: str) -> Snapshot | None
         first = checkpoint.first_kept_seq if checkpoint is not None else 0
         session = session_from_row(srow)
         if not session.parent_session_id:
-            rows = (
-                await conn.execute(
-                    select(M)
-                    .where(
-                        M.c.session_id == session_id,
-                        M.c.seq >= first,
-                        M.c.state == int(MessageState.ACTIVE),
-                    )
-                    .order_by(M.c.seq)
-                )
-            ).all()
-            return Snapshot(session, checkpoint, await mapped(message_from_row, rows))
-        chain = await _chain(conn, session)
-        rows = (
-            await conn.execute(
-                select(M)
-                .where(lineage.where(chain, active_only=True, lo=max(first, 1)))
-                .order_by(M.c.seq)
+            own = select(M).where(
+                M.c.session_id == session_id,
+                M.c.seq >= first,
+                M.c.state == int(MessageState.ACTIVE),
             )
-        ).all()
-    kept = await mapped(lambda r: lineage.as_seen(chain, r)[0], rows)
+            kept = await decoded(conn, own.order_by(M.c.seq), message_from_row)
+            return Snapshot(session, checkpoint, kept)
+        chain = await _chain(conn, session)
+        seen = select(M).where(lineage.where(chain, active_only=True, lo=max(first, 1)))
+        kept = await decoded(conn, seen.order_by(M.c.seq), lambda r: lineage.as_seen(chain, r)[0])
     return Snapshot(session, checkpoint, kept)
+
+
+async def decoded(
+    conn: AsyncConnection, query: Select[Any], fn: Callable[[Row[Any]], R]
+) -> list[R]:
+    """``[fn(row) for row in query's rows]``, the rows fetched ``FETCH_ROWS`` at a
+    time and decoded a slice at a time: neither the driver's rows of a
+    100,000-message session nor their decoding is made in one go, and the event
+    loop runs in between (util/loop_slices)."""
+    result = await conn.stream(query)
+    out: list[R] = []
+    slicer = Slicer()
+    async for part in result.partitions(FETCH_ROWS):
+        for i, row in enumerate(part):
+            out.append(fn(row))
+            if i & 63 == 63 and slicer.due():
+                await slicer.pause()
+    slicer.done()
+    return out
 
 
 async def _chain(conn: AsyncConnection, session: Session) -> list[Segment]:
@@ -164,8 +178,7 @@ async def _messages(
     if seqs.stop <= seqs.start:
         return []
     query = select(M).where(lineage.where(chain, lo=max(seqs.start, 1), hi=seqs.stop - 1))
-    rows = (await conn.execute(query)).all()
-    return await mapped(lambda r: MessageRecord(*lineage.as_seen(chain, r)), rows)
+    return await decoded(conn, query, lambda r: MessageRecord(*lineage.as_seen(chain, r)))
 
 
 async def _settings(conn: AsyncConnection, base: Session, revision: int | None) -> Session | None:

@@ -148,6 +148,16 @@ class Slicer:
         self.mark = _postpone(self.mark)
 
 
+async def stepped(steps: Iterable[None]) -> None:
+    """Run ``steps`` (a generator that yields between pieces of its work), letting
+    the loop run when a slice is due."""
+    slicer = Slicer()
+    for _ in steps:
+        if slicer.due():
+            await slicer.pause()
+    slicer.done()
+
+
 async def mapped(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """``[fn(x) for x in items]``, yielding to the loop every slice."""
     out: list[R] = []
