@@ -106,8 +106,18 @@ def test_operator_commands(admin_server: ServerProcess) -> None:
     )
     compacted = cli("compact", *target, sid)
     assert compacted.returncode == 0 and "summariser extractive" in compacted.stdout
+    with grpc.insecure_channel(admin_server.target) as ch:
+        stub = pb_grpc.ContextServiceStub(ch)
+        listed_cps = stub.ListCompactions(pb.ListCompactionsRequest(session_id=sid))
+    report = listed_cps.compactions[0].loss_report
+    total = sum(c.total for c in report.categories)
+    lost = sum(c.lost for c in report.categories)
+    assert total > 0, report  # file paths and tool calls were compacted away
+    # The loss report, as the API gives it, in one line and in the checkpoints' table.
+    assert f"anchors: {lost} of {total} lost" in compacted.stdout, compacted.stdout
     shown = cli("sessions", "show", *target, sid)
     assert shown.returncode == 0
+    assert "ANCHORS" in shown.stdout and f"{lost} of {total} lost" in shown.stdout
     for expected in (
         "summarised",
         "context",

@@ -17,6 +17,7 @@ from ctxwarden.commands.client import Admin, table
 from ctxwarden.commands.usage import print_usage
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import message_pb2 as m
+from ctxwarden.v1 import session_pb2 as ses
 
 FORMATS = {
     "native": pb.MODEL_INPUT_FORMAT_NATIVE,
@@ -45,6 +46,24 @@ def _preview(msg: Any, width: int = 60) -> str:
         msg.error_message and f"[error] {msg.error_message}"
     )
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def anchors_lost(report: pb.CompactionLossReport) -> str:
+    """A loss report in one cell: "2 of 31 lost (constraint 1, file_path 1)",
+    "0 of 31 lost", or "-" when the checkpoint has none."""
+    total = sum(c.total for c in report.categories)
+    if not total:
+        return "-"
+    lost = [c for c in report.categories if c.lost]
+    text = f"{sum(c.lost for c in lost)} of {total} lost"
+    if lost:
+        parts = (f"{_category(c.category)} {c.lost}" for c in lost)
+        text += f" ({', '.join(parts)})"
+    return text
+
+
+def _category(value: int) -> str:
+    return ses.AnchorCategory.Name(value).removeprefix("ANCHOR_CATEGORY_").lower()  # type: ignore[arg-type]
 
 
 def list_sessions(admin: Admin, user_id: str, project_id: str, out: TextIO) -> None:
@@ -86,10 +105,11 @@ def show_session(admin: Admin, session_id: str, out: TextIO) -> None:
                 f"{c.tokens_before} -> {c.tokens_after}",
                 c.summarizer,
                 "superseded" if c.superseded else "valid",
+                anchors_lost(c.loss_report),
             )
             for c in checkpoints
         ],
-        ("COMPACTION", "FIRST KEPT", "TOKENS", "SUMMARIZER", "STATE"),
+        ("COMPACTION", "FIRST KEPT", "TOKENS", "SUMMARIZER", "STATE", "ANCHORS"),
         out,
     )
     t = mi.tokens
@@ -130,6 +150,7 @@ def compact(admin: Admin, session_id: str, instructions: str, out: TextIO) -> No
     out.write(
         f"compaction {c.compaction_id}: {c.tokens_before} -> {c.tokens_after} tokens, "
         f"first kept seq {c.first_kept_seq}, summariser {c.summarizer}\n"
+        f"anchors: {anchors_lost(c.loss_report)}\n"
     )
 
 
