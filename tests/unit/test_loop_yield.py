@@ -20,7 +20,9 @@ class _Recorder:
 
 
 async def _one_pause(sleep: _Recorder) -> None:
-    slicer = loop_slices.Slicer(budget=0.0, sleep=sleep)
+    slicer = loop_slices.Slicer(budget=0.001, sleep=sleep)
+    slicer.slices = loop_slices.PAUSE_AFTER  # long work: it pauses from now on
+    slicer.started -= 0.002  # this slice worked 2 ms: a pause is at most one budget
     await slicer.pause()
 
 
@@ -42,7 +44,8 @@ async def test_with_another_call_in_flight_a_pause_is_as_long_as_the_slice() -> 
         other = _other_call()  # another call began elsewhere (its own context)
         try:
             assert loop_slices.others_in_flight() == 1
-            slicer = loop_slices.Slicer(budget=0.0, sleep=sleep)
+            slicer = loop_slices.Slicer(budget=0.005, sleep=sleep)
+            slicer.slices = loop_slices.PAUSE_AFTER
             slicer.started -= 0.004  # this slice worked 4 ms
             await slicer.pause()
         finally:
@@ -63,7 +66,21 @@ async def test_work_outside_any_call_counts_every_call_as_another() -> None:
         await _one_pause(sleep)
     finally:
         end()
-    assert sleep.delays[0] > 0
+    assert sleep.delays == [0.001]
+
+
+async def test_short_work_never_pauses_for_others() -> None:
+    """A small session's restore (a few slices under load) only yields a turn."""
+    sleep = _Recorder()
+    end = _other_call()
+    try:
+        slicer = loop_slices.Slicer(budget=0.001, sleep=sleep)
+        for _ in range(loop_slices.PAUSE_AFTER + 1):
+            slicer.started -= 0.002
+            await slicer.pause()
+    finally:
+        end()
+    assert sleep.delays == [0] * loop_slices.PAUSE_AFTER + [0.001]
 
 
 def _other_call() -> Callable[[], None]:

@@ -36,7 +36,7 @@ R = TypeVar("R")
 REPLAY_STEP = 512
 """Stored messages sorted into a replay between two looks at the clock."""
 FETCH_ROWS = 1000
-"""Message rows fetched at a time (a server-side cursor) by a restore or replay."""
+"""Row objects SQLAlchemy makes at a time for a restore or replay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +82,18 @@ async def load_snapshot(engine: AsyncEngine, session_id: str) -> Snapshot | None
 async def decoded(
     conn: AsyncConnection, query: Select[Any], fn: Callable[[Row[Any]], R]
 ) -> list[R]:
-    """``[fn(row) for row in query's rows]``, the rows fetched ``FETCH_ROWS`` at a
-    time and decoded a slice at a time: neither the driver's rows of a
-    100,000-message session nor their decoding is made in one go, and the event
-    loop runs in between (util/loop_slices)."""
-    result = await conn.stream(query)
+    """``[fn(row) for row in query's rows]``, in slices: the driver fetches the rows
+    at once (one round trip, no server-side cursor), but SQLAlchemy makes its row
+    objects ``FETCH_ROWS`` at a time and they are decoded a slice at a time, so
+    neither is done for a 100,000-message session in one go and the event loop
+    runs in between (util/loop_slices). A streamed fetch (a server-side cursor)
+    did the same on PostgreSQL, but on MariaDB it read row by row, slowed every
+    reload, and under Galera a node kill's reloads lost their compare-and-set
+    three times over (ABORTED)."""
+    result = await conn.execute(query)
     out: list[R] = []
     slicer = Slicer()
-    async for part in result.partitions(FETCH_ROWS):
+    for part in result.partitions(FETCH_ROWS):
         for i, row in enumerate(part):
             out.append(fn(row))
             if i & 63 == 63 and slicer.due():

@@ -52,6 +52,9 @@ ENABLED = os.environ.get("CTXWARDEN_LOOP_SLICES", "1") != "0"
 SLICE_SECONDS = 0.003
 """CPU time worked between two yields to the event loop (a few loop turns of
 this are what another call waits, so it is kept short; a yield costs ~20 us)."""
+PAUSE_AFTER = 16
+"""Slices a piece of work runs before it pauses for other calls (about 50 ms of
+work: a 100,000-message restore or rendering, not a small session's)."""
 GC_THRESHOLDS = (10_000, 10, 100)
 """gen0 every 10,000 net allocations (CPython's default: 700), gen1 every 10 of
 those, a full collection considered every 100 gen1 (default: 10)."""
@@ -118,7 +121,7 @@ class Slicer:
 
     ``sleep``: how a pause waits (tests pass one that records the delays)."""
 
-    __slots__ = ("budget", "mark", "sleep", "started")
+    __slots__ = ("budget", "mark", "sleep", "slices", "started")
 
     def __init__(
         self,
@@ -127,6 +130,7 @@ class Slicer:
     ) -> None:
         self.budget = budget
         self.sleep = sleep
+        self.slices = 0
         self.started = time.perf_counter()
         self.mark = asyncio.get_running_loop().time()
 
@@ -137,9 +141,15 @@ class Slicer:
         """Let the loop run everything that is ready (and poll for I/O), then go on;
         while other calls are in flight, leave the loop to them for as long as
         this slice worked."""
-        worked = time.perf_counter() - self.started
+        # Only long work pauses (PAUSE_AFTER slices), and for one budget at most:
+        # pausing every small restore under load (a slice's wall time grows with
+        # the host's load) made a Galera replica's reloads lose their
+        # compare-and-set retries after a node kill.
+        self.slices += 1
+        worked = min(time.perf_counter() - self.started, self.budget)
+        long_work = self.slices > PAUSE_AFTER and others_in_flight() > 0
         self.mark = _postpone(self.mark)  # before yielding: the deadline cannot fire now
-        await self.sleep(worked if others_in_flight() > 0 else 0)
+        await self.sleep(worked if long_work else 0)
         self.mark = _postpone(self.mark)
         self.started = time.perf_counter()
 
