@@ -11,6 +11,12 @@ import pytest
 from ctxwarden.util import loop_slices
 
 
+@pytest.fixture(autouse=True)
+def _pausing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule as CTXWARDEN_LOOP_PAUSE_AFTER=16 turns it on (it is off by default)."""
+    monkeypatch.setattr(loop_slices, "PAUSE_AFTER", 16)
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.delays: list[float] = []
@@ -81,6 +87,20 @@ async def test_short_work_never_pauses_for_others() -> None:
     finally:
         end()
     assert sleep.delays == [0] * loop_slices.PAUSE_AFTER + [0.001]
+
+
+async def test_off_by_default_nothing_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop_slices, "PAUSE_AFTER", 0)
+    sleep = _Recorder()
+    end = _other_call()
+    try:
+        slicer = loop_slices.Slicer(budget=0.001, sleep=sleep)
+        for _ in range(40):
+            slicer.started -= 0.002
+            await slicer.pause()
+    finally:
+        end()
+    assert sleep.delays == [0] * 40
 
 
 def _other_call() -> Callable[[], None]:
