@@ -81,11 +81,8 @@ def _str_field(message: Any, name: str) -> str:
 
 
 def _session_id(message: Any) -> str:
-    sid = _str_field(message, "session_id")
-    if sid or not isinstance(message, Message):
-        return sid
-    session = getattr(message, "session", None)  # UpdateSessionRequest
-    return _str_field(session, "session_id")
+    session = getattr(message, "session", None)  # UpdateSessionRequest's is in it
+    return _str_field(message, "session_id") or _str_field(session, "session_id")
 
 
 def status_of(
