@@ -26,6 +26,10 @@ from tests.support.server import ServerProcess
 pytestmark = pytest.mark.galera
 
 SESSIONS = 4
+"""About 100 appends a second each, six writers through three replicas on every session.
+Before stale copies caught up from their appends, one replica could starve here: each of
+its tries restored the whole session, and the others appended again meanwhile
+(docs/operations.md, Galera)."""
 WORKERS = 6
 
 

@@ -8,13 +8,16 @@ from collections.abc import Callable
 
 import pytest
 
+from ctxwarden.service.hot import HotSessions
+from ctxwarden.service.runtime import SessionRuntime
 from ctxwarden.util import loop_slices
 
 
-@pytest.fixture(autouse=True)
-def _pausing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The rule as CTXWARDEN_LOOP_PAUSE_AFTER=16 turns it on (it is off by default)."""
-    monkeypatch.setattr(loop_slices, "PAUSE_AFTER", 16)
+@pytest.fixture(autouse=True, params=[1, 16])
+def _pausing(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The default rule (1: any work of more than one slice pauses) and a later start
+    (CTXWARDEN_LOOP_PAUSE_AFTER=16)."""
+    monkeypatch.setattr(loop_slices, "PAUSE_AFTER", request.param)
 
 
 class _Recorder:
@@ -76,7 +79,7 @@ async def test_work_outside_any_call_counts_every_call_as_another() -> None:
 
 
 async def test_short_work_never_pauses_for_others() -> None:
-    """A small session's restore (a few slices under load) only yields a turn."""
+    """Work of PAUSE_AFTER slices or fewer only yields a turn."""
     sleep = _Recorder()
     end = _other_call()
     try:
@@ -89,7 +92,7 @@ async def test_short_work_never_pauses_for_others() -> None:
     assert sleep.delays == [0] * loop_slices.PAUSE_AFTER + [0.001]
 
 
-async def test_off_by_default_nothing_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_zero_turns_the_pause_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop_slices, "PAUSE_AFTER", 0)
     sleep = _Recorder()
     end = _other_call()
@@ -101,6 +104,39 @@ async def test_off_by_default_nothing_pauses(monkeypatch: pytest.MonkeyPatch) ->
     finally:
         end()
     assert sleep.delays == [0] * 40
+
+
+async def test_work_racing_a_compare_and_set_never_pauses() -> None:
+    """A write's restore: a pause would widen the window another replica wins in."""
+    sleep = _Recorder()
+    end = _other_call()
+    try:
+        with loop_slices.racing():
+            assert loop_slices.in_race()
+            await _one_pause(sleep)
+        assert not loop_slices.in_race()
+        await _one_pause(sleep)  # the same work outside the race pauses again
+    finally:
+        end()
+    assert sleep.delays == [0, 0.001]
+
+
+async def test_a_writes_restore_races_and_a_reads_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bool] = []
+
+    async def load(self: SessionRuntime, session_id: str, *, verify: bool) -> object:
+        seen.append(loop_slices.in_race())
+        raise LookupError("recorded")  # nothing else of the runtime is needed
+
+    monkeypatch.setattr(SessionRuntime, "_load", load)
+    rt = object.__new__(SessionRuntime)
+    rt.hot = HotSessions(10, 0)
+    for call in (rt.context_locked("s"), rt.context("s")):
+        with pytest.raises(LookupError):
+            await call
+    assert seen == [True, False]
 
 
 def _other_call() -> Callable[[], None]:

@@ -204,10 +204,19 @@ class SessionContext:
 
     def apply_append(self, plan: AppendPlan) -> None:
         """Install a committed append."""
-        for message in plan.new:
+        self.install_appended(plan.session, plan.new)
+
+    def install_appended(self, session: Session, messages: Sequence[Message]) -> None:
+        """Install appends committed after this copy's version, ``session`` as they
+        left it: the same context a restore would make when nothing but appends
+        changed the session since (another replica's appends, read back)."""
+        key = self.profile.key
+        for message in messages:
+            if message.counted_with and message.counted_with != key:
+                message = replace(message, token_count=self.count(message), counted_with=key)
             self._add(message)
             self._message_tokens += self._entries[-1].token_count
-        self.session = plan.session
+        self.session = session
 
     def _reset(self, kept: Iterable[Message]) -> None:
         """Rebuild the entries, call index and token total from ``kept``."""

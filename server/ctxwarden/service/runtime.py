@@ -45,6 +45,11 @@ from ctxwarden.util import ids, loop_slices
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+CATCH_UP_LIMIT = 1000
+"""A stale copy more messages behind than this is restored instead."""
+LOST_COPIES = 256
+"""Copies kept for a reload after a lost compare-and-set, at most."""
+
 GrowthHook = Callable[[SessionContext], object]
 """Told that a live session's context grew; called with the session's lock held,
 so it must be cheap and must not wait (the background scheduler only queues)."""
@@ -71,6 +76,10 @@ class SessionRuntime:
             settings.max_hot_sessions, settings.db_timeout_seconds, lambda: self.clock()
         )
         self.restores = 0
+        self.catch_ups = 0
+        """Stale copies brought up to date from their appends instead of restored."""
+        self._lost: dict[str, SessionContext] = {}
+        """Copies whose write lost the compare-and-set, for ``reload`` to catch up."""
         self.model_calibration = ModelCalibration()
         self.db_timeout = settings.db_timeout_seconds
         self._growth_hooks: list[GrowthHook] = []
@@ -117,7 +126,12 @@ class SessionRuntime:
         try:
             await self.db(op)
         except ConcurrentWrite:
+            stale = self.hot.get(session_id)
             self.hot.evict(session_id)
+            if stale is not None:
+                if len(self._lost) >= LOST_COPIES:  # not reloaded (the caller gave up)
+                    self._lost.clear()
+                self._lost[session_id] = stale
             return False
         except (Unavailable, asyncio.CancelledError):
             self.hot.evict(session_id)
@@ -154,21 +168,47 @@ class SessionRuntime:
 
     async def context_locked(self, session_id: str, *, verify: bool = False) -> SessionContext:
         """Like ``context``, for a caller that already holds the session's lock to
-        write: an archived session is refused (FAILED_PRECONDITION)."""
-        ctx = await self._load(session_id, verify=verify)
+        write: an archived session is refused (FAILED_PRECONDITION). A restore
+        here races other writers, so it never pauses for other calls."""
+        with loop_slices.racing():
+            ctx = await self._load(session_id, verify=verify)
         if ctx.session.archived:
             raise self.archived(session_id)
         return ctx
 
     async def _load(self, session_id: str, *, verify: bool) -> SessionContext:
-        """The hot copy (checked when ``verify``), else the restored session."""
+        """The hot copy (checked when ``verify``; a stale one caught up), else the
+        restored session."""
         check_session_id(session_id)
         ctx = self.hot.get(session_id)
         if ctx is not None:
             if not verify or await self.current(ctx):
                 return ctx
             self.hot.evict(session_id)
+            if await self.caught_up(ctx):
+                return ctx
         return await self.restore(session_id)
+
+    async def caught_up(self, ctx: SessionContext) -> bool:
+        """Bring a stale copy up to date by reading only what was appended since
+        its version (O(appended)), when nothing but appends changed the session;
+        False: it must be restored. A restore takes O(kept), and a replica whose
+        every try reloaded a long session while others appended to it lost every
+        compare-and-set (docs/operations.md, Galera)."""
+        s = ctx.session
+        if s.archived:
+            return False
+        sid = s.session_id
+        tail = await self.db(
+            lambda: self.store.load_tail(sid, s.version, s.last_seq, CATCH_UP_LIMIT)
+        )
+        if tail is None:
+            return False
+        ctx.install_appended(tail.session, tail.appended)
+        self.catch_ups += 1
+        ctx.checked_at = self.clock()
+        self.hot.put(sid, ctx)
+        return True
 
     async def restore(self, session_id: str) -> SessionContext:
         """Rebuild a session in memory from the database and keep it hot.
@@ -274,6 +314,13 @@ class SessionRuntime:
         return session
 
     async def reload(self, session_id: str) -> SessionContext:
-        """Drop the in-memory copy and restore the session (caller holds the lock)."""
+        """Bring the stale copy up to date, else restore the session (caller holds
+        the lock)."""
+        stale = self._lost.pop(session_id, None) or self.hot.get(session_id)
         self.hot.evict(session_id)
+        if stale is not None:
+            with loop_slices.racing():
+                caught = await self.caught_up(stale)
+            if caught:
+                return stale
         return await self.context_locked(session_id)

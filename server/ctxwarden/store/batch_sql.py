@@ -80,11 +80,19 @@ def _session_update(k: int) -> Update:
         ]
         sets: dict[str, Any] = {c: _typed(f"{c}_0", S.c[c]) for c in PROGRESS_COLUMNS}
         sets["stored_bytes"] = S.c.stored_bytes + _typed("stored_bytes_0", S.c.stored_bytes)
+        expected: ColumnElement[Any] = _typed("expected_0", S.c.version)
     else:
         ids: list[Any] = [_typed(f"s{i}", S.c.session_id) for i in range(k)]
         where = [S.c.session_id.in_(ids), S.c.version == _per_session("expected", k, S.c.version)]
         sets = {c: _per_session(c, k, S.c[c]) for c in PROGRESS_COLUMNS}
         sets["stored_bytes"] = S.c.stored_bytes + _per_session("stored_bytes", k, S.c.stored_bytes)
+        expected = _per_session("expected", k, S.c.version)
+    # A plain append extends the run of plain appends if the write it replaces was
+    # one too, else starts it at the version it replaces (models.SessionRow).
+    sets["plain_run_start"] = case(
+        (S.c.plain_version == expected, S.c.plain_run_start), else_=expected
+    )
+    sets["plain_version"] = sets["version"]
     return update(S).where(*where, S.c.delete_time_us == 0).values(sets)
 
 

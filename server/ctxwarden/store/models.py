@@ -111,6 +111,14 @@ class SessionRow(Base):
     """Advanced by every change of the session (append, rollback, settings,
     compaction, delete); every write compares-and-sets it, and replicas compare
     their in-memory copy with it before serving."""
+    plain_run_start: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Every write of the session from this version on was a plain append (new
+    messages and the progress columns, nothing else): valid while
+    ``plain_version == version``. Set by the group commit's UPDATE only, before
+    ``plain_version`` (MySQL assigns left to right); no other write touches
+    either, so any other write ends the run (store/restore.py, load_tail)."""
+    plain_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The version the last plain append wrote."""
     parent_key: Mapped[str] = mapped_column(
         ascii_id(SESSION_KEY_LENGTH), default="", server_default=""
     )

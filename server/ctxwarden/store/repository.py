@@ -26,7 +26,7 @@ from ctxwarden.store.messages import MessageRepository
 from ctxwarden.store.plans import PlanRepository, StoredPlan
 from ctxwarden.store.quota import TenantQuota
 from ctxwarden.store.records import RequestRecord, RequestRepository, RequestScope, StoredRequest
-from ctxwarden.store.restore import Snapshot, load_snapshot, replay_snapshot
+from ctxwarden.store.restore import Snapshot, Tail, load_snapshot, load_tail, replay_snapshot
 from ctxwarden.store.sessions import SessionRepository, StoredVersion
 from ctxwarden.store.states import SharedStates, StateOwner, StateRepository
 from ctxwarden.store.usage import UsageRepository
@@ -99,6 +99,14 @@ class Store:
         Cost is O(kept messages), independent of the length of the history.
         """
         return await load_snapshot(self.engine, session_id)
+
+    @boundary
+    async def load_tail(
+        self, session_id: str, version: int, last_seq: int, limit: int
+    ) -> Tail | None:
+        """What was appended since a copy at ``version``, if only appends were:
+        O(appended), the reload of a stale copy (restore.load_tail)."""
+        return await load_tail(self.engine, session_id, version, last_seq, limit)
 
     @boundary
     async def replay_snapshot(self, session_id: str, as_of_seq: int) -> Snapshot | None:

@@ -65,18 +65,56 @@ async def load_snapshot(engine: AsyncEngine, session_id: str) -> Snapshot | None
         checkpoint = checkpoint_from_row(crow) if crow is not None else None
         first = checkpoint.first_kept_seq if checkpoint is not None else 0
         session = session_from_row(srow)
-        if not session.parent_session_id:
-            own = select(M).where(
-                M.c.session_id == session_id,
-                M.c.seq >= first,
-                M.c.state == int(MessageState.ACTIVE),
-            )
-            kept = await decoded(conn, own.order_by(M.c.seq), message_from_row)
-            return Snapshot(session, checkpoint, kept)
-        chain = await _chain(conn, session)
-        seen = select(M).where(lineage.where(chain, active_only=True, lo=max(first, 1)))
-        kept = await decoded(conn, seen.order_by(M.c.seq), lambda r: lineage.as_seen(chain, r)[0])
+        kept = await _active_from(conn, session, first)
     return Snapshot(session, checkpoint, kept)
+
+
+async def _active_from(conn: AsyncConnection, session: Session, first: int) -> list[Message]:
+    """The session's active messages from seq ``first`` on, as it sees them."""
+    if not session.parent_session_id:
+        own = select(M).where(
+            M.c.session_id == session.session_id,
+            M.c.seq >= first,
+            M.c.state == int(MessageState.ACTIVE),
+        )
+        return await decoded(conn, own.order_by(M.c.seq), message_from_row)
+    chain = await _chain(conn, session)
+    seen = select(M).where(lineage.where(chain, active_only=True, lo=max(first, 1)))
+    return await decoded(conn, seen.order_by(M.c.seq), lambda r: lineage.as_seen(chain, r)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What was appended to a session since a version a copy has: the session
+    row now, and the active messages after the copy's last seq."""
+
+    session: Session
+    appended: list[Message]
+
+
+def only_appends_since(version: int, row: Row[Any]) -> bool:
+    """Whether every write of the session row since ``version`` was a plain append
+    (models.SessionRow.plain_run_start)."""
+    stored = int(row.version)
+    return int(row.plain_version) == stored and int(row.plain_run_start) <= version <= stored
+
+
+async def load_tail(
+    engine: AsyncEngine, session_id: str, version: int, last_seq: int, limit: int
+) -> Tail | None:
+    """The appends since a copy at ``version`` (whose last seq is ``last_seq``):
+    None when anything else changed the session since (a rollback, a compaction,
+    new settings, a delete...), when it is gone, or when more than ``limit``
+    messages were appended: then the copy is restored whole."""
+    async with engine.connect() as conn:
+        srow = (await conn.execute(select(S).where(S.c.session_id == session_id))).first()
+        if srow is None or not only_appends_since(version, srow):
+            return None
+        session = session_from_row(srow)
+        if session.deleted or session.last_seq - last_seq > limit:
+            return None
+        appended = await _active_from(conn, session, last_seq + 1)
+    return Tail(session, appended)
 
 
 async def decoded(

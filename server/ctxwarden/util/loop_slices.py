@@ -52,11 +52,10 @@ ENABLED = os.environ.get("CTXWARDEN_LOOP_SLICES", "1") != "0"
 SLICE_SECONDS = 0.003
 """CPU time worked between two yields to the event loop (a few loop turns of
 this are what another call waits, so it is kept short; a yield costs ~20 us)."""
-PAUSE_AFTER = int(os.environ.get("CTXWARDEN_LOOP_PAUSE_AFTER", "0"))
-"""Slices a piece of work runs before it pauses for other calls (16: about 50 ms
-of work, a 100,000-message restore or rendering, not a small session's); 0 (the
-default): it never pauses. Off by default: with it on, the Galera node-kill test
-failed often (docs/operations/event-loop.md)."""
+PAUSE_AFTER = int(os.environ.get("CTXWARDEN_LOOP_PAUSE_AFTER", "1"))
+"""Slices a piece of work runs before it pauses for other calls (1: any work of more
+than one slice); 0: it never pauses. Work that races a compare-and-set never pauses
+(``racing``)."""
 GC_THRESHOLDS = (10_000, 10, 100)
 """gen0 every 10,000 net allocations (CPython's default: 700), gen1 every 10 of
 those, a full collection considered every 100 gen1 (default: 10)."""
@@ -93,6 +92,31 @@ def call_ended(token: Token[bool]) -> None:
 def others_in_flight() -> int:
     """Calls in flight other than the one this code runs in."""
     return _calls_in_flight - (1 if _in_call.get() else 0)
+
+
+_racing: ContextVar[bool] = ContextVar("ctxwarden_racing", default=False)
+
+
+@contextlib.contextmanager
+def racing() -> Iterator[None]:
+    """Work within this block races other writers' compare-and-set (a write's
+    restore or reload, under the session's lock): it never pauses for other
+    calls. Every pause widens the window in which another replica can move the
+    session on, and three replicas writing the same sessions then starved one
+    of them (each of its tries reloaded, lost the compare-and-set, reloaded
+    again: ABORTED for a minute, the Galera node-kill test). Reads do not race,
+    so the big reads the pause is for (first inputs, replays, the console) keep
+    it."""
+    token = _racing.set(True)
+    try:
+        yield
+    finally:
+        _racing.reset(token)
+
+
+def in_race() -> bool:
+    """Whether this code runs within ``racing``."""
+    return _racing.get()
 
 
 _deadline: ContextVar[asyncio.Timeout | None] = ContextVar("ctxwarden_deadline", default=None)
@@ -143,13 +167,10 @@ class Slicer:
         """Let the loop run everything that is ready (and poll for I/O), then go on;
         while other calls are in flight, leave the loop to them for as long as
         this slice worked."""
-        # Only long work pauses (PAUSE_AFTER slices), and for one budget at most:
-        # pausing every small restore under load (a slice's wall time grows with
-        # the host's load) made a Galera replica's reloads lose their
-        # compare-and-set retries after a node kill.
+        # For one budget at most: a slice's wall time grows with the host's load.
         self.slices += 1
         worked = min(time.perf_counter() - self.started, self.budget)
-        long_work = 0 < PAUSE_AFTER < self.slices and others_in_flight() > 0
+        long_work = 0 < PAUSE_AFTER < self.slices and not in_race() and others_in_flight() > 0
         self.mark = _postpone(self.mark)  # before yielding: the deadline cannot fire now
         await self.sleep(worked if long_work else 0)
         self.mark = _postpone(self.mark)
