@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -120,24 +120,37 @@ async def load_tail(
 async def decoded(
     conn: AsyncConnection, query: Select[Any], fn: Callable[[Row[Any]], R]
 ) -> list[R]:
-    """``[fn(row) for row in query's rows]``, in slices: the driver fetches the rows
-    at once (one round trip, no server-side cursor), but SQLAlchemy makes its row
+    """``[fn(row) for row in query's rows]``, in slices: SQLAlchemy makes its row
     objects ``FETCH_ROWS`` at a time and they are decoded a slice at a time, so
     neither is done for a 100,000-message session in one go and the event loop
-    runs in between (util/loop_slices). A streamed fetch (a server-side cursor)
-    did the same on PostgreSQL, but on MariaDB it read row by row, slowed every
-    reload, and under Galera a node kill's reloads lost their compare-and-set
-    three times over (ABORTED)."""
-    result = await conn.execute(query)
+    runs in between (util/loop_slices)."""
     out: list[R] = []
     slicer = Slicer()
-    for part in result.partitions(FETCH_ROWS):
+    async for part in _partitions(conn, query):
         for i, row in enumerate(part):
             out.append(fn(row))
             if i & 63 == 63 and slicer.due():
                 await slicer.pause()
     slicer.done()
     return out
+
+
+async def _partitions(
+    conn: AsyncConnection, query: Select[Any]
+) -> AsyncIterator[Sequence[Row[Any]]]:
+    """The rows ``FETCH_ROWS`` at a time. On PostgreSQL through a server-side
+    cursor: asyncpg would otherwise parse a 100,000-row answer into records in
+    one go, on the event loop. Elsewhere in one round trip: on MariaDB a
+    streamed fetch read row by row and slowed every reload; SQLite's driver
+    fetches in its own thread anyway."""
+    if conn.dialect.name == "postgresql":
+        streamed = await conn.stream(query.execution_options(yield_per=FETCH_ROWS))
+        async for part in streamed.partitions(FETCH_ROWS):
+            yield part
+        return
+    result = await conn.execute(query)
+    for part in result.partitions(FETCH_ROWS):
+        yield part
 
 
 async def _chain(conn: AsyncConnection, session: Session) -> list[Segment]:
