@@ -64,20 +64,51 @@ class MessageRules(Base):
     @rule(n=PICK, count=st.integers(1, 4))
     @logged
     def stream(self, n: int, count: int) -> None:
+        """Requests one per stream, or (odd ``n``: no draw of its own, which would
+        change every fixed example) all sent at once on one stream, which the
+        server writes as one run; then a run may carry one request twice."""
         ref = self.pick(self.writable(), n)
+        together = n % 2 == 1
         reqs = []
         for i in range(count):
             msg = user(f"streamed {i}") if i % 2 == 0 else assistant(f"streamed {i}")
             msg.message_id = new_id()
             reqs.append(
                 pb.AppendMessagesRequest(
-                    session_id=ref.sid, messages=[msg], view=pb.MESSAGE_VIEW_FULL
+                    session_id=ref.sid,
+                    messages=[msg],
+                    view=pb.MESSAGE_VIEW_FULL,
+                    request_id=new_id() if together else "",
                 )
             )
-        for req in reqs:
-            self.before_append(ref)
-            (resp,) = self.stub.StreamMessages(iter([req]))
+        if not together:
+            for req in reqs:
+                self.before_append(ref)
+                (resp,) = self.stub.StreamMessages(iter([req]))
+                self.record(ref, resp)
+            return
+        if n % 3 == 0:
+            reqs.insert(count // 2 + 1, reqs[0])  # a resend within the run
+        self.before_append(ref)
+        answers = list(self.stub.StreamMessages(iter(reqs)))
+        assert len(answers) == len(reqs)
+        later: list[int] = []
+        for i, (req, resp) in enumerate(zip(reqs, answers, strict=True)):
+            if i > 0 and req is reqs[0]:
+                # Its message_id is stored: it answers with the stored message (and
+                # the session's last_seq now, as any resend found by message_id).
+                assert list(resp.messages) == list(answers[0].messages)
+                assert resp.last_seq == answers[i - 1].last_seq
+                STATS["resends in a streamed run"] += 1
+                continue
+            if i > 0:  # what a fork at this seq inherits (its replay is read below)
+                k = ref.last_seq + 1
+                later.append(k)
+                ref.visible_at[k], ref.labels_at[k] = list(ref.visible), dict(ref.labels)
             self.record(ref, resp)
+        for k in later:
+            ref.replays[k] = checks.normalized(self.build(ref.sid, as_of_seq=k))
+        STATS["streamed runs"] += 1
 
     @precondition(lambda self: any(r.last_request for r in self.writable()))
     @rule(n=PICK)

@@ -128,6 +128,20 @@ def _retry_seconds(wait: float) -> float:
     return max(math.ceil(wait * 1000) / 1000, 0.001)
 
 
+class RefusedRequest(Exception):
+    """A stream's request the rate limit refused. Raised where the request is
+    read, so the handler answers every earlier request first; the guard then
+    ends the call with this status (code, text, trailing metadata with
+    ErrorInfo and RetryInfo)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, trailer: Any) -> None:
+        super().__init__(details)
+        self.code, self.details, self.trailer = code, details, trailer
+
+    async def abort(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await context.abort(self.code, self.details, trailing_metadata=self.trailer)
+
+
 class GuardInterceptor(HandlerInterceptor):
     """Authenticates ContextService calls, sets the tenant, applies rate limits."""
 
@@ -167,8 +181,10 @@ class GuardInterceptor(HandlerInterceptor):
                 tenant = await self._authenticate(context, name)
                 token = enter_tenant(tenant)
                 try:
-                    async for item in stream_inner(self._each(requests, context, tenant), context):
+                    async for item in stream_inner(self._each(requests, tenant), context):
                         yield item
+                except RefusedRequest as refused:
+                    await refused.abort(context)
                 finally:
                     # A stream abandoned while an answer was being sent (client gone)
                     # is closed later by the event loop, from another context, where
@@ -179,12 +195,13 @@ class GuardInterceptor(HandlerInterceptor):
             return grpc.stream_stream_rpc_method_handler(stream, des, ser)
         return handler
 
-    async def _each(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any], tenant: str
-    ) -> AsyncIterator[Any]:
-        """Every message of a stream counts like a unary call."""
+    async def _each(self, requests: AsyncIterator[Any], tenant: str) -> AsyncIterator[Any]:
+        """Every message of a stream counts like a unary call; one over the rate
+        raises RefusedRequest in its place (the handler may read ahead)."""
         async for request in requests:
-            await self._admit(context, tenant)
+            refused = self._limited(tenant)
+            if refused is not None:
+                raise refused
             yield request
 
     async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> str:
@@ -218,17 +235,23 @@ class GuardInterceptor(HandlerInterceptor):
             raise  # not reached: abort raises
 
     async def _admit(self, context: grpc.aio.ServicerContext[Any, Any], tenant: str) -> None:
+        refused = self._limited(tenant)
+        if refused is not None:
+            await refused.abort(context)
+
+    def _limited(self, tenant: str) -> RefusedRequest | None:
+        """The refusal of a request over the tenant's rate (None: admitted)."""
         wait = self.limiter.check(tenant)
-        if wait > 0:
-            await _abort(
-                context,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                code_pb2.RESOURCE_EXHAUSTED,
-                f"rate limit exceeded for this tenant ({self.limiter.rps:g} requests per "
-                f"second); retry in {seconds_text(wait)}",
-                ErrorReason.RATE_LIMITED,
-                wait,
-            )
+        if wait <= 0:
+            return None
+        return _refusal(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            code_pb2.RESOURCE_EXHAUSTED,
+            f"rate limit exceeded for this tenant ({self.limiter.rps:g} requests per "
+            f"second); retry in {seconds_text(wait)}",
+            ErrorReason.RATE_LIMITED,
+            wait,
+        )
 
 
 async def _abort(
@@ -239,6 +262,13 @@ async def _abort(
     reason: str,
     wait: float,
 ) -> None:
+    await _refusal(code, rpc_code, message, reason, wait).abort(context)
+
+
+def _refusal(
+    code: grpc.StatusCode, rpc_code: int, message: str, reason: str, wait: float
+) -> RefusedRequest:
+    """The status of a refusal to retry after ``wait`` seconds."""
     retry = _retry_seconds(wait)
     _, text, trailer = rich_status(
         code,
@@ -248,7 +278,7 @@ async def _abort(
         {"retry_after_seconds": f"{retry:.3f}"},
         retry_after=retry,
     )
-    await context.abort(code, text, trailing_metadata=trailer)
+    return RefusedRequest(code, text, trailer)
 
 
 def _peer(context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -262,6 +292,7 @@ __all__ = [
     "FailureLimiter",
     "GuardInterceptor",
     "RateLimiter",
+    "RefusedRequest",
     "TokenBucket",
     "peer_key",
     "seconds_text",

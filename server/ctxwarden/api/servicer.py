@@ -28,6 +28,7 @@ from ctxwarden.api.convert_session import session_from_pb, session_to_pb, tool_f
 from ctxwarden.api.encoding import EncodingCache
 from ctxwarden.api.errors import internal_status, to_status
 from ctxwarden.api.forks import ForkHandlers
+from ctxwarden.api.guard import RefusedRequest
 from ctxwarden.api.handlers import service_handler
 from ctxwarden.api.lifecycle_rpcs import LifecycleRpcs
 from ctxwarden.api.memory_servicer import MemoryServicer
@@ -41,6 +42,7 @@ from ctxwarden.api.responses import (
     check_response_size,
     page_length,
 )
+from ctxwarden.api.stream import ReadAhead
 from ctxwarden.api.tenancy import current_tenant, inner_id
 from ctxwarden.api.unary import check_decoded, unary
 from ctxwarden.api.unary import idempotency_key as _key
@@ -50,7 +52,9 @@ from ctxwarden.config import Limits
 from ctxwarden.core.errors import CtxwardenError, InvalidArgument
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.service.append_run import RunRequest
 from ctxwarden.service.manager import SessionManager
+from ctxwarden.service.results import AppendResult
 from ctxwarden.util.loop_slices import stepped
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses_pb
@@ -176,22 +180,56 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
         request_iterator: AsyncIterator[pb.AppendMessagesRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.AppendMessagesResponse]:
-        """One response per request, in order; the first error ends the stream."""
+        """One response per request, in order; the first error ends the stream.
+        Requests of one session already waiting are written as one (api.stream)."""
+        reads = ReadAhead(request_iterator, self.limits.max_request_bytes)
         try:
-            async for request in request_iterator:
-                response = await self._append(request)
-                limit = self.limits.max_request_bytes
-                check_response_size("AppendMessages", response.ByteSize(), limit)
-                yield response
+            while run := await reads.next_run(self.limits.max_request_bytes):
+                async for response in self._answer(run):
+                    yield response
             return
-        except grpc.aio.AbortError:
-            raise  # the call is already answered (rate limit, read timeout)
+        except (grpc.aio.AbortError, RefusedRequest):
+            raise  # the call is answered (read timeout), or the guard answers it in order
         except CtxwardenError as exc:
             code, message, trailer = to_status(exc)
         except Exception:
             log.exception("unhandled error in StreamMessages")
             code, message, trailer = internal_status()
+        finally:
+            reads.close()
         await context.abort(code, message, trailing_metadata=trailer)
+
+    async def _answer(
+        self, run: list[pb.AppendMessagesRequest]
+    ) -> AsyncIterator[pb.AppendMessagesResponse]:
+        """The answers to a run: as one write when it can be (see
+        SessionManager.append_run), else (and from a request that cannot be
+        decoded on) one by one."""
+        results = await self._merged(run) if len(run) > 1 else []
+        limit = self.limits.max_request_bytes
+        for request, result in zip(run, results, strict=False):
+            response = append_response(result, request.view)
+            check_response_size("AppendMessages", response.ByteSize(), limit)
+            yield response
+        for request in run[len(results) :]:
+            response = await self._append(request)
+            check_response_size("AppendMessages", response.ByteSize(), limit)
+            yield response
+
+    async def _merged(self, run: list[pb.AppendMessagesRequest]) -> list[AppendResult]:
+        """The results of the run's requests up to the first that cannot be decoded,
+        written as one ([]: nothing written)."""
+        decoded: list[RunRequest] = []
+        try:
+            sid = inner_id(run[0].session_id)
+            for request in run:
+                check_decoded(request)
+                decoded.append(RunRequest(self._messages(request), _key(request)))
+        except CtxwardenError:
+            pass  # that request's error is the lone path's
+        if len(decoded) < 2:
+            return []
+        return await self.manager.append_run(sid, decoded) or []
 
     @unary
     async def ListMessages(

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.errors import FailedPrecondition
-from ctxwarden.core.messages import Message, MessageState, Role
+from ctxwarden.core.messages import Message, MessageState, Role, pack_message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import EffectivePolicy, Session
 from ctxwarden.core.tokens import CountingProfile
@@ -134,6 +134,20 @@ class AppendBase(Protocol):
     def count(self, message: Message) -> int: ...
 
 
+@dataclass(slots=True)
+class _Pass:
+    """What planning carries from one request of a run to the next: what
+    applying the earlier plans would have left in the hot session."""
+
+    session: Session
+    calibration: Calibration
+    tokens: int
+    """Tokens of the kept messages (fixed part excluded)."""
+    calls: PlanCalls
+    earlier: dict[str, Message] = field(default_factory=dict)
+    """The messages earlier requests of the run add, by message_id."""
+
+
 def planned_append(
     base: AppendBase,
     messages: Sequence[Message],
@@ -143,15 +157,44 @@ def planned_append(
 ) -> AppendPlan:
     """SessionContext.plan_append: ``messages`` as they will be stored after
     ``base``'s (new IDs from ``ids``), duplicates as they are stored."""
-    seq = base.session.last_seq
-    calibration = base.calibration
+    return planned_run(base, (messages,), now_us, ids, stored_duplicates)[0]
+
+
+def planned_run(
+    base: AppendBase,
+    requests: Sequence[Sequence[Message]],
+    now_us: int,
+    ids: Iterator[str],
+    stored_duplicates: Mapping[str, Message],
+) -> list[AppendPlan]:
+    """One plan per request, in one pass: exactly the plans that planning the
+    first request, applying it (SessionContext.apply_append), planning the
+    second, ... would give. Raises what planning the first failing request
+    raises (its index is the caller's to know: the messages' fields are named
+    within their request)."""
+    run = _Pass(base.session, base.calibration, base.message_tokens, PlanCalls(base.calls))
+    return [_plan_one(base, run, messages, now_us, ids, stored_duplicates) for messages in requests]
+
+
+def _plan_one(
+    base: AppendBase,
+    run: _Pass,
+    messages: Sequence[Message],
+    now_us: int,
+    ids: Iterator[str],
+    stored_duplicates: Mapping[str, Message],
+) -> AppendPlan:
+    """One request of a run, after those planned into ``run`` (advanced)."""
+    seq = run.session.last_seq
+    calibration = run.calibration
     fixed = base.fixed_tokens
-    calls = PlanCalls(base.calls)
+    calls = run.calls
     out: list[Message] = []
     new: list[Message] = []
-    tokens = base.message_tokens
+    tokens = run.tokens
     for i, incoming in enumerate(messages):
-        dup = base.find_duplicate(incoming.message_id) or stored_duplicates.get(incoming.message_id)
+        mid = incoming.message_id
+        dup = base.find_duplicate(mid) or _earlier(run, mid) or stored_duplicates.get(mid)
         if dup is not None:
             out.append(dup)
             continue
@@ -167,7 +210,7 @@ def planned_append(
             # The usage measured the context this reply was made from.
             calibration = calibration.observe(prompt_tokens(incoming.usage), fixed + tokens)
             observed = (calibration.ratio, calibration.samples)
-        message_id = incoming.message_id or next(ids)
+        message_id = mid or next(ids)
         message = _admitted(base, incoming, seq, message_id, now_us, observed)
         if assistant:
             for block in message.tool_calls:
@@ -175,8 +218,17 @@ def planned_append(
         tokens += make_entry(message, base.policy, base.profile).token_count
         out.append(message)
         new.append(message)
-    after = session_after(base.session, seq, fixed + tokens, now_us, new, calibration)
+    after = session_after(run.session, seq, fixed + tokens, now_us, new, calibration)
+    run.session, run.calibration, run.tokens = after, calibration, tokens
+    run.earlier.update((m.message_id, m) for m in new)
     return AppendPlan(tuple(out), tuple(new), seq, fixed + tokens, after, calibration)
+
+
+def _earlier(run: _Pass, message_id: str) -> Message | None:
+    """A message an earlier request of the run adds, as the hot session would
+    hold it once installed (its find_duplicate answer)."""
+    found = run.earlier.get(message_id) if message_id else None
+    return None if found is None else pack_message(found)
 
 
 def _admitted(

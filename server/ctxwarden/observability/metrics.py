@@ -119,6 +119,11 @@ class Metrics:
             "Messages stored by AppendMessages and StreamMessages (duplicates not counted)",
             registry=r,
         )
+        self.stream_merged = Counter(
+            "ctxwarden_stream_requests_merged",
+            "StreamMessages requests answered as part of a run of more than one (one write)",
+            registry=r,
+        )
         self.model_input_tokens = Histogram(
             "ctxwarden_model_input_tokens",
             "Total tokens of each input built by BuildModelInput",
@@ -271,6 +276,12 @@ class ServiceMetrics:
         m = self._m
         if m is not None and messages > 0:
             m.messages_appended.inc(messages)
+
+    def observe_merged(self, requests: int) -> None:
+        """A run of ``requests`` streamed requests written as one (after it committed)."""
+        m = self._m
+        if m is not None and requests > 1:
+            m.stream_merged.inc(requests)
 
     def observe_usage(self, source: str, totals: TokenTotals, cost: float, currency: str) -> None:
         """Usage newly counted in a ledger (call after the write committed)."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ctxwarden.config import Settings
 from ctxwarden.core.compaction.types import Summarizer
 from ctxwarden.observability.metrics import ServiceMetrics
+from ctxwarden.service.append_run import AppendRuns
 from ctxwarden.service.background_compaction import BackgroundCompactions
 from ctxwarden.service.forks import Forks
 from ctxwarden.service.layered import LayeredCompactor
@@ -59,6 +60,7 @@ class SessionManager:
         self.delete_session = sessions.delete_session
         self.fork_session = Forks(runtime).fork_session
         self.append = messages.append
+        self.append_run = AppendRuns(runtime).append_run
         self.list_messages = messages.list_messages
         self.append_model_output = ModelOutputs(runtime, messages).append_model_output
         self.model_inputs = ModelInputs(runtime, self.compactor, self.background.wait_running)

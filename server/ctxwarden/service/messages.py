@@ -42,11 +42,11 @@ from ctxwarden.util import ids
 log = logging.getLogger(__name__)
 
 
-def _chars(messages: Sequence[Message]) -> int:
+def text_chars(messages: Sequence[Message]) -> int:
     return sum(len(b.text) + len(b.arguments_json) for m in messages for b in m.content)
 
 
-def _scope(session_id: str) -> RequestScope:
+def append_scope(session_id: str) -> RequestScope:
     """The idempotency scope of appends (AppendMessages, StreamMessages, AppendModelOutput)."""
     return RequestScope("AppendMessages", session_id, tenant_of(session_id))
 
@@ -64,6 +64,27 @@ class _Attempt:
     """The request's state changes (applied with the messages)."""
     stored_dups: dict[str, Message] = field(default_factory=dict)
     """Messages found stored by message_id although older than the kept history."""
+
+
+def append_outcome(plan: AppendPlan) -> dict[str, Any]:
+    """What an append's idempotency record answers a resend with."""
+    return {
+        "seqs": [m.seq for m in plan.messages],
+        "last_seq": plan.last_seq,
+        "context_tokens": plan.context_tokens,
+    }
+
+
+def install_append(rt: SessionRuntime, ctx: SessionContext, plan: AppendPlan) -> None:
+    """Install a written plan in the hot session, and learn and count what it adds."""
+    calibrated = plan.calibration.samples > ctx.session.estimate_samples
+    ctx.apply_append(plan)
+    if calibrated:
+        tenant = tenant_of(ctx.session.session_id)
+        rt.model_calibration.learn(tenant, ctx.session.model, plan.calibration.ratio)
+    rt.metrics.observe_append(len(plan.new))
+    if any(m.usage is not None for m in plan.new):  # else the ledger adds nothing
+        observe_ledger(rt, ledger_after_messages(EMPTY_LEDGER, plan.new, ctx.session.model))
 
 
 class Messages:
@@ -93,7 +114,7 @@ class Messages:
         if key is not None:
             check_key(key.request_id, "request_id")
         check_session_id(session_id)
-        scope = _scope(session_id)
+        scope = append_scope(session_id)
         async with self.rt.hot.lock(session_id):
             state = _Attempt(await self.rt.context_locked(session_id), delta)
             for first in (True, False, False):
@@ -149,11 +170,7 @@ class Messages:
         key: IdempotencyKey | None,
     ) -> AppendResult | None:
         ctx, sid = state.ctx, scope.session_id
-        outcome = {
-            "seqs": [m.seq for m in plan.messages],
-            "last_seq": plan.last_seq,
-            "context_tokens": plan.context_tokens,
-        }
+        outcome = append_outcome(plan)
         delta = state.delta
         if delta.session is not None:
             merged = merge_state(ctx.session.state, delta.session)
@@ -187,18 +204,8 @@ class Messages:
             # (never write on a stale copy).
             state.ctx = await self.rt.reload(sid)
             return None
-        calibrated = plan.calibration.samples > ctx.session.estimate_samples
-        ctx.apply_append(plan)
+        install_append(self.rt, ctx, plan)
         ctx.checked_at = self.rt.clock()
-        if calibrated:
-            self.rt.model_calibration.learn(
-                tenant_of(sid), ctx.session.model, plan.calibration.ratio
-            )
-        self.rt.metrics.observe_append(len(plan.new))
-        if any(m.usage is not None for m in plan.new):  # else the ledger adds nothing
-            observe_ledger(
-                self.rt, ledger_after_messages(EMPTY_LEDGER, plan.new, ctx.session.model)
-            )
         return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
 
     async def _after_duplicate(
@@ -232,14 +239,14 @@ class Messages:
                 stored_duplicates=dups,
             )
 
-        if _chars(messages) > BIG_WORK_CHARS:
+        if text_chars(messages) > BIG_WORK_CHARS:
             return await asyncio.to_thread(plan)
         return plan()
 
     async def replayed(self, session_id: str, key: IdempotencyKey) -> AppendResult | None:
         """The answer of the applied append with ``key``, from the request log
         (None when no request with its request_id was applied)."""
-        stored = await self.rt.replay(_scope(session_id), key)
+        stored = await self.rt.replay(append_scope(session_id), key)
         if stored is None:
             return None
         ctx = await self.rt.context(session_id)

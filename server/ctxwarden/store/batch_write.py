@@ -42,13 +42,15 @@ class Timed(Protocol):
 
 @dataclass(slots=True)
 class AppendOp:
-    """One caller's append: the new session row values, its rows, its record."""
+    """One caller's append: the new session row values, its rows, its records."""
 
     session: Session
     expected_version: int
     rows: Sequence[dict[str, Any]]
     """Encoded message rows (store.codec.message_row_values)."""
-    record_values: dict[str, Any] | None
+    record_values: Sequence[dict[str, Any]]
+    """Idempotency records (store.records.record_values): one per request with a
+    request_id that the append carries (a streamed run carries several)."""
     added_bytes: int
     tenant: str
     future: asyncio.Future[None] | None = field(default=None, repr=False)
@@ -83,7 +85,7 @@ class BatchWrite:
                 [(op.session, op.expected_version, op.added_bytes) for op in batch]
             )
             rows = [sql.message_row(values) for op in batch for values in op.rows]
-            records = [sql.record_row(op.record_values) for op in batch if op.record_values]
+            records = [sql.record_row(values) for op in batch for values in op.record_values]
             if w.mysql:
                 await self._write_mysql(w, batch, (statement, params), rows, records)
             else:

@@ -60,9 +60,11 @@ class MessageRepository:
         expected_version: int,
         messages: Sequence[Message],
         record: RequestRecord | None,
+        more_records: Sequence[RequestRecord] = (),
     ) -> AppendOp:
         """Encode an append for the writers; raises TooLarge (nothing written) when a
-        message's stored body is over the limit."""
+        message's stored body is over the limit. ``more_records``: the records of the
+        other requests a streamed run writes with this one."""
         rows = []
         added = 0
         for i, m in enumerate(messages):
@@ -72,9 +74,9 @@ class MessageRepository:
                 raise TooLarge(f"messages[{i}]", size, self.max_message_bytes)
             rows.append(values)
             added += stored_message_bytes(values)
-        stored = None if record is None else record_values(record)
-        if stored is not None:
-            added += record_bytes(stored)
+        records = [*([] if record is None else [record]), *more_records]
+        stored = [record_values(r) for r in records]
+        added += sum(record_bytes(values) for values in stored)
         return AppendOp(
             session, expected_version, rows, stored, added, tenant_of(session.session_id)
         )

@@ -106,8 +106,8 @@ class StateRepository:
             )
             if op.rows:
                 await conn.execute(insert(M), list(op.rows))
-            if op.record_values is not None:
-                await conn.execute(insert(R).values(**op.record_values))
+            if op.record_values:
+                await conn.execute(insert(R), list(op.record_values))
             charged = op.added_bytes + state_bytes(state) - state_bytes(before)
             # Always project before user: two transactions lock in the same order
             # (and the tenant's counter last, as every write does).
