@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from ctxwarden.api.handlers import Malformed
 from ctxwarden.api.stream import MAX_RUN, ReadAhead
 from ctxwarden.v1 import context_service_pb2 as pb
 from tests.support.builders import user
@@ -73,6 +74,25 @@ async def test_runs_stop_at_another_session_and_at_a_request_that_goes_alone() -
         runs.append([(r.session_id, r.HasField("expected_last_seq")) for r in run])
     assert [len(r) for r in runs] == [2, 1, 1, 1, 1]
     assert runs[1] == [("b", False)] and runs[2] == [("b", True)]
+    reads.close()
+
+
+async def test_a_request_that_could_not_be_decoded_ends_the_run_before_it() -> None:
+    """A hostile request buffered behind a good one (the fuzzer's raw bytes) has no
+    fields to compare: it goes alone, where its decoding error is answered."""
+
+    async def requests() -> AsyncIterator[object]:
+        yield _req("a")
+        yield Malformed("Error parsing message")
+        yield _req("a")
+
+    reads = ReadAhead(requests(), max_bytes=1 << 20)
+    await _settle()
+    runs = []
+    while run := await reads.next_run(1 << 20):
+        runs.append(run)
+    assert [len(r) for r in runs] == [1, 1, 1]
+    assert isinstance(runs[1][0], Malformed)
     reads.close()
 
 

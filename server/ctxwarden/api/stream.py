@@ -90,9 +90,9 @@ class ReadAhead:
             return run
         while self._items and len(run) < MAX_RUN:
             request, size = self._items[0]
-            if request.session_id != first.session_id:
-                break
             if not mergeable(request, size, response_limit):
+                break  # checked first: a request that could not be decoded has no fields
+            if request.session_id != first.session_id:
                 break
             run.append(self._pop())
         return run
