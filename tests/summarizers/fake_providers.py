@@ -127,6 +127,7 @@ class FakeProvider:
         self.responses: list[RecordedResponse] = []
         self._script = _Script()
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
         self._closing = threading.Event()
         self._ids = itertools.count(1)
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -191,6 +192,15 @@ class FakeProvider:
         with self._lock:
             self._script.slow.extend([seconds] * n)
 
+    def wait_for_requests(self, n: int, timeout: float = 10.0) -> int:
+        """Block until ``n`` requests were recorded (or ``timeout``); how many were.
+
+        A client that gave up on a request (its timeout) may have sent it before
+        this server, busy on a loaded host, got to read it: it is recorded later."""
+        with self._arrived:
+            self._arrived.wait_for(lambda: len(self.requests) >= n, timeout)
+            return len(self.requests)
+
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
@@ -208,6 +218,7 @@ class FakeProvider:
             body = None
         with self._lock:
             self.requests.append(RecordedRequest(method, path, headers, body))
+            self._arrived.notify_all()
             failure = self._script.failures.pop(0) if self._script.failures else None
             slow = self._script.slow.pop(0) if self._script.slow else 0.0
         wait = max(slow, self.delay)
