@@ -37,6 +37,7 @@ EXPECTED_FAMILIES = {
     "ctxwarden_hot_sessions",
     "ctxwarden_hot_sessions_capacity",
     "ctxwarden_session_restores",
+    "ctxwarden_session_catch_ups",
     "ctxwarden_messages_appended",
     "ctxwarden_model_input_tokens",
     "ctxwarden_token_estimate_error_ratio",
@@ -124,6 +125,38 @@ def test_metrics_count_rpcs_sessions_and_queries(backend_url: str, tmp_path: Pat
         assert grew("ctxwarden_messages_appended_total") == 5
         assert grew("ctxwarden_model_input_tokens_count") == 1
         assert grew("ctxwarden_token_estimate_error_ratio_count") == 1
+
+
+def test_a_stale_copy_caught_up_counts_as_a_catch_up_not_a_restore(
+    backend_url: str, tmp_path: Path
+) -> None:
+    """Two replicas over one database: what one appends, the other's copy catches up."""
+    other = ServerProcess(backend_url, log_dir=tmp_path / "other")
+    (tmp_path / "other").mkdir()
+    other.start()
+    try:
+        with observed_server(backend_url, tmp_path) as server:
+            sid = f"m-{uuid.uuid4().hex[:10]}"
+            with (
+                grpc.insecure_channel(server.target) as ch,
+                grpc.insecure_channel(other.target) as och,
+            ):
+                stub, ostub = pb_grpc.ContextServiceStub(ch), pb_grpc.ContextServiceStub(och)
+                stub.CreateSession(pb.CreateSessionRequest(session_id=sid), timeout=10)
+                stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid), timeout=10)
+                before = scrape(server.metrics)
+                ostub.AppendMessages(
+                    pb.AppendMessagesRequest(session_id=sid, messages=[user("hi")]), timeout=10
+                )
+                built = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid), timeout=10)
+                after = scrape(server.metrics)
+    finally:
+        other.stop()
+    assert [m.seq for m in built.messages] == [1]  # the other replica's append
+    caught = sample(after, "ctxwarden_session_catch_ups_total")
+    assert caught - sample(before, "ctxwarden_session_catch_ups_total") == 1
+    restored = sample(after, "ctxwarden_session_restores_total")
+    assert restored == sample(before, "ctxwarden_session_restores_total")
 
 
 def test_metrics_are_off_by_default(backend_url: str, tmp_path: Path) -> None:

@@ -190,7 +190,12 @@ async def serve(settings: Settings, link: WorkerLink | None = None) -> None:
     obs = Metrics()
     tracing = setup_tracing(settings.otel_endpoint) if settings.otel_endpoint else None
     manager = await build_manager(settings, summarizer, obs, tracing)
-    obs.watch_sessions(lambda: len(manager.hot), manager.hot.capacity, lambda: manager.restores)
+    obs.watch_sessions(
+        lambda: len(manager.hot),
+        manager.hot.capacity,
+        lambda: manager.restores,
+        lambda: manager.runtime.catch_ups,
+    )
     metrics_server: MetricsServer | None = None
     console: ConsoleServer | None = None
     schedule = lifecycle.start(settings, manager, obs.registry)

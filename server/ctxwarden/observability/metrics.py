@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,14 +30,13 @@ from prometheus_client import (
     disable_created_metrics,
     start_http_server,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
 
 from ctxwarden import __version__
 from ctxwarden.observability.anchor_metrics import AnchorMetrics
 from ctxwarden.observability.background_metrics import BackgroundCompactionMetrics
+from ctxwarden.observability.session_metrics import SessionCollector
 from ctxwarden.observability.usage_metrics import UsageMetrics
 
 if TYPE_CHECKING:
@@ -198,36 +197,18 @@ class Metrics:
         self.database_up.set(1)
 
     def watch_sessions(
-        self, hot: Callable[[], int], capacity: int, restores: Callable[[], int]
+        self,
+        hot: Callable[[], int],
+        capacity: int,
+        restores: Callable[[], int],
+        catch_ups: Callable[[], int],
     ) -> None:
-        """Export the hot-session count, its capacity and the restore counter
-        (``hot`` and ``restores`` are read at scrape)."""
-        self.registry.register(_SessionCollector(hot, capacity, restores))
+        """Export the hot-session count, its capacity and the restore and catch-up
+        counters (read at scrape)."""
+        self.registry.register(SessionCollector(hot, capacity, restores, catch_ups))
 
     def watch_pool(self, size: Callable[[], int]) -> None:
         self.db_pool_size.set_function(lambda: float(size()))
-
-
-class _SessionCollector(Collector):
-    def __init__(self, hot: Callable[[], int], capacity: int, restores: Callable[[], int]) -> None:
-        self.hot = hot
-        self.capacity = capacity
-        self.restores = restores
-
-    def collect(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily(
-            "ctxwarden_hot_sessions", "Sessions held in memory now", value=self.hot()
-        )
-        yield GaugeMetricFamily(
-            "ctxwarden_hot_sessions_capacity",
-            "Most sessions held in memory (--max-hot-sessions)",
-            value=self.capacity,
-        )
-        yield CounterMetricFamily(
-            "ctxwarden_session_restores",
-            "Sessions loaded from the database into memory (restart, eviction, other replica)",
-            value=self.restores(),
-        )
 
 
 # -- hooks for the service layer -----------------------------------------------------
