@@ -203,17 +203,27 @@ class SessionContext:
         return planned_append(self, messages, now_us, ids, stored_duplicates or {})
 
     def apply_append(self, plan: AppendPlan) -> None:
-        """Install a committed append."""
-        self.install_appended(plan.session, plan.new)
+        """Install a committed append (planned here: counted with this profile)."""
+        self._install(plan.new, plan.session)
 
     def install_appended(self, session: Session, messages: Sequence[Message]) -> None:
         """Install appends committed after this copy's version, ``session`` as they
         left it: the same context a restore would make when nothing but appends
-        changed the session since (another replica's appends, read back)."""
+        changed the session since (another replica's appends, read back, recounted
+        as a restore recounts them when another tokenizer counted them)."""
         key = self.profile.key
+        self._install(
+            [
+                replace(m, token_count=self.count(m), counted_with=key)
+                if m.counted_with and m.counted_with != key
+                else m
+                for m in messages
+            ],
+            session,
+        )
+
+    def _install(self, messages: Sequence[Message], session: Session) -> None:
         for message in messages:
-            if message.counted_with and message.counted_with != key:
-                message = replace(message, token_count=self.count(message), counted_with=key)
             self._add(message)
             self._message_tokens += self._entries[-1].token_count
         self.session = session
