@@ -9,12 +9,14 @@ import random
 from dataclasses import replace
 
 from ctxwarden.api.convert import encode_message, message_to_pb, new_encoding_cache
+from ctxwarden.api.convert_requests import append_response
 from ctxwarden.api.message_wire import message_body
 from ctxwarden.api.model_input_wire import model_input_bytes, model_input_bytes_cooperatively
 from ctxwarden.core.content import ContentBlock, ContentKind
 from ctxwarden.core.messages import Message, MessageState, Role, StopReason, Usage, Visibility
 from ctxwarden.core.model_input import ModelInputView, TokenBreakdown
 from ctxwarden.core.session import Session
+from ctxwarden.service.results import AppendResult
 from ctxwarden.v1 import context_service_pb2 as svc_pb
 
 TEXTS = ("", "a", "héllo wörld ✓ 𝄞", "x" * 200, "line\nbreak\x00nul", "日本語" * 50)
@@ -77,6 +79,29 @@ def test_the_direct_encoder_writes_the_protobuf_runtime_bytes() -> None:
         m = _message(rng)
         expected = message_to_pb(m).SerializeToString(deterministic=True)
         assert message_body(m) == expected, m
+
+
+def test_append_responses_are_the_protobuf_runtime_bytes() -> None:
+    """AppendMessages and StreamMessages answer with bytes written directly."""
+    rng = random.Random(27)
+    for _ in range(500):
+        messages = tuple(_message(rng) for _ in range(rng.randrange(0, 4)))
+        result = AppendResult(messages, _number(rng), _number(rng))
+        for view in (svc_pb.MESSAGE_VIEW_UNSPECIFIED, svc_pb.MESSAGE_VIEW_FULL):
+            expected = svc_pb.AppendMessagesResponse(
+                messages=[message_to_pb(m) for m in messages],
+                last_seq=result.last_seq,
+                context_tokens=result.context_tokens,
+            )
+            assert append_response(result, view) == expected.SerializeToString(deterministic=True)
+        basic = svc_pb.AppendMessagesResponse(
+            messages=[message_to_pb(replace(m, content=())) for m in messages],
+            last_seq=result.last_seq,
+            context_tokens=result.context_tokens,
+        )
+        assert append_response(result, svc_pb.MESSAGE_VIEW_BASIC) == basic.SerializeToString(
+            deterministic=True
+        )
 
 
 def _view(messages: tuple[Message, ...]) -> ModelInputView:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ctxwarden.api.convert import message_to_pb
 from ctxwarden.api.convert_state import struct_to_dict
+from ctxwarden.api.message_wire import message_body, varint
 from ctxwarden.core.state import StateDelta, check_delta
 from ctxwarden.service.pages import MessageFilter
 from ctxwarden.service.results import AppendResult
@@ -42,11 +42,17 @@ def state_delta_from_pb(request: pb.AppendMessagesRequest) -> StateDelta:
     return delta
 
 
-def append_response(result: AppendResult, view: int) -> pb.AppendMessagesResponse:
-    if view == pb.MESSAGE_VIEW_BASIC:
-        stored = [message_to_pb(replace(m, content=())) for m in result.messages]
-    else:
-        stored = [message_to_pb(m) for m in result.messages]
-    return pb.AppendMessagesResponse(
-        messages=stored, last_seq=result.last_seq, context_tokens=result.context_tokens
-    )
+def append_response(result: AppendResult, view: int) -> bytes:
+    """The encoded AppendMessagesResponse: byte for byte what building the message
+    and serialising it deterministically gives (``message_wire``), without
+    building it (every append answers with this)."""
+    out = bytearray()
+    basic = view == pb.MESSAGE_VIEW_BASIC
+    for m in result.messages:
+        body = message_body(replace(m, content=()) if basic else m)
+        out += b"\x0a" + varint(len(body)) + body
+    if result.last_seq:
+        out += b"\x10" + varint(result.last_seq)
+    if result.context_tokens:
+        out += b"\x18" + varint(result.context_tokens)
+    return bytes(out)

@@ -128,7 +128,7 @@ def generic_handler(
         handlers[name] = grpc.stream_stream_rpc_method_handler(
             fn,
             request_deserializer=safe_deserializer(req),
-            response_serializer=resp.SerializeToString,
+            response_serializer=_serializer(resp),
         )
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 

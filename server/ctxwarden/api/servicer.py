@@ -140,7 +140,7 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
             out.append(message_from_pb(m, f"messages[{i}]"))
         return out
 
-    async def _append(self, request: pb.AppendMessagesRequest) -> pb.AppendMessagesResponse:
+    async def _append(self, request: pb.AppendMessagesRequest) -> bytes:
         check_decoded(request)
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         result = await self.manager.append(
@@ -153,9 +153,7 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
         return append_response(result, request.view)
 
     @unary
-    async def AppendModelOutput(
-        self, request: pb.AppendModelOutputRequest, context: Any
-    ) -> pb.AppendMessagesResponse:
+    async def AppendModelOutput(self, request: pb.AppendModelOutputRequest, context: Any) -> bytes:
         check_decoded(request)
         which = request.WhichOneof("output")
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
@@ -170,17 +168,15 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
         return append_response(result, request.view)
 
     @unary
-    async def AppendMessages(
-        self, request: pb.AppendMessagesRequest, context: Any
-    ) -> pb.AppendMessagesResponse:
+    async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> bytes:
         return await self._append(request)
 
     async def StreamMessages(
         self,
         request_iterator: AsyncIterator[pb.AppendMessagesRequest],
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[pb.AppendMessagesResponse]:
-        """One response per request, in order; the first error ends the stream.
+    ) -> AsyncIterator[bytes]:
+        """One (encoded) response per request, in order; the first error ends the stream.
         Requests of one session already waiting are written as one (api.stream)."""
         reads = ReadAhead(request_iterator, self.limits.max_request_bytes)
         try:
@@ -199,21 +195,19 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
             reads.close()
         await context.abort(code, message, trailing_metadata=trailer)
 
-    async def _answer(
-        self, run: list[pb.AppendMessagesRequest]
-    ) -> AsyncIterator[pb.AppendMessagesResponse]:
-        """The answers to a run: as one write when it can be (see
+    async def _answer(self, run: list[pb.AppendMessagesRequest]) -> AsyncIterator[bytes]:
+        """The (encoded) answers to a run: as one write when it can be (see
         SessionManager.append_run), else (and from a request that cannot be
         decoded on) one by one."""
         results = await self._merged(run) if len(run) > 1 else []
         limit = self.limits.max_request_bytes
         for request, result in zip(run, results, strict=False):
             response = append_response(result, request.view)
-            check_response_size("AppendMessages", response.ByteSize(), limit)
+            check_response_size("AppendMessages", len(response), limit)
             yield response
         for request in run[len(results) :]:
             response = await self._append(request)
-            check_response_size("AppendMessages", response.ByteSize(), limit)
+            check_response_size("AppendMessages", len(response), limit)
             yield response
 
     async def _merged(self, run: list[pb.AppendMessagesRequest]) -> list[AppendResult]:

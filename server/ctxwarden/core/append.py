@@ -10,6 +10,7 @@ from typing import Protocol
 
 from ctxwarden.core.calibration import Calibration, prompt_tokens, usable
 from ctxwarden.core.errors import FailedPrecondition
+from ctxwarden.core.fast_replace import replacer
 from ctxwarden.core.messages import Message, MessageState, Role, pack_message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import EffectivePolicy, Session
@@ -80,6 +81,10 @@ class PlanCalls:
         self._changed[tool_call_id] = CallState(call.seq, True, call.name)
 
 
+_replace_message = replacer(Message)
+_replace_session = replacer(Session)
+
+
 def failures_after(count: int, new: Sequence[Message]) -> int:
     """A successful assistant answer resets the consecutive-failure count."""
     for m in new:
@@ -100,7 +105,7 @@ def session_after(
     last_seq and context tokens, the failure count, and the calibration this
     append learned (stored with it: a restart right after must not fall back
     to the previous one), and the usage the new messages report."""
-    return replace(
+    return _replace_session(
         session,
         version=session.version + 1,
         last_seq=last_seq,
@@ -243,7 +248,7 @@ def _admitted(
     the calibration it changed (None: it changed none)."""
     # One copy: the count reads only the content and the visibility, which the
     # copy keeps.
-    return replace(
+    return _replace_message(
         incoming,
         seq=seq,
         message_id=message_id,

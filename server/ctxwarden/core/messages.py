@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import FrozenInstanceError, dataclass, field, replace
+from dataclasses import FrozenInstanceError, dataclass, field
 from types import MappingProxyType
 
 from ctxwarden.core.content import PROVIDER_FAMILIES, ContentBlock, ContentKind
+from ctxwarden.core.fast_replace import replacer
 
 __all__ = [
     "EMPTY_METADATA",
@@ -237,6 +238,9 @@ class Message:
         return "".join(b.text for b in self.content if b.kind is ContentKind.TEXT)
 
 
+_replace_message = replacer(Message)
+
+
 def pack_message(message: Message) -> Message:
     """The copy of ``message`` a hot session keeps: long texts compressed, and no
     calibration (only replay reads it, from the stored row); ``message`` itself
@@ -246,4 +250,4 @@ def pack_message(message: Message) -> Message:
         a is b for a, b in zip(content, message.content, strict=True)
     ):
         return message
-    return replace(message, content=content, calibration=None)
+    return _replace_message(message, content=content, calibration=None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxwarden.core.cache_prefix import CacheBreak, CachePrefix
@@ -50,10 +50,25 @@ class TokenTotals:
         )
 
     def __add__(self, other: TokenTotals) -> TokenTotals:
-        return TokenTotals(*(a + b for a, b in zip(self.counts(), other.counts(), strict=True)))
+        return TokenTotals(
+            self.calls + other.calls,
+            self.input_tokens + other.input_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.output_tokens + other.output_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
 
     def counts(self) -> tuple[int, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self))
+        """The fields' values in field order (written out: every append adds these)."""
+        return (
+            self.calls,
+            self.input_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.output_tokens,
+            self.reasoning_tokens,
+        )
 
     def as_usage(self) -> Usage:
         """The totals as one Usage (total_tokens: input, cache and output summed)."""

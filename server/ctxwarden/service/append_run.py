@@ -24,6 +24,7 @@ from ctxwarden.service.messages import (
     append_outcome,
     append_scope,
     install_append,
+    observe_appended,
     text_chars,
 )
 from ctxwarden.service.results import AppendResult, IdempotencyKey
@@ -72,6 +73,7 @@ class AppendRuns:
                 return None
             for plan in plans:
                 install_append(self.rt, ctx, plan)
+            observe_appended(self.rt, [m for p in plans for m in p.new], ctx.session.model)
             ctx.checked_at = self.rt.clock()
             self.rt.grew(ctx)
         self.rt.metrics.observe_merged(len(run))

@@ -76,15 +76,21 @@ def append_outcome(plan: AppendPlan) -> dict[str, Any]:
 
 
 def install_append(rt: SessionRuntime, ctx: SessionContext, plan: AppendPlan) -> None:
-    """Install a written plan in the hot session, and learn and count what it adds."""
+    """Install a written plan in the hot session and learn what it calibrated
+    (``observe_appended`` counts what it adds)."""
     calibrated = plan.calibration.samples > ctx.session.estimate_samples
     ctx.apply_append(plan)
     if calibrated:
         tenant = tenant_of(ctx.session.session_id)
         rt.model_calibration.learn(tenant, ctx.session.model, plan.calibration.ratio)
-    rt.metrics.observe_append(len(plan.new))
-    if any(m.usage is not None for m in plan.new):  # else the ledger adds nothing
-        observe_ledger(rt, ledger_after_messages(EMPTY_LEDGER, plan.new, ctx.session.model))
+
+
+def observe_appended(rt: SessionRuntime, new: Sequence[Message], model: str) -> None:
+    """Count committed new messages and the usage they report in the metrics (a
+    merged run counts all its requests' at once)."""
+    rt.metrics.observe_append(len(new))
+    if any(m.usage is not None for m in new):  # else the ledger adds nothing
+        observe_ledger(rt, ledger_after_messages(EMPTY_LEDGER, new, model))
 
 
 class Messages:
@@ -205,6 +211,7 @@ class Messages:
             state.ctx = await self.rt.reload(sid)
             return None
         install_append(self.rt, ctx, plan)
+        observe_appended(self.rt, plan.new, ctx.session.model)
         ctx.checked_at = self.rt.clock()
         return AppendResult(plan.messages, plan.last_seq, plan.context_tokens)
 
