@@ -14,6 +14,7 @@ from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 from ctxwarden.v1 import message_pb2 as m
 from ctxwarden.v1 import session_pb2 as ses
+from ctxwarden_client import Client
 from tests.model import checks
 from tests.model.cache import R, expected, input_tokens
 from tests.support.builders import assistant, user
@@ -71,10 +72,6 @@ def test_a_settings_update_that_leaves_the_input_keeps_its_cache_prefix(
 
 
 @pytest.mark.parametrize("backend_url", ["sqlite"], indirect=True)  # two CLI runs: one backend
-@pytest.mark.xfail(
-    strict=True,
-    reason="export -> import of a fork loses the calibration its inherited seqs replay with",
-)
 def test_an_imported_fork_replays_as_the_fork(server: ServerProcess, tmp_path: Path) -> None:
     """A session starts with its tenant's and model's calibration (here 4.0, after
     reported usage); a fork replays its inherited seqs with it, and so does an import of
@@ -118,3 +115,113 @@ def test_an_imported_fork_replays_as_the_fork(server: ServerProcess, tmp_path: P
         ):
             subprocess.run([*CLI, *args], check=True, capture_output=True, timeout=120)
         assert replay(imported) == replay(fork)
+
+
+@pytest.mark.parametrize("backend_url", ["sqlite"], indirect=True)  # two CLI runs: one backend
+def test_an_imported_fork_of_a_fork_replays_every_seq_as_the_fork(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The settings and memory blocks each inherited seq replays with travel with a
+    fork's file: the source changes its system prompt twice and refreshes its memory
+    block, a fork of it changes the prompt once more, and a fork of that fork is
+    exported; its import replays every seq as the fork does (before: the seqs before its
+    fork point replayed with its current settings, "four" at seq 1, and no block)."""
+    run = uuid.uuid4().hex[:8]
+    owner = f"mu-{run}"
+    with Client(server.target) as c:
+
+        def append(sid: str, *texts: str) -> None:
+            c.append_messages(
+                sid, [user(t) if i % 2 == 0 else assistant(t) for i, t in enumerate(texts)]
+            )
+
+        def prompt(sid: str, text: str) -> None:
+            c.update_session(ses.Session(session_id=sid, system_prompt=text), ["system_prompt"])
+
+        def replays(sid: str, last: int) -> list[bytes]:
+            return [
+                checks.normalized(c.build_model_input(sid, as_of_seq=k)) for k in range(1, last + 2)
+            ]
+
+        c.create_memory("The user is called Sam.", user_id=owner, pinned=True)
+        source = f"src-{run}"
+        policy = ses.ContextPolicy(memory_max_tokens=300)
+        c.create_session(session_id=source, system_prompt="one", user_id=owner, policy=policy)
+        append(source, "a", "b")
+        prompt(source, "two")  # at seq 2
+        c.create_memory("The user deploys on Fridays.", user_id=owner, pinned=True)
+        c.build_model_input(source, refresh_memory=True)  # a block from seq 3 on
+        append(source, "c", "d")
+        prompt(source, "three")  # at seq 4
+        append(source, "e", "f")
+        first = c.fork_session(source, 6).session_id
+        prompt(first, "four")  # the fork's own, at seq 5
+        append(first, "g", "h")
+        second = c.fork_session(first, 8).session_id
+        append(second, "i")
+        expected = replays(second, 8)
+    assert len(set(expected)) == len(expected)  # every seq replays differently
+    imported = f"imp-{run}"
+    path = tmp_path / "fork.json"
+    url = server.database_url
+    for args in (
+        ["export", second, "--database-url", url, "-o", str(path)],
+        ["import", str(path), "--database-url", url, "--session-id", imported],
+    ):
+        subprocess.run([*CLI, *args], check=True, capture_output=True, timeout=120)
+    with Client(server.target) as c:
+        got = replays(imported, 8)
+    for k, (want, have) in enumerate(zip(expected, got, strict=True), start=1):
+        assert have == want, f"replay at {k}:\n{checks.diff(want, have)}"
+
+
+@pytest.mark.parametrize("backend_url", ["sqlite"], indirect=True)  # two CLI runs: one backend
+@pytest.mark.xfail(
+    strict=True,
+    reason="a fork's file holds only the checkpoint in force at its fork point, not the "
+    "source's older ones its replays read before it",
+)
+def test_an_imported_fork_replays_between_two_compactions_of_its_source(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The source compacts twice, then is forked at its end; replayed between the two
+    compactions, the fork shows the first summary, its import all the messages (seqs 7
+    to 12 of 15 differ)."""
+    run = uuid.uuid4().hex[:8]
+    source = f"src-{run}"
+    with Client(server.target) as c:
+
+        def turn(i: int) -> None:
+            c.append_messages(source, [user(f"question {i} " * 30), assistant(f"answer {i} " * 30)])
+
+        def compact() -> None:
+            plan = c.prepare_compaction(source)
+            prefix = "The turn so far." if plan.split_turn else ""
+            c.commit_compaction(source, plan.plan_id, "Summary.", turn_prefix_summary=prefix)
+
+        policy = ses.ContextPolicy(keep_recent_tokens=80)
+        c.create_session(session_id=source, system_prompt="p", policy=policy)
+        for i in range(6):
+            turn(i)
+            if i in (2, 5):
+                compact()
+        turn(6)
+        last = c.get_session(source).last_seq
+        fork = c.fork_session(source, last + 1).session_id
+        expected = [
+            checks.normalized(c.build_model_input(fork, as_of_seq=k)) for k in range(1, last + 2)
+        ]
+    imported = f"imp-{run}"
+    path = tmp_path / "fork.json"
+    url = server.database_url
+    for args in (
+        ["export", fork, "--database-url", url, "-o", str(path)],
+        ["import", str(path), "--database-url", url, "--session-id", imported],
+    ):
+        subprocess.run([*CLI, *args], check=True, capture_output=True, timeout=120)
+    with Client(server.target) as c:
+        got = [
+            checks.normalized(c.build_model_input(imported, as_of_seq=k))
+            for k in range(1, last + 2)
+        ]
+    assert [k for k, (a, b) in enumerate(zip(expected, got, strict=True), 1) if a != b] == []
