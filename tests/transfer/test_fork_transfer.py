@@ -1,6 +1,7 @@
 """Exporting a fork writes its whole effective history (what it shares with its
 source included) and its lineage; imported elsewhere, it builds the same model
-input, now and in every replay from the fork point on."""
+input, now and in every replay, before its fork point too (with the source's
+settings, memory and checkpoints of then, which the import lists among its own)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import secrets
 from pathlib import Path
 
 from ctxwarden_client import Client, assistant, user
+from ctxwarden_client.v1 import context_service_pb2 as pb
 from tests.support.server import ServerProcess
 from tests.transfer.support import (
     build_rich_session,
@@ -34,6 +36,9 @@ def test_an_exported_fork_carries_its_history_and_lineage(
         before = model_inputs(c, fork)
         stored = history(c, fork)
         session = c.get_session(fork)
+        older = {  # the source's, from before the fork point
+            x.compaction_id for x in c.list_compactions(src) if x.at_seq < at - 1
+        }
     exported = tmp_path / "fork.jsonl"
     cli("export", fork, "--database-url", backend_url, "-o", str(exported))
     records = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
@@ -50,11 +55,31 @@ def test_an_exported_fork_carries_its_history_and_lineage(
         try:
             with Client(proc.target) as c:
                 after = model_inputs(c, fork)
-                assert history(c, fork) == stored
+                messages, compactions = history(c, fork)
+                listed = list(c.list_compactions(fork))
                 imported = c.get_session(fork)
         finally:
             proc.stop()
     assert imported.parent_session_id == "" and imported.last_seq == session.last_seq
-    compared = [k for k in before if not k.startswith("as_of_seq ") or int(k.split()[1]) >= at]
-    assert len(compared) > 5
-    assert [k for k in compared if before[k] != after[k]] == []
+    assert messages == stored[0]
+    assert set(stored[1]) <= set(compactions)  # the fork's own, as they were
+    extra = {
+        x.compaction_id: x
+        for x in listed
+        if x.SerializeToString(deterministic=True) not in stored[1]
+    }
+    assert extra and set(extra) <= older
+    assert all(x.superseded for x in extra.values())  # from the fork point on, its own apply
+    assert len(before) > 5
+    inherited = [k for k in before if k.startswith("as_of_seq ") and int(k.split()[1]) < at]
+    assert [k for k in before if k not in inherited and before[k] != after[k]] == []
+    # Before the fork point the fork replays its source: the same input, but for the
+    # resume token, which names the source's settings revision (the import numbers the
+    # inherited ones up to 0).
+    assert [k for k in inherited if _untokened(before[k]) != _untokened(after[k])] == []
+
+
+def _untokened(data: bytes) -> bytes:
+    mi = pb.ModelInput.FromString(data)
+    mi.resume_token = ""
+    return mi.SerializeToString(deterministic=True)

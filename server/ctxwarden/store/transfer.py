@@ -3,8 +3,8 @@
 Export reads the session row, its settings revisions, its memory blocks, its
 checkpoints and its messages in one read transaction (a consistent snapshot),
 messages in pages by seq, so memory stays bounded whatever the history's length.
-A fork's file is a whole session: the messages, settings revisions and memory
-blocks it reads from its ancestors come with it.
+A fork's file is a whole session: the messages, settings revisions, memory
+blocks and checkpoints it reads from its ancestors come with it.
 
 Import writes a whole session in one transaction: a failure anywhere (a bad
 record, a taken ID, a truncated file) rolls everything back, so no half
@@ -50,6 +50,7 @@ from ctxwarden.store.transfer_format import (
     session_record,
     session_row,
 )
+from ctxwarden.store.transfer_lineage import inherited
 from ctxwarden.util import ids
 
 PAGE = 500
@@ -108,30 +109,6 @@ async def has_forks(engine: AsyncEngine, key: str) -> bool:
         return (await conn.execute(query)).first() is not None
 
 
-async def _inherited(conn: AsyncConnection, row: Any) -> tuple[list[Record], list[dict[str, Any]]]:
-    """The settings revisions (as records) and memory block rows a fork's replay
-    reads from its ancestors before its fork point, oldest first: each ancestor's
-    from before the point its child was forked at. None for a session that is no
-    fork. (Without them an imported fork replayed its inherited seqs with its
-    current settings, no calibration and no memory block.)"""
-    revisions: list[Record] = []
-    blocks: list[dict[str, Any]] = []
-    parent, before = str(row.parent_key or ""), int(row.fork_seq) - 1
-    while parent:
-        # Replayed before ``before + 1``, the child is its parent then: the parent's
-        # revisions made before ``before`` (at_seq < as_of_seq), its blocks in force
-        # from ``before`` at the latest (from_seq <= as_of_seq).
-        made = select(V).where(V.c.session_id == parent, V.c.at_seq < before)
-        rows = (await conn.execute(made.order_by(V.c.revision))).all()
-        revisions[:0] = [revision_record(dict(r._mapping)) for r in rows]
-        blocks[:0] = [b for b in await block_rows(conn, parent) if b["from_seq"] <= before]
-        up = (await conn.execute(select(S).where(S.c.session_id == parent))).first()
-        if up is None or not up.parent_key:
-            break
-        parent, before = str(up.parent_key), min(before, int(up.fork_seq) - 1)
-    return revisions, blocks
-
-
 async def _live(conn: AsyncConnection, key: str) -> Any:
     query = select(S).where(S.c.session_id == key, S.c.delete_time_us == 0)
     return (await conn.execute(query)).first()
@@ -140,23 +117,24 @@ async def _live(conn: AsyncConnection, key: str) -> Any:
 async def _session_records(conn: AsyncConnection, row: Any) -> AsyncIterator[Record]:
     key = str(row.session_id)
     yield session_record(dict(row._mapping))
-    # A fork's file is a whole session: the revisions and memory blocks its replay
-    # reads from its ancestors before the fork point come first, the revisions
-    # numbered up to 0 (its own start at 1 and keep their numbers: its input now is
-    # byte for byte the fork's).
-    revisions, blocks = await _inherited(conn, row)
-    for number, inherited in enumerate(revisions, start=1 - len(revisions)):
-        yield {**inherited, "revision": number}
-    own = await conn.execute(select(V).where(V.c.session_id == key).order_by(V.c.revision))
-    for r in own.all():
-        yield revision_record(dict(r._mapping))
-    for block in [*blocks, *await block_rows(conn, key)]:  # its own: from its fork point on
-        yield memory_block_record(block)
-    checkpoints = await conn.execute(
+    own = await conn.execute(
         select(C).where(C.c.session_id == key).order_by(C.c.created_at, C.c.compaction_id)
     )
-    for r in checkpoints.all():
-        yield checkpoint_record(dict(r._mapping))
+    checkpoints = [checkpoint_record(dict(r._mapping)) for r in own.all()]
+    # A fork's file is a whole session: what its replays read from its ancestors
+    # before its fork point comes first (store/transfer_lineage.py), its revisions
+    # numbered up to 0 (its own start at 1 and keep their numbers: its input now is
+    # byte for byte the fork's).
+    found = await inherited(conn, row, {str(c["compaction_id"]) for c in checkpoints})
+    for number, revision in enumerate(found.revisions, start=1 - len(found.revisions)):
+        yield {**revision, "revision": number}
+    revisions = await conn.execute(select(V).where(V.c.session_id == key).order_by(V.c.revision))
+    for r in revisions.all():
+        yield revision_record(dict(r._mapping))
+    for block in [*found.blocks, *await block_rows(conn, key)]:
+        yield memory_block_record(block)
+    for checkpoint in [*found.checkpoints, *checkpoints]:
+        yield checkpoint
     # A fork's messages: its ancestors' rows it reads (as it sees them), then its own.
     segments = await chain_of(conn, key)
     after = 0
