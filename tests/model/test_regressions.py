@@ -221,3 +221,13 @@ def test_an_imported_fork_replays_between_two_compactions_of_its_source(
             for k in range(1, last + 2)
         ]
     assert [k for k, (a, b) in enumerate(zip(expected, got, strict=True), 1) if a != b] == []
+    # A pi file has no replays: the source's older checkpoints stay out of it, and are
+    # not counted as superseded ones left out (they are not).
+    pi = subprocess.run(
+        [*CLI, "export", fork, "--database-url", url, "--to", "pi", "-o", str(tmp_path / "pi")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "0 superseded checkpoints left out" in pi.stdout + pi.stderr

@@ -36,9 +36,16 @@ async def test_forks_follow_their_parents_and_a_deleted_fork_is_passed_through(
         await import_sessions(engine, incoming_of(tenant, sessions))
         tree = _by_session([r async for r in export_tree(engine, scoped_id(tenant, "s"))])
         assert [name for name, _ in tree] == ["s", "s.a4", "s.u6", "s.u5"]
-        for name, records in tree:  # each exactly what its own export holds
-            alone = [r async for r in export_records(engine, scoped_id(tenant, name))]
+        for name, records in tree:  # each exactly what its own export holds without replays
+            key = scoped_id(tenant, name)
+            alone = [r async for r in export_records(engine, key, replays=False)]
             assert records == alone, name
+            # With them (a native file), a fork also carries its ancestors' settings.
+            whole = [r async for r in export_records(engine, key)]
+            assert [r for r in whole if r["type"] == "revision" and r["revision"] < 1] == [
+                r for r in whole if r not in alone
+            ]
+            assert (name == "s") == (len(whole) == len(alone)), name
         async with engine.begin() as conn:
             deleted = S.c.session_id == scoped_id(tenant, "s.a4")
             await conn.execute(update(S).where(deleted).values(delete_time_us=1))

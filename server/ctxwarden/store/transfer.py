@@ -50,7 +50,7 @@ from ctxwarden.store.transfer_format import (
     session_record,
     session_row,
 )
-from ctxwarden.store.transfer_lineage import inherited
+from ctxwarden.store.transfer_lineage import Inherited, inherited
 from ctxwarden.util import ids
 
 PAGE = 500
@@ -64,14 +64,18 @@ class SessionNotFound(LookupError):
     """No live session has the key."""
 
 
-async def export_records(engine: AsyncEngine, key: str) -> AsyncIterator[Record]:
+async def export_records(
+    engine: AsyncEngine, key: str, *, replays: bool = True
+) -> AsyncIterator[Record]:
     """The records of a live session, in file order: session, revisions, memory
-    blocks, checkpoints, messages (by seq). Raises SessionNotFound."""
+    blocks, checkpoints, messages (by seq). ``replays``: a fork's records include
+    what its replays read from its ancestors (store/transfer_lineage.py; a pi file
+    has no replays). Raises SessionNotFound."""
     async with engine.connect() as conn, conn.begin():
         row = await _live(conn, key)
         if row is None:
             raise SessionNotFound(key)
-        async for record in _session_records(conn, row):
+        async for record in _session_records(conn, row, replays):
             yield record
 
 
@@ -79,13 +83,14 @@ async def export_tree(engine: AsyncEngine, key: str) -> AsyncIterator[Record]:
     """``export_records`` of a live session, then of each of its live forks (forks
     of forks too, through deleted ones), each after the session it forks from,
     all in one read transaction. Each session's records start with its session
-    record. Raises SessionNotFound."""
+    record; a fork's hold only its own (as ``replays=False``: the tree is a pi
+    file's). Raises SessionNotFound."""
     async with engine.connect() as conn, conn.begin():
         row = await _live(conn, key)
         if row is None:
             raise SessionNotFound(key)
         frontier = [key]
-        async for record in _session_records(conn, row):
+        async for record in _session_records(conn, row, False):
             yield record
         while frontier:
             children = (
@@ -98,7 +103,7 @@ async def export_tree(engine: AsyncEngine, key: str) -> AsyncIterator[Record]:
             frontier = [str(r.session_id) for r in children]
             for r in children:
                 if int(r.delete_time_us) == 0:
-                    async for record in _session_records(conn, r):
+                    async for record in _session_records(conn, r, False):
                         yield record
 
 
@@ -114,7 +119,7 @@ async def _live(conn: AsyncConnection, key: str) -> Any:
     return (await conn.execute(query)).first()
 
 
-async def _session_records(conn: AsyncConnection, row: Any) -> AsyncIterator[Record]:
+async def _session_records(conn: AsyncConnection, row: Any, replays: bool) -> AsyncIterator[Record]:
     key = str(row.session_id)
     yield session_record(dict(row._mapping))
     own = await conn.execute(
@@ -125,7 +130,8 @@ async def _session_records(conn: AsyncConnection, row: Any) -> AsyncIterator[Rec
     # before its fork point comes first (store/transfer_lineage.py), its revisions
     # numbered up to 0 (its own start at 1 and keep their numbers: its input now is
     # byte for byte the fork's).
-    found = await inherited(conn, row, {str(c["compaction_id"]) for c in checkpoints})
+    own_ids = {str(c["compaction_id"]) for c in checkpoints}
+    found = await inherited(conn, row, own_ids) if replays else Inherited()
     for number, revision in enumerate(found.revisions, start=1 - len(found.revisions)):
         yield {**revision, "revision": number}
     revisions = await conn.execute(select(V).where(V.c.session_id == key).order_by(V.c.revision))

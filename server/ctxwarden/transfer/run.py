@@ -84,7 +84,9 @@ async def export_session(
         if to == "pi":
             # A tree keeps a fingerprint per entry in memory; a lone session streams.
             tree = forks and await has_forks(engine, key)
-            records = export_tree(engine, key) if tree else export_records(engine, key)
+            records = (
+                export_tree(engine, key) if tree else export_records(engine, key, replays=False)
+            )
             stats = PiExport()
             entries = pi_tree_entries if tree else pi_entries
 
