@@ -106,14 +106,7 @@ def test_an_imported_fork_replays_as_the_fork(server: ServerProcess, tmp_path: P
         fork = stub.ForkSession(pb.ForkSessionRequest(session_id=source, at_seq=3)).session_id
         append(fork, user("z"))
         assert replay(fork).estimate_error_ratio == replay(source).estimate_error_ratio > 1
-        imported = f"imp-{run}"
-        path = tmp_path / "fork.json"
-        url = server.database_url
-        for args in (
-            ["export", fork, "--database-url", url, "-o", str(path)],
-            ["import", str(path), "--database-url", url, "--session-id", imported],
-        ):
-            subprocess.run([*CLI, *args], check=True, capture_output=True, timeout=120)
+        imported = _exported_and_imported(server, fork, f"imp-{run}", tmp_path)
         assert replay(imported) == replay(fork)
 
 
@@ -161,14 +154,7 @@ def test_an_imported_fork_of_a_fork_replays_every_seq_as_the_fork(
         append(second, "i")
         expected = replays(second, 8)
     assert len(set(expected)) == len(expected)  # every seq replays differently
-    imported = f"imp-{run}"
-    path = tmp_path / "fork.json"
-    url = server.database_url
-    for args in (
-        ["export", second, "--database-url", url, "-o", str(path)],
-        ["import", str(path), "--database-url", url, "--session-id", imported],
-    ):
-        subprocess.run([*CLI, *args], check=True, capture_output=True, timeout=120)
+    imported = _exported_and_imported(server, second, f"imp-{run}", tmp_path)
     with Client(server.target) as c:
         got = replays(imported, 8)
     for k, (want, have) in enumerate(zip(expected, got, strict=True), start=1):
@@ -207,14 +193,7 @@ def test_an_imported_fork_replays_between_two_compactions_of_its_source(
         expected = [
             checks.normalized(c.build_model_input(fork, as_of_seq=k)) for k in range(1, last + 2)
         ]
-    imported = f"imp-{run}"
-    path = tmp_path / "fork.json"
-    url = server.database_url
-    for args in (
-        ["export", fork, "--database-url", url, "-o", str(path)],
-        ["import", str(path), "--database-url", url, "--session-id", imported],
-    ):
-        subprocess.run([*CLI, *args], check=True, capture_output=True, timeout=120)
+    imported = _exported_and_imported(server, fork, f"imp-{run}", tmp_path)
     with Client(server.target) as c:
         got = [
             checks.normalized(c.build_model_input(imported, as_of_seq=k))
@@ -224,10 +203,32 @@ def test_an_imported_fork_replays_between_two_compactions_of_its_source(
     # A pi file has no replays: the source's older checkpoints stay out of it, and are
     # not counted as superseded ones left out (they are not).
     pi = subprocess.run(
-        [*CLI, "export", fork, "--database-url", url, "--to", "pi", "-o", str(tmp_path / "pi")],
+        [
+            *CLI,
+            "export",
+            fork,
+            "--database-url",
+            server.database_url,
+            "--to",
+            "pi",
+            "-o",
+            str(tmp_path / "pi"),
+        ],
         check=True,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert "0 superseded checkpoints left out" in pi.stdout + pi.stderr
+
+
+def _exported_and_imported(server: ServerProcess, sid: str, new_sid: str, tmp_path: Path) -> str:
+    """``ctxwarden export`` of ``sid`` and ``import`` of the file as ``new_sid``."""
+    path = tmp_path / f"{sid}.json"
+    url = server.database_url
+    for args in (
+        ["export", sid, "--database-url", url, "-o", str(path)],
+        ["import", str(path), "--database-url", url, "--session-id", new_sid],
+    ):
+        subprocess.run([*CLI, *args], check=True, capture_output=True, timeout=120)
+    return new_sid

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxwarden.core.compaction.chunks import (
@@ -14,7 +14,7 @@ from ctxwarden.core.compaction.chunks import (
     fits_whole,
     plan_chunks,
 )
-from ctxwarden.core.compaction.cut import find_cut_point
+from ctxwarden.core.compaction.cut import CutPoint, find_cut_point
 from ctxwarden.core.compaction.fileops import collect_file_ops
 from ctxwarden.core.compaction.prompts import history_prompt, turn_prefix_prompt
 from ctxwarden.core.compaction.serialize import serialize_messages
@@ -110,18 +110,10 @@ def plan_compaction(
     (``Plan.chunks``, see ctxwarden.core.compaction.chunks); one that fits is
     planned exactly as without a window.
 
-    Long only by its keyword-only signature and the Plan it fills in; the steps
-    are: cut, split into history and turn prefix, carry file lists, prompts."""
-    cut = find_cut_point(active, keep_recent_tokens)
-    if cut.first_kept_index == 0:
-        raise FailedPrecondition(
-            "nothing to compact: the whole effective history fits in keep_recent_tokens "
-            f"({keep_recent_tokens})",
-            reason=ErrorReason.NOTHING_TO_COMPACT,
-        )
-    end = cut.turn_start_index if cut.split_turn else cut.first_kept_index
-    history = tuple(active[:end])
-    prefix = tuple(active[end : cut.first_kept_index]) if cut.split_turn else ()
+    Long only by its keyword-only signature (14 parameters) and the Plan it fills
+    in (19 fields); the steps are their own functions: the cut and the split
+    (``_cut``), the file lists, the prompts (``_history_prompts``, ``_prefix_prompt``)."""
+    cut, history, prefix = _cut(active, keep_recent_tokens)
     previous = FileLists(
         checkpoint.read_files if checkpoint else (), checkpoint.modified_files if checkpoint else ()
     )
@@ -142,23 +134,9 @@ def plan_compaction(
             durable_facts=durable_facts,
         )
 
-    prompt: SummaryPrompt | None = None
-    chunks: ChunkPlan | None = None
-    shown: FileLists | None = None
-    if history and window is not None:
-        prompt = fits_whole(history, window, lambda c, b: make_history_prompt(c, b, files), budget)
-        if prompt is None:
-            lists = shown = fit_file_lists(files, window)
-            chunks = plan_chunks(
-                history,
-                window,
-                lambda c, summary, b: make_history_prompt(c, b, lists, summary),
-                budget,
-                previous_summary,
-            )
-            prompt = make_history_prompt(chunks.conversations[0], chunks.max_tokens, lists)
-    elif history:
-        prompt = make_history_prompt(serialize_messages(history), budget, files)
+    prompt, chunks, shown = _history_prompts(
+        history, window, files, budget, previous_summary, make_history_prompt
+    )
     prefix_prompt = _prefix_prompt(prefix, window, budget) if cut.split_turn else None
     return Plan(
         session_id=session_id,
@@ -180,6 +158,50 @@ def plan_compaction(
         context_window=window.tokens if window is not None else 0,
         shown_files=shown,
     )
+
+
+def _cut(
+    active: Sequence[Message], keep_recent_tokens: int
+) -> tuple[CutPoint, tuple[Message, ...], tuple[Message, ...]]:
+    """The cut, the history it summarises and the split turn's prefix (if any)."""
+    cut = find_cut_point(active, keep_recent_tokens)
+    if cut.first_kept_index == 0:
+        raise FailedPrecondition(
+            "nothing to compact: the whole effective history fits in keep_recent_tokens "
+            f"({keep_recent_tokens})",
+            reason=ErrorReason.NOTHING_TO_COMPACT,
+        )
+    end = cut.turn_start_index if cut.split_turn else cut.first_kept_index
+    prefix = tuple(active[end : cut.first_kept_index]) if cut.split_turn else ()
+    return cut, tuple(active[:end]), prefix
+
+
+MakePrompt = Callable[..., SummaryPrompt]
+"""(conversation, max_tokens, file lists[, previous summary]) -> the history prompt."""
+
+
+def _history_prompts(
+    history: Sequence[Message],
+    window: SummaryWindow | None,
+    files: FileLists,
+    budget: int,
+    previous_summary: str,
+    make: MakePrompt,
+) -> tuple[SummaryPrompt | None, ChunkPlan | None, FileLists | None]:
+    """The history prompt (None: no history), the chunks when it does not fit the
+    window in one prompt, and the file lists shown then."""
+    if not history:
+        return None, None, None
+    if window is None:
+        return make(serialize_messages(history), budget, files), None, None
+    prompt = fits_whole(history, window, lambda c, b: make(c, b, files), budget)
+    if prompt is not None:
+        return prompt, None, None
+    lists = fit_file_lists(files, window)
+    chunks = plan_chunks(
+        history, window, lambda c, summary, b: make(c, b, lists, summary), budget, previous_summary
+    )
+    return make(chunks.conversations[0], chunks.max_tokens, lists), chunks, lists
 
 
 def _prefix_prompt(
