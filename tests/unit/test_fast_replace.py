@@ -39,13 +39,38 @@ def test_a_replacer_refuses_an_unknown_field_and_a_class_it_cannot_copy() -> Non
     with pytest.raises(TypeError):
         replacer(Message)(Message(Role.USER), no_such_field=1)
 
-    @dataclasses.dataclass
+    @dataclasses.dataclass(frozen=True, slots=True)
     class Derived:
         a: int
         b: int = dataclasses.field(init=False, default=0)
 
-    with pytest.raises(TypeError, match="cannot copy"):
-        replacer(Derived)
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("a < 0")
+
+    @dataclasses.dataclass(slots=True)
+    class Mutable:
+        a: int
+
+    @dataclasses.dataclass(frozen=True)
+    class Unslotted:
+        a: int
+
+    for cls in (Derived, Checked, Mutable, Unslotted):
+        with pytest.raises(TypeError, match="cannot copy"):
+            replacer(cls)
+
+
+def test_a_copy_is_as_frozen_as_the_original() -> None:
+    s = Session(session_id="s", title="t", version=4)
+    copy = replacer(Session)(s, version=5)
+    assert type(copy) is Session and copy == dataclasses.replace(s, version=5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.version = 6  # type: ignore[misc]
 
 
 def test_token_totals_add_and_list_every_field() -> None:

@@ -1,15 +1,17 @@
 """Content blocks: the parts of a message, as small as their content allows.
 
 A hot session holds every block of its kept messages, so a block with only a
-kind and a text has two slots, and ``packed`` compresses a long text (raw
-deflate, no header: it never leaves the process) for the copy kept in memory.
+kind and a text has two slots, and ``packed`` compresses a long text (a zstd
+frame: it never leaves the process) for the copy kept in memory.
 """
 
 from __future__ import annotations
 
 import enum
-import zlib
+import threading
 from dataclasses import FrozenInstanceError
+
+import zstandard
 
 
 class ContentKind(enum.IntEnum):
@@ -29,21 +31,38 @@ Google Gemini)."""
 
 PACK_MIN_CHARS = 256
 """Texts at least this long are kept compressed in a hot session (``pack_message``)."""
-_WBITS = -15
-"""Raw deflate: no header and checksum for a text that never leaves the process."""
+
+
+class _Codec(threading.local):
+    """One zstd compressor and decompressor per thread (neither is thread-safe;
+    the loop packs, worker threads may unpack what they render).
+
+    zstd at level 1 with a reused context: ~3x faster than a fresh deflate
+    stream per text (which clears its tables each time) for the same size,
+    and unpacking is ~2x faster. The frame records the text's size, so a
+    decompress needs no bound.
+    """
+
+    def __init__(self) -> None:
+        self.compress = zstandard.ZstdCompressor(level=1, write_checksum=False).compress
+        self.decompress = zstandard.ZstdDecompressor().decompress
+
+
+_CODEC = _Codec()
 
 
 def _pack(text: str) -> str | bytes:
     """``text`` compressed when that saves at least an eighth, else as it is."""
     raw = text.encode("utf-8", "surrogatepass")
-    packed = zlib.compress(raw, 1, _WBITS)
+    packed: bytes = _CODEC.compress(raw)
     return packed if len(packed) <= len(raw) - (len(raw) >> 3) else text
 
 
 def _unpack(text: str | bytes) -> str:
     if isinstance(text, str):
         return text
-    return zlib.decompress(text, _WBITS).decode("utf-8", "surrogatepass")
+    raw: bytes = _CODEC.decompress(text)
+    return raw.decode("utf-8", "surrogatepass")
 
 
 _MORE = (
@@ -80,7 +99,7 @@ class ContentBlock:
 
     kind: ContentKind
     _text: str | bytes
-    """The text, or its raw deflate (UTF-8) once packed."""
+    """The text, or its zstd frame (UTF-8) once packed."""
 
     def __new__(
         cls,
