@@ -3,6 +3,8 @@ text and the same block whichever way it is held, from any thread."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 from hypothesis import given
@@ -81,3 +83,32 @@ def test_threads_pack_and_read_at_once() -> None:
     for t in threads:
         t.join()
     assert failures == []
+
+
+_KEEP_MANY = """
+import sys
+from ctxwarden.core.content import ContentBlock, ContentKind
+
+def rss():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
+
+texts = [f"{i} The build failed because the cache key ignored the lockfile {i * 7919}. " * 12
+         for i in range(2000)]
+kept, before = [], rss()
+for i in range(20000):
+    kept.append(ContentBlock(ContentKind.TEXT, texts[i % 2000]).packed())
+held = sum(len(b._text) for b in kept) / len(kept)
+print((rss() - before) / len(kept), held)
+"""
+
+
+def test_a_packed_text_takes_the_memory_of_its_size() -> None:
+    """What a hot session holds per text is about its packed size, not the
+    compressor's worst-case buffer (which was twice as much)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _KEEP_MANY], capture_output=True, text=True, check=True
+    )
+    per_text, packed_size = map(float, out.stdout.split())
+    assert packed_size < 400
+    # The block object and the list slot add ~100 bytes; the worst-case buffer ~900.
+    assert per_text < packed_size + 250, (per_text, packed_size)
