@@ -5,8 +5,11 @@ from __future__ import annotations
 import gzip
 import importlib
 import importlib.util
+import pickle
 import re
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -232,3 +235,36 @@ def test_loads_and_counts_with_network_disabled(
         assert tok.count("hello world") == 2
         assert tok.count("x = 1  # <|endoftext|>\n") > 0
     assert list(cache_dir.iterdir()) == []
+
+
+def test_an_encoding_keeps_no_python_copy_of_its_ranks_and_still_pickles() -> None:
+    """tiktoken keeps its ranks as a Python dict only to pickle an encoding; ours
+    drops it (the Rust core has its own) and pickles as the call that loads it."""
+    encoding = load_encoding("o200k_base")
+    assert encoding._mergeable_ranks == {}
+    text = "The quick brown fox jumps over the lazy dog. こんにちは世界"
+    again = pickle.loads(pickle.dumps(encoding))
+    assert again is not encoding
+    assert again.encode_ordinary(text) == encoding.encode_ordinary(text)
+    assert again.n_vocab == encoding.n_vocab
+    assert encoding.decode(encoding.encode_ordinary(text)) == text
+
+
+_LOAD_O200K = """
+from ctxwarden.tokenizers import load_tokenizer
+
+def rss():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
+
+before = rss()
+load_tokenizer("tiktoken:o200k_base").count("warm")
+print(rss() - before)
+"""
+
+
+def test_loading_o200k_costs_what_the_rust_core_holds() -> None:
+    """~46 MiB (it was ~73 MiB with tiktoken's Python dict of the ranks kept)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_O200K], capture_output=True, text=True, check=True
+    )
+    assert int(out.stdout) < 58 * 2**20, int(out.stdout) / 2**20

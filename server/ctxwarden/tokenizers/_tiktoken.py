@@ -18,7 +18,7 @@ import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import tiktoken
 
@@ -175,12 +175,28 @@ def load_encoding(name: str, data_path: Path | None = None) -> tiktoken.Encoding
         raise TokenizerDataError(
             f"{path}: expected {definition.n_ranks} ranks, parsed {len(ranks)}"
         )
-    return tiktoken.Encoding(
+    encoding = _LeanEncoding(
         name=definition.name,
         pat_str=definition.pat_str,
         mergeable_ranks=ranks,
         special_tokens=dict(definition.special_tokens),
     )
+    encoding.source = (name, data_path)
+    # The Rust core keeps its own tables; tiktoken keeps the Python dict only to
+    # pickle the encoding (~27 MiB for o200k_base), which _LeanEncoding does by
+    # loading it again instead.
+    encoding._mergeable_ranks = {}
+    return encoding
+
+
+class _LeanEncoding(tiktoken.Encoding):
+    """A tiktoken Encoding without tiktoken's Python copy of its ranks; it
+    pickles as the arguments that load it again (from the same verified data)."""
+
+    source: tuple[str, Path | None]
+
+    def __reduce__(self) -> tuple[Any, tuple[str, Path | None]]:
+        return load_encoding, self.source
 
 
 class TiktokenTokenizer(ExactTokenizer):
