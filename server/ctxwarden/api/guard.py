@@ -180,8 +180,10 @@ class GuardInterceptor(HandlerInterceptor):
             ) -> AsyncIterator[Any]:
                 tenant = await self._authenticate(context, name)
                 token = enter_tenant(tenant)
+                # Without a rate there is nothing to check per message: no layer.
+                limited = self._each(requests, tenant) if self.limiter.rps > 0 else requests
                 try:
-                    async for item in stream_inner(self._each(requests, tenant), context):
+                    async for item in stream_inner(limited, context):
                         yield item
                 except RefusedRequest as refused:
                     await refused.abort(context)

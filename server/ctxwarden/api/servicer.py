@@ -179,9 +179,20 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
         """One (encoded) response per request, in order; the first error ends the stream.
         Requests of one session already waiting are written as one (api.stream)."""
         reads = ReadAhead(request_iterator, self.limits.max_request_bytes)
+        limit = self.limits.max_request_bytes
         try:
-            while run := await reads.next_run(self.limits.max_request_bytes):
-                async for response in self._answer(run):
+            while run := await reads.next_run(limit):
+                # A run is answered as one write when it can be (SessionManager.append_run),
+                # else (and from a request that cannot be decoded on) one by one. Written
+                # out here, not as a generator of its own: one layer less per answer.
+                results = await self._merged(run) if len(run) > 1 else []
+                for request, result in zip(run, results, strict=False):
+                    response = append_response(result, request.view)
+                    check_response_size("AppendMessages", len(response), limit)
+                    yield response
+                for request in run[len(results) :]:
+                    response = await self._append(request)
+                    check_response_size("AppendMessages", len(response), limit)
                     yield response
             return
         except (grpc.aio.AbortError, RefusedRequest):
@@ -194,21 +205,6 @@ class ContextServicer(ForkHandlers, LifecycleRpcs, MemoryServicer, UsageRpcs):
         finally:
             reads.close()
         await context.abort(code, message, trailing_metadata=trailer)
-
-    async def _answer(self, run: list[pb.AppendMessagesRequest]) -> AsyncIterator[bytes]:
-        """The (encoded) answers to a run: as one write when it can be (see
-        SessionManager.append_run), else (and from a request that cannot be
-        decoded on) one by one."""
-        results = await self._merged(run) if len(run) > 1 else []
-        limit = self.limits.max_request_bytes
-        for request, result in zip(run, results, strict=False):
-            response = append_response(result, request.view)
-            check_response_size("AppendMessages", len(response), limit)
-            yield response
-        for request in run[len(results) :]:
-            response = await self._append(request)
-            check_response_size("AppendMessages", len(response), limit)
-            yield response
 
     async def _merged(self, run: list[pb.AppendMessagesRequest]) -> list[AppendResult]:
         """The results of the run's requests up to the first that cannot be decoded,
