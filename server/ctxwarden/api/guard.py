@@ -148,6 +148,7 @@ class GuardInterceptor(HandlerInterceptor):
     def __init__(
         self, auth: Authenticator, limiter: RateLimiter, failures: FailureLimiter | None = None
     ) -> None:
+        super().__init__()
         self.auth = auth
         self.limiter = limiter
         self.failures = failures or FailureLimiter()

@@ -31,8 +31,22 @@ METHOD_PREFIX = f"/{SERVICE_NAME}/"
 """ContextService's full method names start with this (health and reflection do not)."""
 
 
+MAX_WRAPPED = 256
+"""Wrapped handlers an interceptor remembers (the services have a few dozen methods)."""
+
+
 class HandlerInterceptor(grpc.aio.ServerInterceptor):
-    """An interceptor that replaces a method's handler (by ``wrap``) once found."""
+    """An interceptor that replaces a method's handler (by ``wrap``) once found.
+
+    ``wrap`` depends on the handler and the method only, so each is wrapped once
+    and the wrapper served to every later call: gRPC asks every interceptor for
+    the handler on every call, and a unary call would otherwise build its
+    closures and handler again each time. The handlers found are the services'
+    own (or an inner interceptor's remembered wrappers): the same objects each time.
+    """
+
+    def __init__(self) -> None:
+        self._wrapped: dict[tuple[int, str], tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(
         self, continuation: Continuation, details: grpc.HandlerCallDetails
@@ -41,7 +55,14 @@ class HandlerInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method: str = details.method
-        return self.wrap(handler, method)
+        key = (id(handler), method)
+        known = self._wrapped.get(key)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self.wrap(handler, method)
+        if len(self._wrapped) < MAX_WRAPPED:
+            self._wrapped[key] = (handler, wrapped)  # the handler kept: its id stays its own
+        return wrapped
 
     def wrap(
         self, handler: grpc.RpcMethodHandler[Any, Any], method: str

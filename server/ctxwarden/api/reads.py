@@ -127,6 +127,7 @@ class BoundedReads(HandlerInterceptor):
     read their request through a ReadGate (see the module doc)."""
 
     def __init__(self, context_gate: ReadGate, open_gate: ReadGate) -> None:
+        super().__init__()
         self.context_gate = context_gate
         self.open_gate = open_gate
 
