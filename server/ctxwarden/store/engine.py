@@ -13,7 +13,6 @@ from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
-from ctxwarden.store import mysql_connection
 from ctxwarden.store.urls import async_url, sync_url
 
 log = logging.getLogger(__name__)
@@ -88,16 +87,9 @@ def _create(settings: _Settings) -> AsyncEngine:
         return engine
     timeout = max(1, round(settings.connect_timeout))
     # asyncpg names its connect timeout ``timeout``; the MySQL drivers ``connect_timeout``.
-    connect_args: dict[str, Any] = (
-        {"timeout": timeout}
-        if parsed.drivername.startswith("postgresql")
-        else {
-            "connect_timeout": timeout,
-            "async_creator_fn": functools.partial(
-                mysql_connection.connect, multi_statements=settings.multi_statements
-            ),
-        }
-    )
+    connect_args: dict[str, Any] = {"timeout": timeout}
+    if not parsed.drivername.startswith("postgresql"):
+        connect_args = {"connect_timeout": timeout, "async_creator_fn": _mysql_connect(settings)}
     engine = create_async_engine(
         parsed,
         pool_size=settings.pool_size,
@@ -140,8 +132,19 @@ def make_sync_engine(url: str) -> Engine:
     NO_BACKSLASH_ESCAPES from its session's sql_mode, as make_engine's do."""
     parsed = sync_url(url)
     if parsed.drivername.startswith("mysql"):
-        return create_engine(parsed, connect_args={"init_command": mysql_connection.SAFE_SQL_MODE})
+        from ctxwarden.store.mysql_connection import SAFE_SQL_MODE
+
+        return create_engine(parsed, connect_args={"init_command": SAFE_SQL_MODE})
     return create_engine(parsed)
+
+
+def _mysql_connect(settings: _Settings) -> Any:
+    """The connect function of a MySQL/MariaDB pool. Its module (and aiomysql) is
+    imported only here: a server on SQLite or PostgreSQL never loads a MySQL
+    driver (~8 MiB at rest)."""
+    from ctxwarden.store import mysql_connection
+
+    return functools.partial(mysql_connection.connect, multi_statements=settings.multi_statements)
 
 
 async def writable_message_bytes(engine: AsyncEngine, configured: int) -> int:

@@ -10,11 +10,11 @@ them, so the service never imports SQLAlchemy.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
-import asyncpg
 from sqlalchemy import exc as sa
 from sqlalchemy.engine import Dialect
 
@@ -108,18 +108,24 @@ def _pg_kind(state: str) -> Kind:
     return "transient"
 
 
-PG_CLIENT_STATE = asyncpg.exceptions.InternalClientError
-"""asyncpg's protocol is out of step with the server (seen when PostgreSQL shuts down and
-terminates an idle connection: "another operation is in progress"): the connection is
-unusable, like a lost one."""
+def _asyncpg() -> Any:
+    """asyncpg, when something loaded it (None otherwise: then no error can be one
+    of its own). A server on SQLite or MySQL never imports it (~3 MiB at rest)."""
+    return sys.modules.get("asyncpg")
 
 
 def driver_error_types(dialect: Dialect) -> tuple[type[BaseException], ...]:
     """The exception classes a driver-level connection of ``dialect`` raises (the
-    writers of store/writer.py call asyncpg itself, below SQLAlchemy's adapter)."""
+    writers of store/writer.py call asyncpg itself, below SQLAlchemy's adapter).
+    asyncpg's InternalClientError means its protocol is out of step with the
+    server (seen when PostgreSQL shuts down and terminates an idle connection:
+    "another operation is in progress"): ``classify`` counts it as lost."""
     dbapi: Any = dialect.loaded_dbapi
     if dialect.name == "postgresql":
-        return (dbapi.Error, asyncpg.PostgresError, asyncpg.InterfaceError, PG_CLIENT_STATE)
+        import asyncpg
+
+        client_state = asyncpg.exceptions.InternalClientError
+        return (dbapi.Error, asyncpg.PostgresError, asyncpg.InterfaceError, client_state)
     return (dbapi.Error,)
 
 
@@ -141,9 +147,10 @@ def classify(exc: BaseException, dialect: Dialect) -> Kind:
     state = sqlstate(exc)
     if state:
         return _pg_kind(state)
-    if isinstance(exc, PG_CLIENT_STATE):
-        return "lost"
-    if isinstance(exc, asyncpg.InterfaceError):
+    pg = _asyncpg()
+    if pg is not None and isinstance(exc, pg.exceptions.InternalClientError):
+        return "lost"  # its protocol is out of step: the connection is unusable
+    if pg is not None and isinstance(exc, pg.InterfaceError):
         # Client-side: "connection is closed", or one the driver gave up on.
         return "lost" if "closed" in str(exc) else "transient"
     if dialect.is_disconnect(cast(Any, exc), None, None):
@@ -185,7 +192,7 @@ def translate(exc: BaseException) -> StoreError | None:
         return ConcurrentWrite(f"the database aborted the transaction: {detail}")
     if state.startswith(PG_LOST) or state.startswith(PG_TRANSIENT):
         return StoreUnavailable(detail)
-    if type(orig).__name__ == PG_CLIENT_STATE.__name__:  # SQLAlchemy's adapter of it
+    if type(orig).__name__ == "InternalClientError":  # asyncpg's, as SQLAlchemy adapts it
         return StoreUnavailable(detail)
     code = orig.args[0] if orig is not None and orig.args and isinstance(orig.args[0], int) else 0
     if code in MYSQL_CONFLICT:
