@@ -33,6 +33,10 @@ PACK_MIN_CHARS = 256
 """Texts at least this long are kept compressed in a hot session (``pack_message``)."""
 
 
+_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
+"""No magic number: 4 bytes less per text, which never leaves the process."""
+
+
 class _Codec(threading.local):
     """One zstd compressor and decompressor per thread (neither is thread-safe;
     the loop packs, worker threads may unpack what they render).
@@ -49,10 +53,6 @@ class _Codec(threading.local):
         )
         self.compress = zstandard.ZstdCompressor(compression_params=params).compress
         self.decompress = zstandard.ZstdDecompressor(format=_FORMAT).decompress
-
-
-_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
-"""No magic number: 4 bytes less per text, which never leaves the process."""
 
 
 _CODEC = _Codec()

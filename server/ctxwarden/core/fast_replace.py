@@ -25,7 +25,7 @@ _KEEP = object()
 def replacer(cls: type[T]) -> Callable[..., T]:
     """``f(obj, **changes)``: ``dataclasses.replace(obj, **changes)`` for ``cls``."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    params = getattr(cls, dataclasses._PARAMS)  # type: ignore[attr-defined]
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
     if (
         not params.frozen
         or "__slots__" not in cls.__dict__

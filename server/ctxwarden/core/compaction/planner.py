@@ -110,9 +110,8 @@ def plan_compaction(
     (``Plan.chunks``, see ctxwarden.core.compaction.chunks); one that fits is
     planned exactly as without a window.
 
-    Long only by its keyword-only signature (14 parameters) and the Plan it fills
-    in (19 fields); the steps are their own functions: the cut and the split
-    (``_cut``), the file lists, the prompts (``_history_prompts``, ``_prefix_prompt``)."""
+    The steps are their own functions: the cut and the split (``_cut``), the
+    prompts (``_prompt_maker``, ``_history_prompts``, ``_prefix_prompt``)."""
     cut, history, prefix = _cut(active, keep_recent_tokens)
     previous = FileLists(
         checkpoint.read_files if checkpoint else (), checkpoint.modified_files if checkpoint else ()
@@ -120,23 +119,8 @@ def plan_compaction(
     files = collect_file_ops((*history, *prefix), previous, file_tools)
     previous_summary = checkpoint.carried_summary if checkpoint else ""
     budget = summary_budget(reserve_tokens, summarizer_limit)
-
-    def make_history_prompt(
-        conversation: str, max_tokens: int, lists: FileLists, summary: str = previous_summary
-    ) -> SummaryPrompt:
-        return history_prompt(
-            conversation,
-            previous_summary=summary,
-            pinned_state=pinned_state,
-            files=lists,
-            instructions=instructions,
-            max_tokens=max_tokens,
-            durable_facts=durable_facts,
-        )
-
-    prompt, chunks, shown = _history_prompts(
-        history, window, files, budget, previous_summary, make_history_prompt
-    )
+    make = _prompt_maker(previous_summary, pinned_state, instructions, durable_facts)
+    prompt, chunks, shown = _history_prompts(history, window, files, budget, previous_summary, make)
     prefix_prompt = _prefix_prompt(prefix, window, budget) if cut.split_turn else None
     return Plan(
         session_id=session_id,
@@ -178,6 +162,28 @@ def _cut(
 
 MakePrompt = Callable[..., SummaryPrompt]
 """(conversation, max_tokens, file lists[, previous summary]) -> the history prompt."""
+
+
+def _prompt_maker(
+    previous_summary: str, pinned_state: str, instructions: str, durable_facts: bool
+) -> MakePrompt:
+    """``make(conversation, max_tokens, lists, summary=previous_summary)``: a history
+    prompt with the compaction's fixed parts (a chunk's carries the summary so far)."""
+
+    def make(
+        conversation: str, max_tokens: int, lists: FileLists, summary: str = previous_summary
+    ) -> SummaryPrompt:
+        return history_prompt(
+            conversation,
+            previous_summary=summary,
+            pinned_state=pinned_state,
+            files=lists,
+            instructions=instructions,
+            max_tokens=max_tokens,
+            durable_facts=durable_facts,
+        )
+
+    return make
 
 
 def _history_prompts(
