@@ -5,7 +5,8 @@ is shared and never stopped; the session fixture ``private_postgres`` initialise
 directory of its own (``initdb`` of the Debian postgresql package) and runs a ``postgres``
 child process on a free loopback port (trust authentication, user ``postgres``, no
 configuration but its own). PostgreSQL refuses to run as root: when the suite runs as root,
-the server runs as the ``postgres`` system user the package creates. Every helper acts on
+the server runs as the ``postgres`` system user the package creates (through
+``setpriv``: see ``PrivatePostgres.as_user``). Every helper acts on
 that child process alone.
 
 Usage::
@@ -71,6 +72,20 @@ class PrivatePostgres:
         self.proc: subprocess.Popen[bytes] | None = None
         self._user = "postgres" if os.geteuid() == 0 else None
 
+    @staticmethod
+    def as_user(command: list[str], user: str | None) -> tuple[list[str], str | None]:
+        """``command`` and the ``user=`` to pass to subprocess for running it as ``user``.
+
+        ``Popen(user=...)`` makes subprocess fork the whole test process rather than
+        vfork it, and gRPC's fork handlers then run in the child: beside a busy
+        ``grpc.aio`` server about one child in three crashed before ``exec``. ``setpriv``
+        (util-linux) changes the user after ``exec`` instead."""
+        setpriv = shutil.which("setpriv")
+        if user is None or setpriv is None:
+            return command, user
+        wrapped = [setpriv, f"--reuid={user}", f"--regid={user}", "--init-groups", *command]
+        return wrapped, None
+
     @property
     def url(self) -> str:
         return self.database_url("postgres")
@@ -87,7 +102,7 @@ class PrivatePostgres:
         if self._user is not None:
             entry = pwd.getpwnam(self._user)
             os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
-        done = subprocess.run(
+        command, user = self.as_user(
             [
                 str(self.bindir / "initdb"),
                 "--pgdata",
@@ -100,10 +115,10 @@ class PrivatePostgres:
                 "UTF8",
                 "--no-sync",
             ],
-            capture_output=True,
-            text=True,
-            timeout=START_TIMEOUT,
-            user=self._user,
+            self._user,
+        )
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=START_TIMEOUT, user=user
         )
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -151,26 +166,30 @@ class PrivatePostgres:
             time.sleep(0.5 * attempt)
 
     def _spawn(self) -> None:
+        command, user = self.as_user(
+            [
+                str(self.bindir / "postgres"),
+                "-D",
+                str(self.datadir),
+                "-p",
+                str(self.port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                f"unix_socket_directories={self.base_dir}",
+                "-c",
+                "fsync=off",
+            ],
+            self._user,
+        )
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [
-                    str(self.bindir / "postgres"),
-                    "-D",
-                    str(self.datadir),
-                    "-p",
-                    str(self.port),
-                    "-c",
-                    "listen_addresses=127.0.0.1",
-                    "-c",
-                    f"unix_socket_directories={self.base_dir}",
-                    "-c",
-                    "fsync=off",
-                ],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-                user=self._user,
+                user=user,
             )
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
