@@ -7,7 +7,8 @@ losing the version compare-and-set is answered ABORTED CONCURRENT_MODIFICATION
 and resent with its request_id, as across replicas. Afterwards every
 session is dense (seqs 1..n), holds every acknowledged message exactly once and
 nothing else. A worker killed with SIGKILL is restarted and serves again; SIGTERM
-drains and stops them all. SQLite refuses more than one worker.
+drains and stops them all. The supervisor runs without the server's modules. SQLite
+refuses more than one worker.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def _children(pid: int) -> list[int]:
         if b"spawn_main" in cmdline:
             out.append(int(child))
     return out
+
+
+def _mapped(pid: int, names: tuple[str, ...]) -> list[str]:
+    """The shared objects of ``names`` mapped into process ``pid`` (Linux: /proc)."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return sorted({line.split()[-1] for line in maps.splitlines() if any(n in line for n in names)})
 
 
 def _scrape(address: str) -> dict[str, float]:
@@ -153,6 +160,10 @@ def test_two_workers_lose_nothing_and_survive_a_killed_worker(kind: str, tmp_pat
             supervisor = server.proc.pid
             workers = _children(supervisor)
             assert len(workers) == 2, workers
+            # The supervisor is a fresh interpreter without the server's modules
+            # (app/supervise.py): no gRPC, no protobuf; its workers have both.
+            assert _mapped(supervisor, ("cygrpc", "_upb")) == []
+            assert _mapped(workers[0], ("cygrpc",)) != []
             acked = asyncio.run(_load(server.target))
             for sid, texts in acked.items():
                 stored = asyncio.run(_stored(server.target, sid))

@@ -12,27 +12,13 @@ authentication sets it, IDs are scoped by it here and log records carry it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextvars import ContextVar, Token
+from contextvars import Token
 
 from ctxwarden.core.tenancy import scoped_id, visible_id
 from ctxwarden.core.validation import check_session_id
+from ctxwarden.util.tenant_context import current_tenant, tenant_listener
 
 __all__ = ["current_tenant", "enter_tenant", "inner_id", "outer_id", "tenant_listener"]
-
-current_tenant: ContextVar[str] = ContextVar("ctxwarden_tenant", default="")
-"""The authenticated tenant of the RPC being served ("" when unknown).
-
-Set it from the authentication layer (``enter_tenant(tenant)``) inside the RPC's
-task. Request metadata never names the tenant: without authentication it is empty.
-"""
-
-tenant_listener: ContextVar[Callable[[str], None] | None] = ContextVar(
-    "ctxwarden_tenant_listener", default=None
-)
-"""Told the tenant ``enter_tenant`` sets during the RPC (set by whoever observes
-the RPC): the access log is written after inner layers have reset
-``current_tenant``, so it records the tenant this way."""
 
 
 def enter_tenant(tenant: str) -> Token[str]:

@@ -5,18 +5,21 @@ committer) bound with SO_REUSEPORT to the port the supervisor reserved. It
 reports to the supervisor through a pipe (ready: its metrics address) and a
 shared status board, one byte a worker, which every worker's health service
 reads: the kernel hands a probe's connection to any worker, so each answers for
-all of them.
+all of them (app/shared_health.py). The supervisor imports this module without gRPC.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grpc_health.v1 import health, health_pb2
+from ctxwarden.app.health_board import NOT_SERVING, SERVING, STARTING, all_serving
 
-STARTING, SERVING, NOT_SERVING = 0, 1, 2
+if TYPE_CHECKING:
+    from grpc_health.v1 import health
+
+__all__ = ["NOT_SERVING", "SERVING", "STARTING", "WorkerLink", "all_serving"]
 
 
 @dataclass
@@ -30,33 +33,6 @@ class WorkerLink:
         self.conn.send(("ready", self.index, bound, metrics_address, console_address))
 
     def health_servicer(self) -> health.aio.HealthServicer:
+        from ctxwarden.app.shared_health import SharedHealth  # gRPC: the worker's side only
+
         return SharedHealth(self.board, self.index)
-
-
-class SharedHealth(health.aio.HealthServicer):  # type: ignore[misc]  # grpc_health is untyped
-    """grpc.health.v1 whose Check is SERVING only when every worker is serving."""
-
-    def __init__(self, board: Any, index: int) -> None:
-        super().__init__()
-        self._board = board
-        self._index = index
-
-    async def set(self, service: str, status: Any) -> None:
-        await super().set(service, status)
-        if service == "" and not self._gracefully_shutting_down:
-            ok = status == health_pb2.HealthCheckResponse.SERVING
-            self._board[self._index] = SERVING if ok else NOT_SERVING
-
-    async def enter_graceful_shutdown(self) -> None:
-        self._board[self._index] = NOT_SERVING
-        await super().enter_graceful_shutdown()
-
-    async def Check(self, request: Any, context: Any) -> Any:
-        reply = await super().Check(request, context)
-        if reply.status == health_pb2.HealthCheckResponse.SERVING and not all_serving(self._board):
-            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
-        return reply
-
-
-def all_serving(board: Any) -> bool:
-    return all(value == SERVING for value in board[:])

@@ -33,15 +33,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ctxwarden.cli.parser import parse
 
     args = parse(words)
+    # Only a real command line may replace its process (serve --workers N).
+    standalone = argv is None
     if args.command not in DATABASE_COMMANDS:
-        return _run(args)
+        return _run(args, standalone)
     from ctxwarden.app import database_errors
     from ctxwarden.store.urls import UnsupportedDatabase
 
     try:
         if args.command in READY_FIRST:
             database_errors.check_ready(args.database_url)
-        return _run(args)
+        return _run(args, standalone)
     except UnsupportedDatabase as exc:
         print(f"ctxwarden: {exc}", file=sys.stderr)
         return 2
@@ -53,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, standalone: bool = False) -> int:
     from ctxwarden.cli.parser import OPERATOR_COMMANDS, build_parser, subparser
     from ctxwarden.config import checks
 
@@ -93,6 +95,10 @@ def _run(args: argparse.Namespace) -> int:
         print("ctxwarden: invalid settings:\n  " + "\n  ".join(wrong), file=sys.stderr)
         return 2
     serve_settings = settings(args)
+    if args.workers > 1 and standalone:
+        from ctxwarden.app.supervise import exec_supervisor
+
+        return exec_supervisor(serve_settings, args.workers, sys.argv[1:])
     if args.workers > 1:
         from ctxwarden.app.workers_run import run_workers
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 from ctxwarden.core.compaction.types import FileToolNames
 from ctxwarden.core.retention import RetentionRules
-from ctxwarden.store.urls import DEFAULT_DATABASE_URL
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_DATABASE_URL = "sqlite:///./ctxwarden.db"
+"""An embedded SQLite file in the working directory."""
 
 
 @dataclass(frozen=True, slots=True)

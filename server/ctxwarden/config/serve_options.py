@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ctxwarden.config import DEFAULT_LISTEN, Limits
+from ctxwarden.config import DEFAULT_DATABASE_URL, DEFAULT_LISTEN, Limits
 from ctxwarden.config.env import from_env
 from ctxwarden.config.lifecycle_options import add_lifecycle
-from ctxwarden.store.urls import DEFAULT_DATABASE_URL
 
 
 def add_database(p: argparse.ArgumentParser) -> None:

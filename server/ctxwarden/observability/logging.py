@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ctxwarden.api.tenancy import current_tenant
+from ctxwarden.util.tenant_context import current_tenant
 
 REQUEST_ID_METADATA_KEY = "x-request-id"
 FIELDS_ATTR = "ctxw_fields"

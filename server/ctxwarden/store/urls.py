@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from sqlalchemy.engine import URL, make_url
 
-DEFAULT_DATABASE_URL = "sqlite:///./ctxwarden.db"
-
 _ASYNC = {
     "sqlite": "sqlite+aiosqlite",
     "sqlite+pysqlite": "sqlite+aiosqlite",

@@ -18,8 +18,10 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grpc
+if TYPE_CHECKING:
+    import grpc  # annotations only: the --workers supervisor binds no gRPC server
 
 
 class ListenError(ValueError):
