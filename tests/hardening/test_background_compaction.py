@@ -211,8 +211,10 @@ async def test_one_job_per_session_and_bounded_concurrency(backend_url: str) -> 
         assert summ.calls == 1
         assert metric(obs, "ctxwarden_background_compactions_in_flight") == 1
         assert metric(obs, "ctxwarden_background_compactions_queued") == 1
+        assert metric(obs, "ctxwarden_background_compactions_pending") == 2
         summ.gate.set()
         await m.background.idle()
+        assert metric(obs, "ctxwarden_background_compactions_pending") == 0
         assert summ.calls == 2
         assert metric(obs, "ctxwarden_background_compactions_started_total") == 2
         for sid in (first, second):

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import message_pb2 as m
 from tests.model import checks
+from tests.model.background import BackgroundWatch
 from tests.model.cache_model import CacheModel
 from tests.model.harness import Harness, Stub
 from tests.model.reference import Ref
@@ -66,6 +67,8 @@ class Base(RuleBasedStateMachine):
         self.run = f"r-{new_id()[:8]}"
         """This example's label (the database outlives an example)."""
         self.cache = CacheModel()
+        self.watch = BackgroundWatch()
+        """Sessions the server may compact on its own (one replica only: background.py)."""
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -92,16 +95,20 @@ class Base(RuleBasedStateMachine):
 
     def usage_problems(self, ref: Ref) -> list[str]:
         """GetUsage's usage ledger and cache ledger against the models'."""
+        self.after_growth(ref.sid)
         report = self.stub.GetUsage(pb.GetUsageRequest(session_id=ref.sid))
         problems = checks.ledger_problems(report, ref.usage)
         problems += self.cache.reported(self.replica, ref.sid).problems(report.cache)
         STATS["cache ledgers compared"] += 1
         return problems
 
-    def build(self, sid: str, **kw: Any) -> pb.ModelInput:
+    def build(self, sid: str, *, settle: bool = True, **kw: Any) -> pb.ModelInput:
         """BuildModelInput, with report_cache_prefix three times in four; a live input's
         cache report (or, without one, what the ledger counts) is checked against the
-        previous input of its replica and format."""
+        previous input of its replica and format. A live build of a watched session
+        then waits for the background compaction it may have queued and, if one
+        committed, is taken again (``settle``=False: the caller settles later, with
+        ``after_growth``)."""
         live = "as_of_seq" not in kw
         report = self.harness.rng.random() < 0.75
         req = pb.BuildModelInputRequest(
@@ -125,7 +132,28 @@ class Base(RuleBasedStateMachine):
         if report and mi.cache_prefix.break_reason:
             name = pb.CacheBreakReason.Name(mi.cache_prefix.break_reason)
             STATS["cache breaks: " + name.removeprefix("CACHE_BREAK_REASON_").lower()] += 1
+        if settle and self.compacted_meanwhile(sid):
+            again = {k: v for k, v in kw.items() if k not in ("auto_compact", "refresh_memory")}
+            return self.build(sid, **again)
         return mi
+
+    def compacted_meanwhile(self, sid: str) -> bool:
+        """Wait until the server has no background compaction to come; whether one of
+        ``sid`` committed (recorded as a write of the replica's)."""
+        if not self.watch.watches(sid):
+            return False
+        self.harness.settle()
+        fresh = self.watch.new(self.stub, sid)
+        if fresh:
+            self.cache.wrote(self.replica, sid, "compaction")
+            STATS["background compactions"] += len(fresh)
+        return bool(fresh)
+
+    def after_growth(self, sid: str) -> None:
+        """After a call that may have queued a background compaction of ``sid``: if one
+        committed, a build shows it (the model's latest input is the current one)."""
+        if self.compacted_meanwhile(sid):
+            self.build(sid)
 
     def append(self, ref: Ref, msgs: list[m.Message], **kw: Any) -> pb.AppendMessagesResponse:
         for msg in msgs:
@@ -160,6 +188,7 @@ class Base(RuleBasedStateMachine):
             ref.stored(msg)
         usages = [msg.usage for msg in resp.messages if msg.HasField("usage")]
         self.cache.wrote(replica, ref.sid, "append", usages)
+        self.after_growth(ref.sid)
 
     # -- invariants -----------------------------------------------------------------------
 

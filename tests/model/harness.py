@@ -9,6 +9,7 @@ import random
 import re
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -23,26 +24,45 @@ from tests.support.server import CLI, ServerProcess
 Stub = pb_grpc.ContextServiceStub
 DAY_US = 86_400_000_000
 SERVER_ARGS = ["--summarizer", "extractive", "--max-stored-bytes-per-tenant", "50000000"]
-"""A server summariser (Compact, auto_compact) and a tenant quota the test can reach."""
+"""A server summariser (Compact, auto_compact, background compactions) and a tenant quota
+the test can reach."""
+PENDING = "ctxwarden_background_compactions_pending"
+SETTLE_SECONDS = 30.0
 
 
 class Replica(ServerProcess):
     """A server with its console on a free port (``console`` is its base URL)."""
 
     def __init__(self, url: str, log_dir: Path) -> None:
-        super().__init__(url, log_dir, [*SERVER_ARGS, "--console-listen", "127.0.0.1:0"])
+        args = [*SERVER_ARGS, "--console-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+        super().__init__(url, log_dir, args)
         self.console = ""
+        self.metrics = ""
 
     def start(self, port: int | None = None) -> None:
         super().start(port)
         assert self.proc is not None and self.proc.stdout is not None
-        stdout, lines = self.proc.stdout, []
-        reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
-        reader.start()  # the console's line follows "listening on" at once
+        stdout = self.proc.stdout
+        lines: list[str] = []
+
+        def read() -> None:
+            lines.extend(stdout.readline() for _ in range(2))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()  # the metrics and console lines follow "listening on" at once
         reader.join(timeout=10)
-        line = lines[0] if lines else ""
-        assert line.startswith("ctxwarden console on "), line
-        self.console = line.split()[-1]
+        metrics, console = [*lines, "", ""][:2]
+        assert metrics.startswith("ctxwarden metrics on "), metrics
+        assert console.startswith("ctxwarden console on "), console
+        self.metrics, self.console = metrics.split()[-1], console.split()[-1]
+
+    def pending_background(self) -> float:
+        """The background compactions queued, running or waiting to retry (its metrics)."""
+        page = httpx.get(f"http://{self.metrics}/metrics", timeout=10).text
+        for line in page.splitlines():
+            if line.startswith(PENDING + " "):
+                return float(line.split()[-1])
+        return 0.0
 
 
 ROW = re.compile(
@@ -87,6 +107,14 @@ class Harness:
     def stub(self) -> Stub:
         self.last = self.rng.randrange(len(self.stubs))
         return self.stubs[self.last]
+
+    def settle(self) -> None:
+        """Until no replica has a background compaction queued, running or waiting to
+        retry (the scheduler queues a session within the call that grew it)."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        for server in self.servers:
+            while server.pending_background() > 0:
+                assert time.monotonic() < deadline, "background compactions did not settle"
 
     def search(self, **params: str) -> dict[str, bool]:
         """The console's session search on a random replica, every page: the IDs

@@ -3,7 +3,8 @@ servers, interleaved, and checks the reference model (``reference.Ref``) after e
 
 Rules (``rules_*.py``): plain, streamed and idempotently retried appends,
 ``AppendModelOutput`` in all four formats, tool calls answered in any order, failed turns,
-rollbacks (plain and ``to_seq``), agent-side and server compactions with layered clearing,
+rollbacks (plain and ``to_seq``), agent-side, server and background compactions (eager and
+cache-aware sessions, one replica: ``background.py``) with layered clearing,
 forks of forks, ``state_delta``, history-only messages, memory writes and refreshes,
 archive/unarchive, label updates and the console's label search, export -> import, delete
 and purge, restarts of every replica; every BuildModelInput with or without

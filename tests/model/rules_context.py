@@ -99,9 +99,12 @@ class ContextRules(Base):
         self.cache.created(forked.session_id, self.replica)
         child = source.fork(forked.session_id, k)
         assert forked.parent_seq == child.parent_seq, (forked.parent_seq, child.parent_seq)
-        got = checks.normalized(self.build(child.sid))
+        if self.watch.watches(source.sid):
+            self.watch.watch(self.stub, child.sid)
+        got = checks.normalized(self.build(child.sid, settle=False))
         assert got == child.latest, f"fork != replay:\n{checks.diff(child.latest, got)}"
         self.refs[child.sid] = child
+        self.after_growth(child.sid)
         STATS["forks"] += 1
 
     @precondition(lambda self: self.live())

@@ -10,7 +10,8 @@ from hypothesis.stateful import precondition, rule
 
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import session_pb2 as ses
-from tests.model import checks
+from tests.model import background, checks
+from tests.model.background import configure as configure_background
 from tests.model.base import PICK, STATS, Base, logged, new_id
 from tests.model.reference import Ref
 
@@ -24,11 +25,21 @@ class SessionRules(Base):
     def labels(self, team: str, tier: str) -> dict[str, str]:
         return {"run": self.run, "team": team, **({"tier": tier} if tier else {})}
 
-    @rule(memory=st.booleans(), clearing=st.booleans(), team=TEAMS, tier=TIERS)
+    @rule(
+        memory=st.booleans(),
+        clearing=st.booleans(),
+        team=TEAMS,
+        tier=TIERS,
+        background=st.sampled_from(background.MODES),
+    )
     @logged
-    def create_session(self, memory: bool, clearing: bool, team: str, tier: str) -> None:
+    def create_session(
+        self, memory: bool, clearing: bool, team: str, tier: str, background: str
+    ) -> None:
         STATS["steps"] += 1
         user_id = self.users[len(self.refs) % 2]
+        if len(self.harness.servers) > 1:
+            background = "off"  # which replica compacts is not the model's to know
         policy = ses.ContextPolicy(
             tokenizer="heuristic",
             context_window=4000,
@@ -36,6 +47,7 @@ class SessionRules(Base):
             memory_max_tokens=120 if memory else 0,
             clear_tool_results_at_least=40 if clearing else 0,
         )
+        configure_background(policy, background)
         tools = [ses.ToolDefinition(name="read", description="Read", parameters_json="{}")]
         labels = self.labels(team, tier)
         session = self.stub.CreateSession(
@@ -55,6 +67,9 @@ class SessionRules(Base):
         self.cache.created(session.session_id, self.replica)
         self.refs[session.session_id] = Ref(sid=session.session_id, user_id=user_id, labels=labels)
         self.touched = session.session_id
+        if background != "off":
+            self.watch.watch(self.stub, session.session_id)
+            STATS[f"background sessions: {background}"] += 1
 
     @precondition(lambda self: self.live())
     @rule(n=PICK, team=TEAMS, tier=TIERS)
@@ -135,8 +150,13 @@ class SessionRules(Base):
         self.harness.export_import(ref.sid, new_sid, self.tmp / f"{new_sid}.json")
         twin = ref.copy_as(new_sid)
         self.cache.created(new_sid, None, self.cache.stored[ref.sid])
-        assert checks.normalized(self.build(new_sid)) == checks.normalized(self.build(ref.sid))
+        if self.watch.watches(ref.sid):
+            self.watch.watch(self.stub, new_sid)
+        imported = checks.normalized(self.build(new_sid, settle=False))
+        assert imported == checks.normalized(self.build(ref.sid, settle=False))
         self.refs[new_sid] = twin
+        self.after_growth(new_sid)
+        self.after_growth(ref.sid)
         STATS["export -> import"] += 1
 
     @precondition(lambda self: len(self.live()) > 1)
@@ -156,6 +176,7 @@ class SessionRules(Base):
         else:
             self.stub.DeleteSession(pb.DeleteSessionRequest(session_id=ref.sid))
             self.cache.dropped(self.replica, ref.sid)
+            self.watch.forget(ref.sid)
             self.harness.age(ref.sid, "delete_time_us", 2)
         self.deleted.add(ref.sid)
         self.harness.purge()
@@ -175,9 +196,10 @@ class SessionRules(Base):
         self.harness.restart()
         self.cache.restarted()
         for sid, was in before.items():
-            after = self.build(sid)
+            after = self.build(sid, settle=False)
             for mi in (after, was):
                 mi.resume_token = ""
                 mi.ClearField("cache_prefix")
             assert after == was, f"{sid} differs after a restart"
+            self.after_growth(sid)
         STATS["restarts"] += 1

@@ -48,6 +48,7 @@ def test_background_compaction_runs_in_the_server_and_is_counted(
             "ctxwarden_background_compactions_retried",
             "ctxwarden_background_compactions_in_flight",
             "ctxwarden_background_compactions_queued",
+            "ctxwarden_background_compactions_pending",
             "ctxwarden_background_compactions_waiting_for_idle",
             "ctxwarden_background_compactions_after_idle",
             "ctxwarden_background_compaction_duration_seconds",

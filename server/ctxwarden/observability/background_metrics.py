@@ -51,6 +51,12 @@ class BackgroundCompactionMetrics:
             "out their backoff not included)",
             registry=r,
         )
+        self.pending = Gauge(
+            "ctxwarden_background_compactions_pending",
+            "Sessions with a background compaction queued, running or waiting out a "
+            "retry's backoff (0: none to come until a session grows again)",
+            registry=r,
+        )
         self.waiting_for_idle = Gauge(
             "ctxwarden_background_compactions_waiting_for_idle",
             "Sessions past the soft threshold waiting for an idle gap as long as their "
@@ -112,12 +118,13 @@ class BackgroundRecorder:
         if m is not None:
             m.superseded.inc()
 
-    def levels(self, in_flight: int, queued: int, waiting: int) -> None:
+    def levels(self, in_flight: int, queued: int, waiting: int, pending: int) -> None:
         m = self._target()
         if m is not None:
             m.in_flight.set(in_flight)
             m.queued.set(queued)
             m.waiting_for_idle.set(waiting)
+            m.pending.set(pending)
 
     def after_idle(self) -> None:
         m = self._target()

@@ -193,6 +193,7 @@ class BackgroundCompactions:
         self._pending.discard(sid)
         if not self._pending:
             self._idle.set()
+        self._levels()
 
     async def wait_running(self, session_id: str) -> bool:
         """Wait for the session's attempt that is summarising now, if any (the
@@ -306,7 +307,9 @@ class BackgroundCompactions:
         return "succeeded"
 
     def _levels(self) -> None:
-        self.metrics.levels(len(self._running), self._queue.qsize(), len(self._waiting))
+        self.metrics.levels(
+            len(self._running), self._queue.qsize(), len(self._waiting), len(self._pending)
+        )
 
     # -- shutdown ----------------------------------------------------------------------
 
