@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import site
 import sys
+from pathlib import Path
 from typing import NoReturn
 
+import ctxwarden
 from ctxwarden.config import Settings
 
 SETTINGS_FD_ENV = "CTXWARDEN_SUPERVISOR_SETTINGS_FD"
@@ -39,11 +42,26 @@ def exec_supervisor(settings: Settings, workers: int, words: list[str]) -> int:
     os.close(write)
     os.set_inheritable(read, True)
     os.environ[SETTINGS_FD_ENV] = str(read)
+    # The same ctxwarden as this process's, however it was found (installed, or a source
+    # tree on sys.path), and never a directory of that name in the working directory
+    # (-P: the working directory is not put first on sys.path).
+    _find_this_ctxwarden()
     sys.stdout.flush()
     sys.stderr.flush()
-    # -P: not the working directory first on sys.path (the ctxwarden command did not
-    # have it either). The words after the module name only show ps what was asked for.
+    # The words after the module name only show ps what was asked for.
     _exec([sys.executable, "-P", "-m", "ctxwarden.app.supervise", *words])
+
+
+def _find_this_ctxwarden() -> None:
+    """Put the directory holding this ``ctxwarden`` on the new interpreter's path unless
+    it is a site-packages directory (found anyway; ahead of the standard library it
+    could shadow it)."""
+    here = str(Path(ctxwarden.__file__).resolve().parent.parent)
+    sites = {str(Path(p).resolve()) for p in (*site.getsitepackages(), site.getusersitepackages())}
+    if here in sites:
+        return
+    known = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, known) if p)
 
 
 def _exec(argv: list[str]) -> NoReturn:
