@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from ctxwarden.core.session import CompactionTrigger
+from ctxwarden.service.manager import SessionManager
 from ctxwarden.v1 import context_service_pb2 as pb
 from tests.hardening.test_background_compaction import (
     POLICY,
@@ -29,6 +30,15 @@ SUPERSEDED = "ctxwarden_background_compactions_superseded_total"
 SUCCEEDED = "ctxwarden_background_compactions_succeeded_total"
 
 
+async def summarising(m: SessionManager, summ: GatedSummarizer) -> tuple[str, int]:
+    """A new session grown past its soft threshold, its background compaction now held
+    in the summariser; (its ID, its last seq)."""
+    sid = await new_session(m, policy=POLICY)
+    last = await grow_past_soft_threshold(m, sid)
+    await summ.entered.wait()
+    return sid, last
+
+
 def _seqs(view: pb.ModelInput) -> list[int]:
     return [m.seq for m in view.messages if m.seq]
 
@@ -38,9 +48,7 @@ async def test_a_rollback_meanwhile_wins_and_nothing_rolled_back_comes_back(
 ) -> None:
     summ = GatedSummarizer()
     async with background_server(backend_url, summ) as (m, obs), async_stub(m) as stub:
-        sid = await new_session(m, policy=POLICY)
-        await grow_past_soft_threshold(m, sid)
-        await summ.entered.wait()
+        sid, _ = await summarising(m, summ)
         rolled = await stub.RollbackTurn(pb.RollbackTurnRequest(session_id=sid, to_seq=2))
         assert rolled.rolled_back_seqs
         summ.gate.set()
@@ -57,9 +65,7 @@ async def test_an_archive_meanwhile_wins_and_the_archived_session_is_not_written
 ) -> None:
     summ = GatedSummarizer()
     async with background_server(backend_url, summ) as (m, obs), async_stub(m) as stub:
-        sid = await new_session(m, policy=POLICY)
-        last = await grow_past_soft_threshold(m, sid)
-        await summ.entered.wait()
+        sid, last = await summarising(m, summ)
         await stub.ArchiveSession(pb.ArchiveSessionRequest(session_id=sid))
         summ.gate.set()
         await m.background.idle()
@@ -81,9 +87,7 @@ async def test_a_delete_meanwhile_wins_and_nothing_is_written_for_the_deleted_se
 ) -> None:
     summ = GatedSummarizer()
     async with background_server(backend_url, summ) as (m, obs), async_stub(m) as stub:
-        sid = await new_session(m, policy=POLICY)
-        await grow_past_soft_threshold(m, sid)
-        await summ.entered.wait()
+        sid, _ = await summarising(m, summ)
         await stub.DeleteSession(pb.DeleteSessionRequest(session_id=sid))
         summ.gate.set()
         await m.background.idle()
@@ -101,9 +105,7 @@ async def test_a_delete_meanwhile_wins_and_nothing_is_written_for_the_deleted_se
 async def test_a_fork_meanwhile_keeps_the_history_it_was_made_of(backend_url: str) -> None:
     summ = GatedSummarizer()
     async with background_server(backend_url, summ) as (m, _obs), async_stub(m) as stub:
-        sid = await new_session(m, policy=POLICY)
-        last = await grow_past_soft_threshold(m, sid)
-        await summ.entered.wait()
+        sid, last = await summarising(m, summ)
         fork = await stub.ForkSession(pb.ForkSessionRequest(session_id=sid))
         summ.gate.set()
         await m.background.idle()
@@ -120,9 +122,7 @@ async def test_a_fork_meanwhile_keeps_the_history_it_was_made_of(backend_url: st
 async def test_an_explicit_compaction_meanwhile_wins(backend_url: str) -> None:
     summ = GatedSummarizer()
     async with background_server(backend_url, summ) as (m, obs), async_stub(m) as stub:
-        sid = await new_session(m, policy=POLICY)
-        await grow_past_soft_threshold(m, sid)
-        await summ.entered.wait()
+        sid, _ = await summarising(m, summ)
         plan = await stub.PrepareCompaction(pb.PrepareCompactionRequest(session_id=sid))
         done = await stub.CommitCompaction(
             pb.CommitCompactionRequest(
@@ -142,9 +142,7 @@ async def test_appends_on_another_replica_meanwhile_stay_kept(backend_url: str) 
     messages verbatim, and both replicas then show the same input."""
     summ = GatedSummarizer()
     async with background_server(backend_url, summ) as (a, _obs), replica(backend_url) as b:
-        sid = await new_session(a, policy=POLICY)
-        crossed = await grow_past_soft_threshold(a, sid)
-        await summ.entered.wait()
+        sid, crossed = await summarising(a, summ)
         for i in range(3):
             await b.append(sid, [user_msg(f"on replica B {i}")], None, None)
         summ.gate.set()
@@ -163,9 +161,7 @@ async def test_appends_on_another_replica_meanwhile_stay_kept(backend_url: str) 
 async def test_a_rollback_on_another_replica_meanwhile_wins(backend_url: str) -> None:
     summ = GatedSummarizer()
     async with background_server(backend_url, summ) as (a, obs), replica(backend_url) as b:
-        sid = await new_session(a, policy=POLICY)
-        await grow_past_soft_threshold(a, sid)
-        await summ.entered.wait()
+        sid, _ = await summarising(a, summ)
         await b.rollback(sid, 2, "", None)
         summ.gate.set()
         await a.background.idle()

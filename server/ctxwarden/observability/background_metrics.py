@@ -13,6 +13,24 @@ class BackgroundCompactionMetrics:
     """Declared on a server's registry by ``Metrics``."""
 
     def __init__(self, r: CollectorRegistry) -> None:
+        self._count_attempts(r)
+        self._gauge_levels(r)
+        self.after_idle = Counter(
+            "ctxwarden_background_compactions_after_idle",
+            "Background compactions queued because the session was idle for its cache "
+            "lifetime (the provider's prompt cache had expired anyway)",
+            registry=r,
+        )
+        self.duration = Histogram(
+            "ctxwarden_background_compaction_duration_seconds",
+            "Time of each background compaction attempt (summariser and commit), by result",
+            ["result"],
+            buckets=BACKGROUND_BUCKETS,
+            registry=r,
+        )
+
+    def _count_attempts(self, r: CollectorRegistry) -> None:
+        """The counters of attempts and their outcomes."""
         self.started = Counter(
             "ctxwarden_background_compactions_started",
             "Background compaction attempts started (a retry is a new attempt)",
@@ -40,6 +58,9 @@ class BackgroundCompactionMetrics:
             "rollback or a deletion came first)",
             registry=r,
         )
+
+    def _gauge_levels(self, r: CollectorRegistry) -> None:
+        """The gauges of what is running, queued, pending and waiting now."""
         self.in_flight = Gauge(
             "ctxwarden_background_compactions_in_flight",
             "Background compactions summarising or committing now",
@@ -61,19 +82,6 @@ class BackgroundCompactionMetrics:
             "ctxwarden_background_compactions_waiting_for_idle",
             "Sessions past the soft threshold waiting for an idle gap as long as their "
             "policy's cache_lifetime_seconds before they are compacted",
-            registry=r,
-        )
-        self.after_idle = Counter(
-            "ctxwarden_background_compactions_after_idle",
-            "Background compactions queued because the session was idle for its cache "
-            "lifetime (the provider's prompt cache had expired anyway)",
-            registry=r,
-        )
-        self.duration = Histogram(
-            "ctxwarden_background_compaction_duration_seconds",
-            "Time of each background compaction attempt (summariser and commit), by result",
-            ["result"],
-            buckets=BACKGROUND_BUCKETS,
             registry=r,
         )
 
