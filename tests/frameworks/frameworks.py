@@ -53,6 +53,10 @@ class Suite:
     pinned version's tag), for a framework whose source distribution has no tests."""
     pytest_args: tuple[str, ...] = field(default=())
     venv: tuple[str, ...] = ()
+    one_backend: bool = False
+    """Run on one backend only: MariaDB when the run has one, else SQLite. For a long suite
+    whose calls reach the database through the same server code on every backend (the
+    store's own suites cover the backends); the others run on each."""
     """When set: the suite runs in a virtualenv of its own with these requirements
     (plus the client), made once in the cache, for a framework whose pins conflict
     with the test extra's."""
@@ -84,6 +88,7 @@ SUITES = (
             "tests/sandbox/test_memory.py",
         ),
         "ctxwarden_openai_agents",
+        one_backend=True,  # ~95 s per backend, the longest suite
     ),
     # LangGraph's store conformance tests ship in langgraph-checkpoint's source
     # distribution (BaseStore lives there); they run in a virtualenv of their own so

@@ -1,6 +1,7 @@
 """The frameworks' own tests pass with ctxwarden as their backend (see frameworks.py).
 
-Each suite runs once per backend against the session's real server. A test the
+Each suite runs once per backend against the session's real server (a
+``one_backend`` suite once: conftest.py). A test the
 framework skips itself, or that skips.toml lists, counts as skipped; every other
 test must pass, and in each file at least one must have built the swapped class
 (the counts say how many did). The per-file counts are printed after the run
