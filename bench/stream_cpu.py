@@ -35,6 +35,7 @@ import grpc
 from tests.support.server import ServerProcess
 
 from bench.common import CHANNEL_OPTIONS, backend_database, create_session, log
+from bench.host_load import HostLoad
 from bench.profile import recording, summary
 from bench.unary_floor import _pid_of, cpu_seconds
 from bench.workload import Conversation
@@ -127,17 +128,22 @@ def run(
 ) -> dict[str, Any]:
     cpu = {"ctxwarden": 0.0, "bare": 0.0}
     wall = {"ctxwarden": 0.0, "bare": 0.0}
+    db_pid = _pid_of("mariadbd") if backend == "mysql" else None
+    pids: list[int | None] = [db_pid]
+    load = HostLoad(lambda: pids)
     with backend_database(backend, workdir) as (url, _info):
         server = ServerProcess(url, workdir)
         server.start()
         try:
             assert server.proc is not None
             ctxw_pid = server.proc.pid
+            pids.append(ctxw_pid)
             with (
                 bare_stream_server() as (bare_target, bare_pid),
                 grpc.insecure_channel(server.target, options=CHANNEL_OPTIONS) as ctxw,
                 grpc.insecure_channel(bare_target, options=CHANNEL_OPTIONS) as bare,
             ):
+                pids.append(bare_pid)
                 stub = pb_grpc.ContextServiceStub(ctxw)
                 messages = list(Conversation(21).alternating(block))
 
@@ -167,7 +173,10 @@ def run(
                     batch = requests()
                     for name, channel, method, pid in sides if b % 2 == 0 else sides[::-1]:
                         sampled = profile is not None and name == "ctxwarden"
-                        with _sampled(pid, workdir / f"profile-{b}.txt" if sampled else None):
+                        with (
+                            _sampled(pid, workdir / f"profile-{b}.txt" if sampled else None),
+                            load,
+                        ):
                             before, t0 = cpu_seconds(pid), time.perf_counter()
                             stream_all(channel, method, batch, window)
                             wall[name] += time.perf_counter() - t0
@@ -186,7 +195,9 @@ def run(
         "server_cpu_ms_per_message": per,
         "messages_per_s": {k: n / v for k, v in wall.items()},
         "ratio": per["ctxwarden"] / per["bare"],
-        "database_pid": _pid_of("mariadbd") if backend == "mysql" else None,
+        "database_pid": db_pid,
+        "other_load_cores": load.cores,
+        "other_load": load.describe(),
     }
 
 
@@ -233,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         f"bare grpc.aio {per['bare']:.3f} ms: ratio {result['ratio']:.2f}x (target <= 2.5x); "
         f"throughput {rate['ctxwarden']:.0f} vs {rate['bare']:.0f} msg/s "
         f"({result['messages_each']} messages each over {result['streams']} streams, "
-        f"{result['request_bytes']} B requests)"
+        f"{result['request_bytes']} B requests); {result['other_load']}"
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -36,6 +36,7 @@ from tests.support.server import ServerProcess
 
 from bench.baselines import METHOD, _mysql_commits, _sqlite_commits, bare_server
 from bench.common import CHANNEL_OPTIONS, TIMEOUT, backend_database, create_session, log
+from bench.host_load import HostLoad
 from bench.profile import recording, summary
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
@@ -81,6 +82,8 @@ def run(
     db_pid = _pid_of("mariadbd") if backend == "mysql" else None
     lat: dict[str, list[int]] = {"append": [], "round_trip": [], "commit": []}
     cpu: dict[str, dict[str, float]] = {k: {} for k in lat}
+    measured: list[int | None] = [db_pid]
+    load = HostLoad(lambda: measured)
     with backend_database(backend, workdir) as (url, _info):
         server = ServerProcess(url, workdir)
         server.start()
@@ -97,6 +100,7 @@ def run(
                 grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as bare,
             ):
                 bare_pid = _pid_of("bench.baselines serve")
+                measured.extend((server.proc.pid, bare_pid))
                 echo: grpc.UnaryUnaryMultiCallable[bytes, bytes] = bare.unary_unary(METHOD)
                 payload = os.urandom(payload_bytes)
                 for _ in range(50):  # warm both servers
@@ -129,6 +133,7 @@ def run(
                         with (
                             recording(pid, raw) if sampled else contextlib.nullcontext(),
                             _cpu(pids, cpu[kind]),
+                            load,
                         ):
                             lat[kind] += fn()
         finally:
@@ -145,6 +150,8 @@ def run(
         "floor_ms": floor,
         "ratio": med["append"] / floor,
         "cpu_ms_per_call": {k: {who: s / n * 1e3 for who, s in v.items()} for k, v in cpu.items()},
+        "other_load_cores": load.cores,
+        "other_load": load.describe(),
     }
 
 
@@ -168,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.backend}: unary append {med['append']:.3f} ms; floor {result['floor_ms']:.3f} ms "
         f"(bare round trip {med['round_trip']:.3f} + commit {med['commit']:.3f}); "
-        f"ratio {result['ratio']:.2f}x (target <= 1.5x)"
+        f"ratio {result['ratio']:.2f}x (target <= 1.5x); {result['other_load']}"
     )
     print(
         "CPU per call (ms): "
