@@ -104,6 +104,10 @@ def test_cache_memory_stays_within_its_budget(
     cost = max(on) - max(off)
     shown = [f"{x / MiB:.0f}" for x in on], [f"{x / MiB:.0f}" for x in off]
     assert cost <= BUDGET_MB * MiB + TOLERANCE, f"cache on/off RSS MiB per step: {shown}"
-    # Evicted sessions do not pile up: with the cache on, RSS is flat once the
-    # hot set is full (the budget could hold ~700 sessions, 24 times the hot set).
-    assert on[-1] - on[0] <= TOLERANCE, f"cache on/off RSS MiB per step: {shown}"
+    # Evicted sessions do not pile up: with the cache on, RSS grows no more than
+    # without it once the hot set is full (the budget could hold ~700 sessions, 24
+    # times the hot set: kept, their encodings would add ~18 MiB over the steps). The
+    # growth both servers share (the allocator, the database driver) is left out: it
+    # once took the cache's server alone 6.06 MiB over the steps, the other 2.
+    growth = (on[-1] - on[0]) - (off[-1] - off[0])
+    assert growth <= TOLERANCE, f"cache on/off RSS MiB per step: {shown}"
