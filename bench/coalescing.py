@@ -26,7 +26,7 @@ from typing import Any
 from tests.support.server import ServerProcess
 
 from bench.common import backend_database, log
-from bench.unary_floor import cpu_seconds
+from bench.host_load import cpu_seconds
 from bench.workload import Conversation
 from ctxwarden_client import AsyncClient
 

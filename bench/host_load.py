@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 BUSY_CORES = 0.15
@@ -29,25 +29,23 @@ def busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def process_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads); 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class HostLoad:
     """Accumulates, over the blocks it is entered for, the CPU of processes other
-    than ``pids()`` and this one."""
+    than ``pids`` and this one (``pids`` is read at each block: a benchmark adds its
+    servers to it as they start)."""
 
     def __init__(
         self,
-        pids: Callable[[], Iterable[int | None]],
+        pids: Sequence[int | None],
         *,
         busy: Callable[[], float] = busy_seconds,
-        cpu: Callable[[int], float] = process_seconds,
+        cpu: Callable[[int], float] = cpu_seconds,
     ) -> None:
         self._pids = pids
         self._busy = busy
@@ -56,7 +54,7 @@ class HostLoad:
         self.wall_seconds = 0.0
 
     def _ours(self) -> float:
-        mine = {os.getpid(), *(p for p in self._pids() if p)}
+        mine = {os.getpid(), *(p for p in self._pids if p)}
         return sum(self._cpu(p) for p in mine)
 
     def __enter__(self) -> HostLoad:

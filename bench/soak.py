@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from tests.support.agents import LoadOptions, LoadReport, run_agents, verify_dat
 from tests.support.server import ServerProcess
 
 from bench.common import BACKENDS, backend_database, log
+from bench.host_load import cpu_seconds
 
 LATENCY_RATIO_MAX = 1.5
 THROUGHPUT_RATIO_MIN = 2 / 3
@@ -70,12 +70,6 @@ def _status_kb(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Sampler:
     """Samples the server's RSS (MB) and CPU time every ``interval`` seconds."""
 
@@ -89,7 +83,7 @@ class Sampler:
 
     def sample(self) -> None:
         rss = _status_kb(self.pid, "VmRSS") / 1024
-        self.samples.append((self.report.now(), rss, _cpu_seconds(self.pid)))
+        self.samples.append((self.report.now(), rss, cpu_seconds(self.pid)))
         self.peak_mb = _status_kb(self.pid, "VmHWM") / 1024
 
     async def run(self) -> None:

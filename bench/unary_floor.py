@@ -36,17 +36,11 @@ from tests.support.server import ServerProcess
 
 from bench.baselines import METHOD, _mysql_commits, _sqlite_commits, bare_server
 from bench.common import CHANNEL_OPTIONS, TIMEOUT, backend_database, create_session, log
-from bench.host_load import HostLoad
+from bench.host_load import HostLoad, cpu_seconds
 from bench.profile import recording, summary
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pid_of(pattern: str) -> int | None:
@@ -83,7 +77,7 @@ def run(
     lat: dict[str, list[int]] = {"append": [], "round_trip": [], "commit": []}
     cpu: dict[str, dict[str, float]] = {k: {} for k in lat}
     measured: list[int | None] = [db_pid]
-    load = HostLoad(lambda: measured)
+    load = HostLoad(measured)
     with backend_database(backend, workdir) as (url, _info):
         server = ServerProcess(url, workdir)
         server.start()

@@ -38,7 +38,8 @@ from bench.common import (
     one_message_requests,
     stream_appends,
 )
-from bench.unary_floor import _pid_of, cpu_seconds
+from bench.host_load import cpu_seconds
+from bench.unary_floor import _pid_of
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from tests.frameworks.plugins._skips import deselect
+
 FRAMEWORK_PROPERTY = "framework_files"
 
 
@@ -15,20 +17,16 @@ def one_backend() -> str:
     return "mysql" if os.environ.get("CTXWARDEN_TEST_MYSQL_URL") else "sqlite"
 
 
+def _on_another_backend(item: pytest.Item) -> bool:
+    """A ``one_backend`` suite's run on a backend other than ``one_backend()``."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    backend = params.get("backend_url")
+    on_one = getattr(params.get("suite"), "one_backend", False)
+    return bool(on_one) and backend not in (None, one_backend())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    chosen = one_backend()
-    kept, dropped = [], []
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        suite = params.get("suite")
-        backend = params.get("backend_url")
-        if getattr(suite, "one_backend", False) and backend not in (None, chosen):
-            dropped.append(item)
-        else:
-            kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    deselect(config, items, _on_another_backend)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -18,7 +18,7 @@ def _children_cpu() -> float:
 
 
 def test_a_process_the_benchmark_does_not_run_counts_as_other_load() -> None:
-    load = HostLoad(lambda: [])
+    load = HostLoad([])
     before = _children_cpu()
     with load:
         subprocess.run([sys.executable, "-c", WORK], check=True)
@@ -32,19 +32,19 @@ def test_a_process_the_benchmark_does_not_run_counts_as_other_load() -> None:
 def test_the_measured_processes_and_this_one_are_left_out() -> None:
     """Cores busy 3 s, of which the measured server 1 s and this process 0.5 s: 1.5 s other."""
     clock = {"busy": 100.0, 4242: 10.0, os.getpid(): 20.0}
-    load = HostLoad(lambda: [4242, None], busy=lambda: clock["busy"], cpu=lambda p: clock[p])
+    load = HostLoad([4242, None], busy=lambda: clock["busy"], cpu=lambda p: clock[p])
     with load:
         clock["busy"] += 3.0
         clock[4242] += 1.0
         clock[os.getpid()] += 0.5
     assert load.other_seconds == 1.5
-    with load:  # blocks add up; a negative difference (a process gone) counts as none
+    with load:  # blocks add up; the measured process's own CPU never counts as other
         clock[4242] += 1.0
     assert load.other_seconds == 1.5
 
 
 def test_the_verdict_names_a_busy_host() -> None:
-    load = HostLoad(lambda: [])
+    load = HostLoad([])
     load.other_seconds, load.wall_seconds = 2 * BUSY_CORES, 1.0
     assert "the host was busy" in load.describe()
     load.other_seconds = 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,19 @@ def listed(framework: str) -> dict[str, str]:
     with SKIPS.open("rb") as f:
         table = tomllib.load(f).get(framework, {})
     return {node: str(reason) for node, reason in table.items()}
+
+
+def deselect(
+    config: pytest.Config, items: list[pytest.Item], drop: Callable[[pytest.Item], bool]
+) -> None:
+    """Remove the items ``drop`` names from the run, reported as deselected."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (dropped if drop(item) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def apply_skips(framework: str, items: list[pytest.Item]) -> None:

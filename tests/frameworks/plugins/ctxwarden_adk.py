@@ -28,7 +28,7 @@ import pytest
 from ctxwarden_client import Client
 from ctxwarden_client.integrations.adk import CtxwardenSessionService
 
-from ._skips import apply_skips
+from ._skips import apply_skips, deselect
 from ._usage import pytest_runtest_protocol, pytest_sessionfinish, used
 
 __all__ = ["pytest_runtest_protocol", "pytest_sessionfinish"]
@@ -81,16 +81,13 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
         module.DatabaseSessionService = reference
 
 
+def _another_service(item: pytest.Item) -> bool:
+    """A test parametrised with a reference service other than the one kept."""
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get("session_service") if callspec is not None else None
+    return param is not None and getattr(param, "name", str(param)) != KEPT_PARAM
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    kept, dropped = [], []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        param = callspec.params.get("session_service") if callspec is not None else None
-        if param is not None and getattr(param, "name", str(param)) != KEPT_PARAM:
-            dropped.append(item)
-        else:
-            kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    deselect(config, items, _another_service)
     apply_skips("adk", items)
