@@ -57,7 +57,7 @@ def _listen_statements(sync: Engine, metrics: Metrics | None, tracing: Tracing |
         setattr(context, _STATE, None)
         start, op, span = state
         if metrics is not None:
-            metrics.db_duration.labels(op).observe(time.perf_counter() - start)
+            metrics.db_duration_by(op).observe(time.perf_counter() - start)
         return op, span
 
     def after(
@@ -73,7 +73,7 @@ def _listen_statements(sync: Engine, metrics: Metrics | None, tracing: Tracing |
             return
         op, span = done
         if metrics is not None:
-            metrics.db_errors.labels(op).inc()
+            metrics.db_errors_by(op).inc()
         if span is not None:
             span.finish_error(exception_context.original_exception)
 

@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,8 @@ import grpc
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
+from ctxwarden.api.handlers import HandlerInterceptor
+from ctxwarden.api.reads import is_unary
 from ctxwarden.api.tenancy import current_tenant, tenant_listener
 from ctxwarden.observability.logging import (
     FIELDS_ATTR,
@@ -64,9 +66,9 @@ _BY_VALUE = {c.value[0]: c for c in grpc.StatusCode}
 MAX_DEBUG_CHARS = 4096
 
 
-def _metadata(details: grpc.HandlerCallDetails) -> dict[str, str]:
+def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in details.invocation_metadata or ():
+    for item in context.invocation_metadata() or ():
         key, value = item[0], item[1]
         if isinstance(value, str) and not key.endswith("-bin"):
             out.setdefault(key.lower(), value)
@@ -150,14 +152,14 @@ class _Call:
         if observer.tracing is not None:
             self.span = observer.tracing.start_rpc(method, metadata)
         if self.metrics is not None:
-            self.metrics.rpcs_in_flight.labels(method).inc()
+            self.metrics.rpcs_in_flight_by(method).inc()
         self.slices_token = loop_slices.call_began()  # big calls leave it room
         self.start = time.perf_counter()
 
-    def take(self, request: Any, streaming: bool) -> Any:
+    def take(self, request: Any, context: Any, request_streaming: bool) -> Any:
         """The request to pass on: a request stream is wrapped so each message is seen."""
-        if streaming:
-            return _observe_requests(request, self)
+        if request_streaming:
+            return _ObservedRequests(request, context, self)
         self.on_request(request)
         return request
 
@@ -189,9 +191,9 @@ class _Call:
         code = status_of(context, exc)
         m = self.metrics
         if m is not None:
-            m.rpcs_in_flight.labels(self.method).dec()
-            m.rpcs.labels(self.method, code.name).inc()
-            m.rpc_duration.labels(self.method, code.name).observe(elapsed)
+            m.rpcs_in_flight_by(self.method).dec()
+            m.rpcs_by((self.method, code.name)).inc()
+            m.rpc_duration_by((self.method, code.name)).observe(elapsed)
             if self.streaming:
                 m.stream_messages.labels(self.method, "received").inc(self.requests)
                 m.stream_messages.labels(self.method, "sent").inc(self.responses)
@@ -275,66 +277,56 @@ def _peer(context: grpc.aio.ServicerContext[Any, Any]) -> str:
 Behaviour = Callable[..., Any]
 
 
-def _is_unary(behaviour: object) -> bool:
-    return bool(getattr(behaviour, "_ctxwarden_unary", False))
+class RpcObserver(HandlerInterceptor):
+    """Metrics, access log and tracing for every RPC the server handles.
 
-
-class RpcObserver(grpc.aio.ServerInterceptor):
-    """Metrics, access log and tracing for every RPC the server handles."""
+    Each method's handler is wrapped once (``HandlerInterceptor``); a call reads
+    its metadata from its context."""
 
     def __init__(self, metrics: Metrics | None, tracing: Tracing | None = None) -> None:
+        super().__init__()
         self.metrics = metrics
         self.tracing = tracing
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method.lstrip("/")
-        metadata = _metadata(handler_call_details)
+    def wrap(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        name = method.lstrip("/")
         des, ser = handler.request_deserializer, handler.response_serializer
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary_response(handler.unary_unary, method, metadata, False, False), des, ser
+                self._unary_response(handler.unary_unary, name, False, False), des, ser
             )
         if handler.stream_unary is not None:
             # A unary method served as client-streaming (api/reads.py) is logged
             # and counted as the unary call it is.
-            streaming = not _is_unary(handler.stream_unary)
+            streaming = not is_unary(handler.stream_unary)
             return grpc.stream_unary_rpc_method_handler(
-                self._unary_response(handler.stream_unary, method, metadata, True, streaming),
-                des,
-                ser,
+                self._unary_response(handler.stream_unary, name, True, streaming), des, ser
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._stream_response(handler.unary_stream, method, metadata, False), des, ser
+                self._stream_response(handler.unary_stream, name, False), des, ser
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                self._stream_response(handler.stream_stream, method, metadata, True), des, ser
+                self._stream_response(handler.stream_stream, name, True), des, ser
             )
         return handler
 
     def _unary_response(
-        self,
-        inner: Behaviour,
-        method: str,
-        metadata: dict[str, str],
-        request_streaming: bool,
-        streaming: bool,
+        self, inner: Behaviour, method: str, request_streaming: bool, streaming: bool
     ) -> Behaviour:
+        awaited = inspect.iscoroutinefunction(inner)
+
         async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            call = _Call(self, method, metadata, streaming)
-            request = call.take(request, request_streaming)
+            call = _Call(self, method, _metadata(context), streaming)
+            request = call.take(request, context, request_streaming)
             try:
-                response = await _resolved(inner(request, context))
+                if awaited:
+                    response = await inner(request, context)
+                else:
+                    response = await _resolved(inner(request, context))
             except BaseException as exc:
                 call.finish(context, exc)
                 raise
@@ -345,16 +337,14 @@ class RpcObserver(grpc.aio.ServerInterceptor):
 
         return behaviour
 
-    def _stream_response(
-        self, inner: Behaviour, method: str, metadata: dict[str, str], request_streaming: bool
-    ) -> Behaviour:
+    def _stream_response(self, inner: Behaviour, method: str, request_streaming: bool) -> Behaviour:
         if inspect.isasyncgenfunction(inner):
 
             async def generator(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
-                call = _Call(self, method, metadata, True)
-                request = call.take(request, request_streaming)
+                call = _Call(self, method, _metadata(context), True)
+                request = call.take(request, context, request_streaming)
                 try:
                     async for response in inner(request, context):
                         call.on_response(response)
@@ -369,8 +359,8 @@ class RpcObserver(grpc.aio.ServerInterceptor):
         async def writer(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
             # A behaviour that writes with context.write (health Watch), or a
             # plain function returning an iterator.
-            call = _Call(self, method, metadata, True)
-            request = call.take(request, request_streaming)
+            call = _Call(self, method, _metadata(context), True)
+            request = call.take(request, context, request_streaming)
             try:
                 result = await _resolved(inner(request, context))
                 if result is not None and hasattr(result, "__aiter__"):
@@ -394,7 +384,28 @@ async def _resolved(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-async def _observe_requests(requests: Any, call: _Call) -> AsyncIterator[Any]:
-    async for request in requests:
-        call.on_request(request)
-        yield request
+class _ObservedRequests:
+    """A request stream that shows the call each message it yields.
+
+    A plain async iterator that reads with ``context.read()``, not an async
+    generator over grpc's request iterator (itself one): a unary method served as
+    client-streaming (api/reads.py) reads one message and drops its stream, and
+    every dropped, unfinished async generator costs the event loop a wake-up and
+    a task that closes it."""
+
+    __slots__ = ("_call", "_context")
+
+    def __init__(self, requests: Any, context: Any, call: _Call) -> None:
+        del requests  # read through the context instead (see above)
+        self._context = context
+        self._call = call
+
+    def __aiter__(self) -> _ObservedRequests:
+        return self
+
+    async def __anext__(self) -> Any:
+        request = await self._context.read()
+        if request is grpc.aio.EOF:
+            raise StopAsyncIteration
+        self._call.on_request(request)
+        return request

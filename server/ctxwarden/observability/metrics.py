@@ -36,6 +36,7 @@ from prometheus_client.process_collector import ProcessCollector
 from ctxwarden import __version__
 from ctxwarden.observability.anchor_metrics import AnchorMetrics
 from ctxwarden.observability.background_metrics import BackgroundCompactionMetrics
+from ctxwarden.observability.label_cache import LabelCache
 from ctxwarden.observability.session_metrics import SessionCollector
 from ctxwarden.observability.usage_metrics import UsageMetrics
 
@@ -110,6 +111,10 @@ class Metrics:
             ["method", "direction"],
             registry=r,
         )
+        # The children every call records into, each looked up once.
+        self.rpc_duration_by = LabelCache(self.rpc_duration)
+        self.rpcs_by = LabelCache(self.rpcs)
+        self.rpcs_in_flight_by = LabelCache(self.rpcs_in_flight)
 
     def _declare_service_metrics(self, r: CollectorRegistry) -> None:
         """Recorded through the service layer's hooks (``ServiceMetrics``)."""
@@ -181,6 +186,8 @@ class Metrics:
             "Database connections checked out of the pool now",
             registry=r,
         )
+        self.db_duration_by = LabelCache(self.db_duration)
+        self.db_errors_by = LabelCache(self.db_errors)
         self.db_pool_checkouts = Counter(
             "ctxwarden_db_pool_checkouts", "Connections checked out of the pool", registry=r
         )
@@ -281,9 +288,9 @@ class ServiceMetrics:
         m = self._m
         if m is None:
             return
-        m.db_duration.labels(operation).observe(seconds)
+        m.db_duration_by(operation).observe(seconds)
         if not ok:
-            m.db_errors.labels(operation).inc()
+            m.db_errors_by(operation).inc()
 
     def observe_model_input(self, tokens: TokenBreakdown) -> None:
         """One input built by BuildModelInput (its TokenBreakdown)."""

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from ctxwarden.core.cache_prefix import CacheBreak, CachePrefix
 from ctxwarden.core.usage_ledger import TokenTotals
+from ctxwarden.observability.label_cache import LabelCache
 
 KINDS = ("input", "cache_read", "cache_write", "output", "reasoning")
 
@@ -36,7 +37,9 @@ class UsageMetrics:
             ["source", "currency"],
             registry=r,
         )
-
+        self.calls_by = LabelCache(self.calls)
+        self.tokens_by = LabelCache(self.tokens)
+        self.cost_by = LabelCache(self.cost)
         self.cache = CacheMetrics(r)
 
     def observe_prefix(self, prefix: CachePrefix) -> None:
@@ -45,7 +48,7 @@ class UsageMetrics:
     def observe(self, source: str, totals: TokenTotals, cost: float, currency: str) -> None:
         if not totals.calls:
             return
-        self.calls.labels(source).inc(totals.calls)
+        self.calls_by(source).inc(totals.calls)
         counts = (
             totals.input_tokens,
             totals.cache_read_tokens,
@@ -55,9 +58,9 @@ class UsageMetrics:
         )
         for kind, n in zip(KINDS, counts, strict=True):
             if n:
-                self.tokens.labels(source, kind).inc(n)
+                self.tokens_by((source, kind)).inc(n)
         if currency and cost > 0:
-            self.cost.labels(source, currency).inc(cost)
+            self.cost_by((source, currency)).inc(cost)
 
 
 class CacheMetrics:
