@@ -2,11 +2,12 @@
 
 One UPDATE of every session row, ``version`` checked per row (a concurrent
 writer makes it match fewer rows); with a storage quota, one conditional UPDATE
-of the tenant counters; multi-row INSERTs of messages and idempotency records
-(on MySQL sent with the UPDATEs as one script: one round trip); COMMIT. What
-keeps the batch from committing as a whole is raised as ``BatchFailed``, with
-the error a lone append gets; a lost connection is raised as it is
-(``store.group_commit`` decides what the callers get).
+of the tenant counters; multi-row INSERTs of messages and idempotency records;
+COMMIT. On MySQL a batch that stores a message and fits one statement budget is
+one script, guards and COMMIT included: one round trip. What keeps the batch
+from committing as a whole is raised as ``BatchFailed``, with the error a lone
+append gets; a lost connection is raised as it is (``store.group_commit``
+decides what the callers get, and settles a lost COMMIT).
 """
 
 from __future__ import annotations
@@ -73,11 +74,16 @@ class BatchWrite:
         self.sql = sql
         self.errors = driver_error_types(dialect)
         self._timed = timed
+        self.commit_in_script = True
+        """MySQL: a batch within one statement budget is one script, COMMIT included.
+        False: COMMIT is always a round trip of its own (a test commits another
+        node's change between a batch's INSERTs and its COMMIT this way)."""
 
     async def write(self, w: Writer, batch: Sequence[AppendOp], stage: list[str]) -> None:
         """UPDATEs, INSERTs and COMMIT of one batch; ``stage`` says how far it got."""
         stage[0] = "write"
         sql = self.sql
+        committed = False
         try:
             if sql.begin:
                 await self._timed("BEGIN", w.execute(sql.begin, ()))
@@ -87,7 +93,9 @@ class BatchWrite:
             rows = [sql.message_row(values) for op in batch for values in op.rows]
             records = [sql.record_row(values) for op in batch for values in op.record_values]
             if w.mysql:
-                await self._write_mysql(w, batch, (statement, params), rows, records)
+                committed = await self._write_mysql(
+                    w, batch, (statement, params), rows, records, stage
+                )
             else:
                 counts = [await self._timed("UPDATE", w.execute(statement, params))]
                 self._check_counts(batch, (), counts, None)
@@ -112,6 +120,8 @@ class BatchWrite:
                     ConcurrentWrite(f"the database aborted the batch: {exc}")
                 ) from exc
             raise BatchFailed(StoreUnavailable(f"the database refused the write: {exc}")) from exc
+        if committed:
+            return
         stage[0] = "commit"
         try:
             await self._timed("COMMIT", w.commit())
@@ -132,36 +142,52 @@ class BatchWrite:
         update: tuple[str, Sequence[Any]],
         rows: Sequence[Sequence[Any]],
         records: Sequence[Sequence[Any]],
-    ) -> None:
-        """The batch's UPDATEs and its first INSERT in one round trip (a batch that
-        fits in one statement budget: all of it), then COMMIT: two round trips per
-        batch, as a bare INSERT + COMMIT. Nothing is committed before the counts
-        are checked, so a failed compare-and-set rolls the INSERT back with it."""
-        head = [w.inline(*update)]
+        stage: list[str],
+    ) -> bool:
+        """The batch in one round trip when it fits one statement budget and stores a
+        message: UPDATEs, guards, INSERTs and COMMIT (True: committed). Else the
+        UPDATEs and the first INSERTs in one round trip, the rest one by one (False:
+        COMMIT is the caller's). A guard fails the script, before anything is
+        committed, when an UPDATE matched fewer rows than it must (a lost
+        compare-and-set or quota). A connection lost while the script runs leaves
+        its outcome to be settled (``stage`` "script", store.group_commit)."""
         added = _tenant_bytes(batch) if self.sql.quota_enabled else []
+        checks = [(w.inline(*update), len(batch))]
         if added:
-            head.append(w.inline(*self.sql.quota(added)))
+            checks.append((w.inline(*self.sql.quota(added)), len(added)))
         inserts = w.insert_statements(self.sql.messages, rows)
         inserts += w.insert_statements(self.sql.records, records)
+        size = sum(len(x) for x, _ in checks) + sum(len(x) for x in inserts)
+        guards = len(checks) * len(_GUARD)
+        whole = self.commit_in_script and bool(rows) and size + guards <= w.budget
+        head: list[str] = []
+        for statement, matched in checks:
+            head.append(statement)
+            if whole:
+                head.append(_GUARD.format(matched))
         size = sum(len(x) for x in head)
         while inserts and size + len(inserts[0]) <= w.budget:
             size += len(inserts[0])
             head.append(inserts.pop(0))
+        if whole:
+            head.append("COMMIT")
+            stage[0] = "script"
         counts: list[int] = []
         # Observed as the last kind of statement it carries (an INSERT as a rule).
-        kind = "INSERT" if len(head) > 1 + bool(added) else "UPDATE"
+        kind = "INSERT" if len(head) > len(checks) * (1 + whole) else "UPDATE"
         try:
             await self._timed(kind, w.execute_script(head, counts))
         except self.errors as exc:
-            # A lost compare-and-set or quota explains a later statement's error (another
-            # writer's rows: a duplicate key) better than that error does; a lost
-            # connection is still a lost connection (the writer reconnects).
+            # A lost compare-and-set or quota explains a later statement's error (a
+            # failed guard; another writer's rows: a duplicate key) better than that
+            # error does; a lost connection is still a lost connection.
             if classify(exc, self.dialect) != "lost":
-                self._check_counts(batch, added, counts, exc)
+                self._check_counts(batch, added, counts[:: 1 + whole], exc)
             raise
-        self._check_counts(batch, added, counts, None)
+        self._check_counts(batch, added, counts[:: 1 + whole], None)
         for statement in inserts:
             await self._timed("INSERT", w.execute_script([statement], []))
+        return whole
 
     def _check_counts(
         self,
@@ -177,6 +203,11 @@ class BatchWrite:
         if added and len(counts) > 1 and counts[1] != len(added):
             limit = self.sql.max_stored_bytes
             raise BatchFailed(QuotaExceeded("stored_bytes", -1, limit)) from cause
+
+
+_GUARD = "SET @ctxwarden_matched = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> {})"
+"""Fails (error 1242: more than one row) unless the statement before it matched
+the given number of rows, which stops the script before its COMMIT."""
 
 
 def _tenant_bytes(batch: Sequence[AppendOp]) -> list[tuple[str, int]]:

@@ -13,8 +13,11 @@ session moved on, a duplicate key, a quota, a value the database refuses), it
 is rolled back and its appends are retried one per transaction, so each caller
 gets its own precise outcome. A lost connection (or a database that does not
 answer within the timeout) before COMMIT fails nothing: the batch is retried
-once on a new connection. A connection lost during COMMIT leaves the outcome
-unknown; the callers get StoreUnavailable. A conflict reported at COMMIT (a
+once on a new connection. When COMMIT was sent (on MySQL it ends the batch's
+script), a new connection settles the outcome: it ends the lost connection's
+server thread and looks for the batch's first row, then the callers are told it
+was stored, or the batch is retried; only an outcome that cannot be settled
+gives the callers StoreUnavailable, saying it is unknown. A conflict reported at COMMIT (a
 multi-primary cluster's certification failure) is known to have written
 nothing: like a lost compare-and-set, each caller gets ConcurrentWrite (the
 service plans again on the current session).
@@ -37,7 +40,7 @@ from ctxwarden.store.batch_sql import BatchSql
 from ctxwarden.store.batch_write import AppendOp, BatchFailed, BatchWrite
 from ctxwarden.store.errors import StoreUnavailable
 from ctxwarden.store.gate import WriteGate
-from ctxwarden.store.writer import Writer
+from ctxwarden.store.writer import ServerThread, Writer
 
 # AppendOp is defined with the batch's statements (store.batch_write); the
 # repositories import it from here, with the committer they submit it to.
@@ -49,6 +52,10 @@ T = TypeVar("T")
 MAX_BATCH_APPENDS = 256
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 """A batch stops growing at this much message content (keeps statements small)."""
+SETTLE_TIMEOUT = 30.0
+"""Seconds settling a lost batch may take when the committer has no timeout of its own."""
+SETTLE_POLL = 0.005
+"""Seconds between looks at whether a lost connection's server thread is gone."""
 
 
 class GroupCommitter:
@@ -182,23 +189,23 @@ class GroupCommitter:
                         return None
                     return w
                 except self._connection_errors as exc:
+                    lost = w.thread if w is not None else None
                     await _discard(w)
                     w = None
-                    if attempt == 1 and stage[0] == "write":
+                    committed: bool | None = False  # nothing was sent that commits
+                    if stage[0] in ("script", "commit"):  # COMMIT was sent: did it?
+                        committed, w = await self._settle(lost, batch)
+                    if committed:
+                        return await self._committed(w, batch, keep)
+                    if attempt == 1 and committed is False and stage[0] != "connect":
                         # Nothing was committed: try once more on a new connection.
                         log.info("append writer reconnecting after: %s", exc)
                         continue
-                    error = StoreUnavailable(f"append failed ({stage[0]}): {exc}")
+                    await _discard(w)
                     for op in batch:
-                        _resolve(op, error)
+                        _resolve(op, _lost_error(stage[0], committed, exc))
                     return None
-                for op in batch:
-                    _resolve(op, None)
-                self.batches += 1
-                if not keep:
-                    await _release(w)
-                    return None
-                return w
+                return await self._committed(w, batch, keep)
         except asyncio.CancelledError:
             for op in batch:
                 _resolve(op, RuntimeError("the server is shutting down"))
@@ -210,6 +217,46 @@ class GroupCommitter:
                 _resolve(op, exc)
             return None
         raise AssertionError("unreachable: the second attempt always returns")
+
+    async def _committed(
+        self, w: Writer | None, batch: Sequence[AppendOp], keep: bool
+    ) -> Writer | None:
+        for op in batch:
+            _resolve(op, None)
+        self.batches += 1
+        if not keep:
+            await _release(w)
+            return None
+        return w
+
+    async def _settle(
+        self, lost: ServerThread | None, batch: Sequence[AppendOp]
+    ) -> tuple[bool | None, Writer | None]:
+        """Whether a batch committed whose script (COMMIT included) lost its
+        connection, and the new connection that found out. A new connection ends the
+        lost one's server thread, then looks for the batch's first message row;
+        None: that cannot be told (no new connection, another server, no answer)."""
+        probe = next((op for op in batch if op.rows), None)
+        if lost is None or probe is None:
+            return None, None  # PostgreSQL and SQLite, or a batch of no message
+        row = probe.rows[0]
+        w: Writer | None = None
+        try:
+            w = await self._connect()
+            async with asyncio.timeout(self._timeout or SETTLE_TIMEOUT):
+                if not await w.end_thread(lost, SETTLE_POLL):
+                    return None, w
+                found = await w.exists(
+                    f"SELECT 1 FROM {self._batch.sql.messages.name} "
+                    "WHERE session_id = %s AND seq = %s AND message_id = %s",
+                    (row["session_id"], row["seq"], row["message_id"]),
+                )
+        except self._connection_errors as exc:
+            log.warning("could not settle a lost append batch: %s", exc)
+            await _discard(w)
+            return None, None
+        log.info("a lost append batch was %s", "committed" if found else "not committed")
+        return found, w
 
     async def _one_by_one(self, w: Writer, batch: Sequence[AppendOp]) -> None:
         current: Writer | None = w
@@ -227,6 +274,16 @@ class GroupCommitter:
             return value
         finally:
             self._observe(operation, time.perf_counter() - start, ok)
+
+
+def _lost_error(stage: str, committed: bool | None, exc: BaseException) -> StoreUnavailable:
+    if stage in ("script", "commit") and committed is None:
+        return StoreUnavailable(
+            f"the connection to the database was lost while the append committed ({exc}); "
+            "whether it was stored is unknown: resend it with the same request_id, which "
+            "applies it once"
+        )
+    return StoreUnavailable(f"append failed ({stage}): {exc}")
 
 
 def _no_observer(operation: str, seconds: float, ok: bool) -> None:

@@ -10,14 +10,19 @@ their SQLSTATE).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store import mysql_sql
 from ctxwarden.store.batch_sql import TableInsert
+
+UNKNOWN_THREAD = 1094
+"""MySQL's error for KILL of a thread id that is not (or no longer) there."""
 
 
 def pg_rowcount(status: str) -> int:
@@ -26,15 +31,33 @@ def pg_rowcount(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
+@dataclass(frozen=True, slots=True)
+class ServerThread:
+    """MySQL: the server (host name and port, as it reports them) and the thread
+    that serves a connection, from the server's side (``CONNECTION_ID()``)."""
+
+    host: str
+    port: int
+    thread_id: int
+
+
 class Writer:
     """One connection and its driver-level calls."""
 
-    def __init__(self, conn: AsyncConnection, driver: Any, dialect: str, budget: int) -> None:
+    def __init__(
+        self,
+        conn: AsyncConnection,
+        driver: Any,
+        dialect: str,
+        budget: int,
+        thread: ServerThread | None = None,
+    ) -> None:
         self.conn = conn
         self.driver = driver
         self.mysql = dialect == "mysql"
         self.pg = dialect == "postgresql"
         self.budget = budget
+        self.thread = thread
 
     @classmethod
     async def open(cls, engine: AsyncEngine) -> Writer:
@@ -44,18 +67,21 @@ class Writer:
             driver = raw.driver_connection
             assert driver is not None
             budget = mysql_sql.DEFAULT_BUDGET
-            mysql = engine.dialect.name == "mysql"
-            if mysql:
+            thread = None
+            if engine.dialect.name == "mysql":
                 async with driver.cursor() as cur:
-                    await cur.execute("SELECT @@max_allowed_packet")
-                    (packet,) = await cur.fetchone()
+                    await cur.execute(
+                        "SELECT @@max_allowed_packet, CONNECTION_ID(), @@hostname, @@port"
+                    )
+                    packet, thread_id, host, port = await cur.fetchone()
                 budget = max(64 * 1024, min(budget, int(packet) // 2))
+                thread = ServerThread(str(host), int(port), int(thread_id))
         except BaseException:
             # Never hand a connection that just failed back to the pool (its reset
             # would fail too): drop it.
             await cls(conn, None, engine.dialect.name, 0).discard()
             raise
-        return cls(conn, driver, engine.dialect.name, budget)
+        return cls(conn, driver, engine.dialect.name, budget, thread)
 
     async def execute(self, sql: str, params: Sequence[Any]) -> int:
         if self.pg:
@@ -112,6 +138,38 @@ class Writer:
             counts.append(int(cur.rowcount))
             while await cur.nextset():
                 counts.append(int(cur.rowcount))
+
+    async def end_thread(self, thread: ServerThread, poll: float) -> bool:
+        """MySQL: end the server thread of another connection of this server and wait
+        until it is gone (its transaction then committed or rolled back). False:
+        ``thread`` belongs to another server, so this connection cannot end it."""
+        if self.thread is None or (self.thread.host, self.thread.port) != (
+            thread.host,
+            thread.port,
+        ):
+            return False
+        async with self.driver.cursor() as cur:
+            try:
+                await cur.execute(f"KILL CONNECTION {int(thread.thread_id)}")
+            except Exception as exc:
+                if not exc.args or exc.args[0] != UNKNOWN_THREAD:
+                    raise
+            while True:
+                await cur.execute(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s",
+                    (thread.thread_id,),
+                )
+                (left,) = await cur.fetchone()
+                if not left:
+                    return True
+                await asyncio.sleep(poll)  # a killed thread finishes its statement first
+
+    async def exists(self, sql: str, params: Sequence[Any]) -> bool:
+        """MySQL: whether ``sql`` (values inlined as the batch's statements have them)
+        finds a row."""
+        async with self.driver.cursor() as cur:
+            await cur.execute(self.inline(sql, params))
+            return await cur.fetchone() is not None
 
     async def fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
         if self.pg:
