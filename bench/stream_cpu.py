@@ -37,7 +37,7 @@ from tests.support.server import ServerProcess
 from bench.common import CHANNEL_OPTIONS, backend_database, create_session, log
 from bench.host_load import HostLoad, cpu_seconds
 from bench.profile import recording, summary
-from bench.unary_floor import _pid_of
+from bench.unary_floor import pid_of
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
@@ -128,7 +128,7 @@ def run(
 ) -> dict[str, Any]:
     cpu = {"ctxwarden": 0.0, "bare": 0.0}
     wall = {"ctxwarden": 0.0, "bare": 0.0}
-    db_pid = _pid_of("mariadbd") if backend == "mysql" else None
+    db_pid = pid_of("mariadbd") if backend == "mysql" else None
     pids: list[int | None] = [db_pid]
     load = HostLoad(pids)
     with backend_database(backend, workdir) as (url, _info):

@@ -43,7 +43,7 @@ from ctxwarden.v1 import context_service_pb2 as pb
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 
 
-def _pid_of(pattern: str) -> int | None:
+def pid_of(pattern: str) -> int | None:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, check=False)
     pids = [int(p) for p in out.stdout.split()]
     return pids[0] if pids else None
@@ -73,7 +73,7 @@ def _timed_calls(fn: Callable[[], Any], n: int) -> list[int]:
 def run(
     backend: str, blocks: int, block: int, workdir: Path, profile: Path | None = None
 ) -> dict[str, Any]:
-    db_pid = _pid_of("mariadbd") if backend == "mysql" else None
+    db_pid = pid_of("mariadbd") if backend == "mysql" else None
     lat: dict[str, list[int]] = {"append": [], "round_trip": [], "commit": []}
     cpu: dict[str, dict[str, float]] = {k: {} for k in lat}
     measured: list[int | None] = [db_pid]
@@ -93,7 +93,7 @@ def run(
                 bare_server() as target,
                 grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as bare,
             ):
-                bare_pid = _pid_of("bench.baselines serve")
+                bare_pid = pid_of("bench.baselines serve")
                 measured.extend((server.proc.pid, bare_pid))
                 echo: grpc.UnaryUnaryMultiCallable[bytes, bytes] = bare.unary_unary(METHOD)
                 payload = os.urandom(payload_bytes)

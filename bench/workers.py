@@ -39,7 +39,7 @@ from bench.common import (
     stream_appends,
 )
 from bench.host_load import cpu_seconds
-from bench.unary_floor import _pid_of
+from bench.unary_floor import pid_of
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 
@@ -102,7 +102,7 @@ def _drive(
 
 
 def run(backend: str, streams: int, messages: int, rounds: int, workdir: Path) -> dict[str, Any]:
-    db_pid = _pid_of("mariadbd") if backend == "mysql" else None
+    db_pid = pid_of("mariadbd") if backend == "mysql" else None
     runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     with backend_database(backend, workdir) as (url, info):
         for r in range(rounds):
