@@ -146,6 +146,15 @@ class Load:
                     r = (r + 1) % len(stubs)
                 continue
             (stored,) = resp.messages
+            own = req.messages[0].message_id
+            if stored.message_id != own:  # answered with another request's message
+                with self._changed:
+                    self.failures.append(
+                        f"{req.request_id}: answered with {stored.message_id} at seq "
+                        f"{stored.seq}, not its own {own}"
+                    )
+                    self._changed.notify_all()
+                return
             with self._changed:
                 ack = Ack(
                     req.session_id, stored.message_id, stored.seq, r, time.monotonic() - began

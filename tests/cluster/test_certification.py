@@ -16,9 +16,11 @@ Both ways a batch is written are made to conflict deterministically:
   UPDATE and INSERT when, from the group committer's statement observer, another writer
   commits a change of the same session row on node 1. B's COMMIT is then ordered after it
   and fails certification.
-- A batch within the budget is one script, COMMIT included. A transaction on node 2 holds a
-  gap lock where B's INSERT goes, so B's script waits there after its UPDATE; then the
-  change committed on node 1 is applied on node 2 and aborts B's transaction.
+- A batch's UPDATE and INSERT go in one script (on a cluster node COMMIT always follows on
+  its own: Galera may abort a transaction between a script's statements and run the rest
+  of it in a new one). A transaction on node 2 holds a gap lock where B's INSERT goes, so
+  B's script waits there after its UPDATE; then the change committed on node 1 is applied
+  on node 2 and aborts B's transaction: the script fails, nothing is committed.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_a_conflict_inside_the_one_round_trip_script_is_planned_again(
+async def test_a_conflict_inside_the_batch_script_is_planned_again(
     galera: GaleraCluster, cluster_db: str
 ) -> None:
     async with (
@@ -173,8 +175,9 @@ async def test_a_conflict_inside_the_one_round_trip_script_is_planned_again(
         finally:
             blocker.close()
             watcher.close()
-        # The script failed (aborted), then the batch planned again committed.
-        assert observer.operations == [("INSERT", False), ("INSERT", True)]
+        # The script failed (aborted), then the batch planned again committed, its COMMIT
+        # a round trip of its own on a cluster node.
+        assert observer.operations == [("INSERT", False), ("INSERT", True), ("COMMIT", True)]
         assert appended.last_seq == 2
         assert [m.seq for m in appended.messages] == [2]
         assert await _texts(a, sid) == ["q1", "from b"]

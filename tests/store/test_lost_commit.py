@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, insert, select, update
 from sqlalchemy.engine import make_url
 
 from ctxwarden.core.session import Session
+from ctxwarden.store.codec import message_row_values
 from ctxwarden.store.engine import make_engine
-from ctxwarden.store.errors import StoreUnavailable
+from ctxwarden.store.errors import ConcurrentWrite, StoreUnavailable
 from ctxwarden.store.models import MessageRow, SessionRow
 from ctxwarden.store.repository import Store
+from ctxwarden.store.urls import sync_url
 from ctxwarden.util import ids
 from tests.store.test_group_commit import _advanced, _msg, _sessions
 from tests.support.databases import fresh_database
@@ -66,10 +69,18 @@ class CuttingProxy:
     answered all of it (``when="reply"``). ``refuse_after`` refuses every later
     connection."""
 
-    def __init__(self, target: tuple[str, int], when: str, refuse_after: bool = False) -> None:
+    def __init__(
+        self,
+        target: tuple[str, int],
+        when: str,
+        refuse_after: bool = False,
+        on_cut: Callable[[], None] | None = None,
+    ) -> None:
         self.target = target
         self.when = when
         self.refuse_after = refuse_after
+        self.on_cut = on_cut
+        """Run at the cut, before the connection is closed."""
         self.cut = asyncio.Event()
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -111,6 +122,8 @@ class CuttingProxy:
             if scripted and not self.cut.is_set():
                 if self.when == "request":
                     self.cut.set()
+                    if self.on_cut is not None:
+                        self.on_cut()
                     return  # the script never reaches the server
                 armed.set()
             server.write(data)
@@ -230,3 +243,44 @@ async def test_an_outcome_that_cannot_be_settled_is_reported_unknown(
                 await _append_first(store, sid)
         # It was stored: the server answered the COMMIT before the cut.
         assert await _stored(url, sid) == (1, 1)
+
+
+@pytest.mark.parametrize("backend", MYSQL)
+async def test_the_same_message_stored_by_another_writer_is_not_taken_for_the_batch(
+    backend: str, tmp_path: Path
+) -> None:
+    """While the batch's connection is lost (its script never arrived), another writer
+    (a resend through another replica) stores the same message at the same seq, planned
+    at another time. The batch did not commit, and settling must not take that row for
+    its own: the batch is written again and loses its compare-and-set, instead of being
+    reported stored."""
+    with fresh_database(backend, tmp_path, "ctxw_lost") as url:
+        migrate_database(url)
+        message = _msg(1)
+        sid = ""
+
+        def resent_elsewhere() -> None:
+            resent = replace(message, seq=1, create_time_us=message.create_time_us + 1)
+            engine = create_engine(sync_url(url))
+            try:
+                with engine.begin() as conn:
+                    conn.execute(insert(MessageRow).values(**message_row_values(sid, resent)))
+                    conn.execute(
+                        update(SessionRow)
+                        .where(SessionRow.session_id == sid)
+                        .values(version=1, last_seq=1)
+                    )
+            finally:
+                engine.dispose()
+
+        async with (
+            CuttingProxy(_target(url), "request", on_cut=resent_elsewhere) as proxy,
+            _store_behind(proxy, url) as store,
+        ):
+            (sid,) = await _sessions(store, 1)
+            with pytest.raises(ConcurrentWrite):
+                await store.messages.append_messages(
+                    _advanced(sid, 1), expected_version=0, messages=[message], record=None
+                )
+            assert proxy.cut.is_set()
+        assert await _stored(url, sid) == (1, 1)  # the other writer's row, once

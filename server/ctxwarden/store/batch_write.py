@@ -3,8 +3,9 @@
 One UPDATE of every session row, ``version`` checked per row (a concurrent
 writer makes it match fewer rows); with a storage quota, one conditional UPDATE
 of the tenant counters; multi-row INSERTs of messages and idempotency records;
-COMMIT. On MySQL a batch that stores a message and fits one statement budget is
-one script, guards and COMMIT included: one round trip. What keeps the batch
+COMMIT. On MySQL (a single server, not a node of a multi-primary cluster) a batch
+that stores a message and fits one statement budget is one script, guards and
+COMMIT included: one round trip. What keeps the batch
 from committing as a whole is raised as ``BatchFailed``, with the error a lone
 append gets; a lost connection is raised as it is (``store.group_commit``
 decides what the callers get, and settles a lost COMMIT).
@@ -144,8 +145,9 @@ class BatchWrite:
         records: Sequence[Sequence[Any]],
         stage: list[str],
     ) -> bool:
-        """The batch in one round trip when it fits one statement budget and stores a
-        message: UPDATEs, guards, INSERTs and COMMIT (True: committed). Else the
+        """The batch in one round trip when it fits one statement budget, stores a
+        message and the server is not a cluster node: UPDATEs, guards, INSERTs and
+        COMMIT (True: committed). Else the
         UPDATEs and the first INSERTs in one round trip, the rest one by one (False:
         COMMIT is the caller's). A guard fails the script, before anything is
         committed, when an UPDATE matched fewer rows than it must (a lost
@@ -159,7 +161,10 @@ class BatchWrite:
         inserts += w.insert_statements(self.sql.records, records)
         size = sum(len(x) for x, _ in checks) + sum(len(x) for x in inserts)
         guards = len(checks) * len(_GUARD)
-        whole = self.commit_in_script and bool(rows) and size + guards <= w.budget
+        # Not on a multi-primary node: Galera can abort the transaction between two
+        # statements of a script and then run the rest of it, COMMIT included, in a new
+        # one (a request log row committed without its messages, under a node kill).
+        whole = self.commit_in_script and not w.cluster and bool(rows) and size + guards <= w.budget
         head: list[str] = []
         for statement, matched in checks:
             head.append(statement)

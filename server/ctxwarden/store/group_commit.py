@@ -234,7 +234,8 @@ class GroupCommitter:
     ) -> tuple[bool | None, Writer | None]:
         """Whether a batch committed whose script (COMMIT included) lost its
         connection, and the new connection that found out. A new connection ends the
-        lost one's server thread, then looks for the batch's first message row;
+        lost one's server thread, then looks for the batch's first message row as
+        this batch wrote it;
         None: that cannot be told (no new connection, another server, no answer)."""
         probe = next((op for op in batch if op.rows), None)
         if lost is None or probe is None:
@@ -246,10 +247,13 @@ class GroupCommitter:
             async with asyncio.timeout(self._timeout or SETTLE_TIMEOUT):
                 if not await w.end_thread(lost, SETTLE_POLL):
                     return None, w
+                # The row as this batch wrote it: a resend of the same request through
+                # another replica stores the same message at the same seq, but planned at
+                # another time (create_time_us is the server's clock at planning).
                 found = await w.exists(
-                    f"SELECT 1 FROM {self._batch.sql.messages.name} "
-                    "WHERE session_id = %s AND seq = %s AND message_id = %s",
-                    (row["session_id"], row["seq"], row["message_id"]),
+                    f"SELECT 1 FROM {self._batch.sql.messages.name} WHERE session_id = %s "
+                    "AND seq = %s AND message_id = %s AND create_time_us = %s",
+                    (row["session_id"], row["seq"], row["message_id"], row["create_time_us"]),
                 )
         except self._connection_errors as exc:
             log.warning("could not settle a lost append batch: %s", exc)

@@ -23,6 +23,16 @@ from ctxwarden.store.batch_sql import TableInsert
 
 UNKNOWN_THREAD = 1094
 """MySQL's error for KILL of a thread id that is not (or no longer) there."""
+CLUSTER_VARIABLES = (
+    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'group_replication_group_name')"
+)
+"""What tells a multi-primary node (Galera, Group Replication); MariaDB and MySQL alike."""
+
+
+def _multi_primary(name: str, value: str) -> bool:
+    if name.lower() == "wsrep_on":
+        return str(value).upper() == "ON"
+    return bool(value)
 
 
 def pg_rowcount(status: str) -> int:
@@ -58,6 +68,9 @@ class Writer:
         self.pg = dialect == "postgresql"
         self.budget = budget
         self.thread = thread
+        self.cluster = False
+        """MySQL: the server is a node of a multi-primary cluster (Galera, Group
+        Replication), which may abort a transaction between a script's statements."""
 
     @classmethod
     async def open(cls, engine: AsyncEngine) -> Writer:
@@ -68,12 +81,15 @@ class Writer:
             assert driver is not None
             budget = mysql_sql.DEFAULT_BUDGET
             thread = None
+            cluster = False
             if engine.dialect.name == "mysql":
                 async with driver.cursor() as cur:
                     await cur.execute(
                         "SELECT @@max_allowed_packet, CONNECTION_ID(), @@hostname, @@port"
                     )
                     packet, thread_id, host, port = await cur.fetchone()
+                    await cur.execute(CLUSTER_VARIABLES)
+                    cluster = any(_multi_primary(n, v) for n, v in await cur.fetchall())
                 budget = max(64 * 1024, min(budget, int(packet) // 2))
                 thread = ServerThread(str(host), int(port), int(thread_id))
         except BaseException:
@@ -81,7 +97,9 @@ class Writer:
             # would fail too): drop it.
             await cls(conn, None, engine.dialect.name, 0).discard()
             raise
-        return cls(conn, driver, engine.dialect.name, budget, thread)
+        writer = cls(conn, driver, engine.dialect.name, budget, thread)
+        writer.cluster = thread is not None and cluster
+        return writer
 
     async def execute(self, sql: str, params: Sequence[Any]) -> int:
         if self.pg:
