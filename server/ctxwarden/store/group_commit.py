@@ -232,11 +232,11 @@ class GroupCommitter:
     async def _settle(
         self, lost: ServerThread | None, batch: Sequence[AppendOp]
     ) -> tuple[bool | None, Writer | None]:
-        """Whether a batch committed whose script (COMMIT included) lost its
-        connection, and the new connection that found out. A new connection ends the
-        lost one's server thread, then looks for the batch's first message row as
-        this batch wrote it;
-        None: that cannot be told (no new connection, another server, no answer)."""
+        """Whether a batch committed whose connection was lost after its COMMIT was
+        sent, and the new connection that found out. The new connection ends the lost
+        one's server thread, then looks for the batch's first message row as this
+        batch wrote it. None: that cannot be told (no new connection, another server,
+        no answer, no message in the batch)."""
         probe = next((op for op in batch if op.rows), None)
         if lost is None or probe is None:
             return None, None  # PostgreSQL and SQLite, or a batch of no message
