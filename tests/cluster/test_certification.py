@@ -11,11 +11,10 @@ unknown").
 
 Both ways a batch is written are made to conflict deterministically:
 
-- A batch sent with COMMIT on its own (the way a batch past one statement budget is
-  written; here the writer is told to write every batch so). Replica B (node 2) has run its
-  UPDATE and INSERT when, from the group committer's statement observer, another writer
-  commits a change of the same session row on node 1. B's COMMIT is then ordered after it
-  and fails certification.
+- A batch's COMMIT is a round trip of its own (on a cluster node it always is). Replica B
+  (node 2) has run its UPDATE and INSERT when, from the group committer's statement
+  observer, another writer commits a change of the same session row on node 1. B's COMMIT
+  is then ordered after it and fails certification.
 - A batch's UPDATE and INSERT go in one script (on a cluster node COMMIT always follows on
   its own: Galera may abort a transaction between a script's statements and run the rest
   of it in a new one). A transaction on node 2 holds a gap lock where B's INSERT goes, so
@@ -27,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -74,9 +74,24 @@ def _commit_on_node1(galera: GaleraCluster, database: str, session_id: str) -> N
         conn.close()
 
 
-def _observe(manager: SessionManager, observer: CommitOnNode1, commit_alone: bool) -> None:
+def _observe(manager: SessionManager, observer: CommitOnNode1) -> None:
     manager.store.committer._observe = observer
-    manager.store.committer._batch.commit_in_script = not commit_alone
+
+
+@asynccontextmanager
+async def _two_nodes(
+    galera: GaleraCluster, database: str
+) -> AsyncIterator[tuple[SessionManager, SessionManager, str]]:
+    """Replica A on node 1, replica B (one append writer) on node 2, and a session with
+    one message that B holds hot."""
+    async with (
+        replica(galera.url(1, database)) as a,
+        replica(galera.url(2, database), append_writers=1) as b,
+    ):
+        sid = await new_session(a)
+        await a.append(sid, [user_msg("q1")], None, None)
+        assert await _texts(b, sid) == ["q1"]  # hot on B
+        yield a, b, sid
 
 
 async def _texts(m: SessionManager, sid: str) -> list[str]:
@@ -86,35 +101,23 @@ async def _texts(m: SessionManager, sid: str) -> list[str]:
 async def test_a_certification_failure_at_commit_is_planned_again(
     galera: GaleraCluster, cluster_db: str
 ) -> None:
-    async with (
-        replica(galera.url(1, cluster_db)) as a,
-        replica(galera.url(2, cluster_db), append_writers=1) as b,
-    ):
-        sid = await new_session(a)
-        await a.append(sid, [user_msg("q1")], None, None)
-        assert await _texts(b, sid) == ["q1"]  # hot on B
+    async with _two_nodes(galera, cluster_db) as (a, b, sid):
         observer = CommitOnNode1(galera, cluster_db, sid, times=1)
-        _observe(b, observer, commit_alone=True)
-        text = "from b"
-        appended = await b.append(sid, [user_msg(text)], None, None)
+        _observe(b, observer)
+        appended = await b.append(sid, [user_msg("from b")], None, None)
         assert observer.commits == [False, True]  # refused at COMMIT, then committed
         assert appended.last_seq == 2
         assert [m.seq for m in appended.messages] == [2]
-        assert await _texts(a, sid) == ["q1", text]
-        assert await _texts(b, sid) == ["q1", text]
+        assert await _texts(a, sid) == ["q1", "from b"]
+        assert await _texts(b, sid) == ["q1", "from b"]
 
 
 async def test_three_certification_failures_are_aborted_and_write_nothing(
     galera: GaleraCluster, cluster_db: str
 ) -> None:
-    async with (
-        replica(galera.url(1, cluster_db)) as a,
-        replica(galera.url(2, cluster_db), append_writers=1) as b,
-    ):
-        sid = await new_session(a)
-        await a.append(sid, [user_msg("q1")], None, None)
+    async with _two_nodes(galera, cluster_db) as (a, b, sid):
         observer = CommitOnNode1(galera, cluster_db, sid, times=3)
-        _observe(b, observer, commit_alone=True)
+        _observe(b, observer)
         with pytest.raises(Aborted) as caught:
             await b.append(sid, [user_msg("never stored")], None, None)
         assert caught.value.reason == ErrorReason.CONCURRENT_MODIFICATION
@@ -137,15 +140,9 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
 async def test_a_conflict_inside_the_batch_script_is_planned_again(
     galera: GaleraCluster, cluster_db: str
 ) -> None:
-    async with (
-        replica(galera.url(1, cluster_db)) as a,
-        replica(galera.url(2, cluster_db), append_writers=1) as b,
-    ):
-        sid = await new_session(a)
-        await a.append(sid, [user_msg("q1")], None, None)
-        assert await _texts(b, sid) == ["q1"]  # hot on B
+    async with _two_nodes(galera, cluster_db) as (a, b, sid):
         observer = CommitOnNode1(galera, cluster_db, sid, times=0)
-        _observe(b, observer, commit_alone=False)
+        _observe(b, observer)
         blocker = galera.connect(2, cluster_db)
         watcher = galera.connect(2, cluster_db)
         try:

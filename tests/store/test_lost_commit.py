@@ -186,44 +186,33 @@ async def _append_first(store: Store, sid: str) -> None:
 
 
 @pytest.mark.parametrize("backend", MYSQL)
-async def test_a_commit_whose_answer_was_lost_is_reported_stored(
-    backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("when", "verdict"),
+    [
+        ("reply", "committed"),  # COMMIT answered, the answer lost: reported stored
+        ("request", "not committed"),  # the script never arrived: written again
+    ],
+)
+async def test_a_lost_batch_is_settled_and_stored_once(
+    backend: str, when: str, verdict: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level("INFO", logger="ctxwarden.store.group_commit")
     with fresh_database(backend, tmp_path, "ctxw_lost") as url:
         migrate_database(url)
         async with (
-            CuttingProxy(_target(url), "reply") as proxy,
-            _store_behind(proxy, url) as store,
-        ):
-            (sid,) = await _sessions(store, 1)
-            await _append_first(store, sid)  # answered from the settled outcome
-            assert proxy.cut.is_set()
-            # The batch was stored once: not written again after the cut.
-            assert await _stored(url, sid) == (1, 1)
-            await store.messages.append_messages(
-                _advanced(sid, 2), expected_version=1, messages=[_msg(2)], record=None
-            )
-        assert await _stored(url, sid) == (2, 2)
-    assert "a lost append batch was committed" in caplog.text
-
-
-@pytest.mark.parametrize("backend", MYSQL)
-async def test_a_script_that_never_arrived_is_written_again(
-    backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level("INFO", logger="ctxwarden.store.group_commit")
-    with fresh_database(backend, tmp_path, "ctxw_lost") as url:
-        migrate_database(url)
-        async with (
-            CuttingProxy(_target(url), "request") as proxy,
+            CuttingProxy(_target(url), when) as proxy,
             _store_behind(proxy, url) as store,
         ):
             (sid,) = await _sessions(store, 1)
             await _append_first(store, sid)
             assert proxy.cut.is_set()
-        assert await _stored(url, sid) == (1, 1)
-    assert "a lost append batch was not committed" in caplog.text
+            assert await _stored(url, sid) == (1, 1)  # stored once
+            await store.messages.append_messages(
+                _advanced(sid, 2), expected_version=1, messages=[_msg(2)], record=None
+            )
+        assert await _stored(url, sid) == (2, 2)
+    settled = [r.getMessage() for r in caplog.records if "lost append batch" in r.getMessage()]
+    assert settled == [f"a lost append batch was {verdict}"]
 
 
 @pytest.mark.parametrize("backend", MYSQL)

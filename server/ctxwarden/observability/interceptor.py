@@ -36,6 +36,7 @@ from ctxwarden.observability.logging import (
     RpcInfo,
     current_rpc,
 )
+from ctxwarden.observability.observed_requests import ObservedRequests
 from ctxwarden.util import loop_slices
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class _Call:
     def take(self, request: Any, context: Any, request_streaming: bool) -> Any:
         """The request to pass on: a request stream is wrapped so each message is seen."""
         if request_streaming:
-            return _ObservedRequests(request, context, self)
+            return ObservedRequests(context, self.on_request)  # read through the context
         self.on_request(request)
         return request
 
@@ -382,30 +383,3 @@ class RpcObserver(HandlerInterceptor):
 async def _resolved(value: Any) -> Any:
     """``value``, awaited when it is awaitable (a behaviour may be sync or async)."""
     return await value if inspect.isawaitable(value) else value
-
-
-class _ObservedRequests:
-    """A request stream that shows the call each message it yields.
-
-    A plain async iterator that reads with ``context.read()``, not an async
-    generator over grpc's request iterator (itself one): a unary method served as
-    client-streaming (api/reads.py) reads one message and drops its stream, and
-    every dropped, unfinished async generator costs the event loop a wake-up and
-    a task that closes it."""
-
-    __slots__ = ("_call", "_context")
-
-    def __init__(self, requests: Any, context: Any, call: _Call) -> None:
-        del requests  # read through the context instead (see above)
-        self._context = context
-        self._call = call
-
-    def __aiter__(self) -> _ObservedRequests:
-        return self
-
-    async def __anext__(self) -> Any:
-        request = await self._context.read()
-        if request is grpc.aio.EOF:
-            raise StopAsyncIteration
-        self._call.on_request(request)
-        return request

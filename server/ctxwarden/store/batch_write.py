@@ -75,10 +75,6 @@ class BatchWrite:
         self.sql = sql
         self.errors = driver_error_types(dialect)
         self._timed = timed
-        self.commit_in_script = True
-        """MySQL: a batch within one statement budget is one script, COMMIT included.
-        False: COMMIT is always a round trip of its own (a test commits another
-        node's change between a batch's INSERTs and its COMMIT this way)."""
 
     async def write(self, w: Writer, batch: Sequence[AppendOp], stage: list[str]) -> None:
         """UPDATEs, INSERTs and COMMIT of one batch; ``stage`` says how far it got."""
@@ -164,7 +160,7 @@ class BatchWrite:
         # Not on a multi-primary node: Galera can abort the transaction between two
         # statements of a script and then run the rest of it, COMMIT included, in a new
         # one (a request log row committed without its messages, under a node kill).
-        whole = self.commit_in_script and not w.cluster and bool(rows) and size + guards <= w.budget
+        whole = not w.cluster and bool(rows) and size + guards <= w.budget
         head: list[str] = []
         for statement, matched in checks:
             head.append(statement)
