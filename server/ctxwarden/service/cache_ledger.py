@@ -6,7 +6,6 @@ are stored with the session's next write, like every progress column)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ctxwarden.core.cache_prefix import CachePrefix, InputShape, compare, message_bytes
@@ -66,9 +65,7 @@ class CachePrefixes:
         self._previous[key] = shape
         if len(self._previous) > self.capacity:
             self._previous.popitem(last=False)
-        ctx = self.rt.hot.get(sid)
-        if ctx is not None:
-            ctx.session = replace(ctx.session, usage=ctx.session.usage.after_build(prefix))
+        self.rt.hot.count_build(sid, prefix)
         self.rt.metrics.observe_cache_prefix(prefix)
         return prefix
 

@@ -14,7 +14,9 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 
+from ctxwarden.core.cache_prefix import CachePrefix
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import Unavailable
 from ctxwarden.core.reasons import ErrorReason
@@ -38,6 +40,8 @@ class SessionLocks:
     def __init__(self, wait_timeout: float = 0.0) -> None:
         self._entries: dict[str, _Entry] = {}
         self.wait_timeout = wait_timeout
+        self.releasing: Callable[[str], None] | None = None
+        """Called with the session's ID by each holder just before it lets go."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -67,6 +71,8 @@ class SessionLocks:
             try:
                 yield
             finally:
+                if self.releasing is not None:
+                    self.releasing(session_id)
                 entry.lock.release()
         finally:
             entry.users -= 1
@@ -104,6 +110,9 @@ class HotSessions:
         self.clock = clock
         self.evictions: Counter[str] = Counter()
         """Copies that left memory, by EvictionCause (read by the metrics at scrape)."""
+        self._builds_in_writes: dict[str, list[tuple[SessionContext, int, CachePrefix]]] = {}
+        """Builds counted while the session's lock was held: (copy, builds after, prefix)."""
+        self.locks.releasing = self._keep_builds
 
     def __len__(self) -> int:
         return len(self._items)
@@ -130,6 +139,35 @@ class HotSessions:
             self._items.move_to_end(session_id)
             self._touched[session_id] = self.clock()
         return ctx
+
+    def count_build(self, session_id: str, prefix: CachePrefix) -> None:
+        """Count a live input in the hot copy's cache ledger.
+
+        A build takes no lock, so a write may be in flight: it planned its version of
+        the session before this count and puts it in memory after. Such counts are
+        noted and, when the write lets go of the lock, counted again on the copy if the
+        version it left does not have them (``_keep_builds``)."""
+        ctx = self.get(session_id)
+        if ctx is None:
+            return
+        usage = ctx.session.usage.after_build(prefix)
+        ctx.session = replace(ctx.session, usage=usage)
+        if self.locks.held(session_id):
+            noted = self._builds_in_writes.setdefault(session_id, [])
+            noted.append((ctx, usage.cache.builds, prefix))
+
+    def _keep_builds(self, session_id: str) -> None:
+        """A lock holder lets go: the builds counted meanwhile that the copy's session
+        lacks (it was planned before them) are counted again, in order. A copy replaced
+        meanwhile (restored) lost them, as a dropped copy loses its unwritten counts."""
+        noted = self._builds_in_writes.pop(session_id, None)
+        if not noted:
+            return
+        ctx = self._items.get(session_id)
+        for copy, builds, prefix in noted:
+            if copy is ctx and ctx.session.usage.cache.builds < builds:
+                usage = ctx.session.usage.after_build(prefix)
+                ctx.session = replace(ctx.session, usage=usage)
 
     def put(self, session_id: str, ctx: SessionContext) -> None:
         old = self._items.get(session_id)
