@@ -181,14 +181,18 @@ class Base(RuleBasedStateMachine):
         ref.latest = checks.normalized(self.build(ref.sid))
         ref.before_append()
 
-    def record(self, ref: Ref, resp: pb.AppendMessagesResponse) -> None:
-        """An acknowledged append (a write on the replica that served it)."""
+    def record(self, ref: Ref, resp: pb.AppendMessagesResponse, *, settle: bool = True) -> None:
+        """An acknowledged append (a write on the replica that served it). ``settle``
+        False: more answers of the same write follow (a streamed run), and the caller
+        settles after the last (a background compaction the write queued comes after
+        all of them)."""
         replica = self.replica
         for msg in resp.messages:
             ref.stored(msg)
         usages = [msg.usage for msg in resp.messages if msg.HasField("usage")]
         self.cache.wrote(replica, ref.sid, "append", usages)
-        self.after_growth(ref.sid)
+        if settle:
+            self.after_growth(ref.sid)
 
     # -- invariants -----------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """The real parts the whole-API model test drives: one or two ``ctxwarden serve`` replicas
 over one database (each with its web console, whose session search is the one label
 search), the CLI (export, import, purge) and direct SQL to age rows (the retention rules'
-clock)."""
+clock) and to end the replicas' database connections."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import grpc
 import httpx
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
 
 from ctxwarden.store.urls import sync_url
 from ctxwarden.util import ids
@@ -160,6 +162,39 @@ class Harness:
                 conn.execute(
                     text(f"UPDATE sessions SET {column} = :t WHERE session_id = :s"),
                     {"t": ids.now_us() - days * DAY_US, "s": sid},
+                )
+        finally:
+            engine.dispose()
+
+    def lose_connections(self) -> int:
+        """The database ends every connection to it but this one (a failover, a proxy
+        or an idle timeout would): how many it ended (SQLite has none to end)."""
+        if self.url.startswith("sqlite"):
+            return 0
+        engine = create_engine(sync_url(self.url))
+        try:
+            with engine.begin() as conn:
+                if self.url.startswith("mysql"):
+                    ids_ = conn.execute(
+                        text(
+                            "SELECT id FROM information_schema.processlist"
+                            " WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+                        )
+                    ).scalars()
+                    ended = 0
+                    for thread in list(ids_):
+                        # Gone already (it closed meanwhile) is as good as ended.
+                        with contextlib.suppress(DBAPIError):
+                            conn.execute(text(f"KILL CONNECTION {int(thread)}"))
+                            ended += 1
+                    return ended
+                return len(
+                    conn.execute(
+                        text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        )
+                    ).all()
                 )
         finally:
             engine.dispose()

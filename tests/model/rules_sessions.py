@@ -183,6 +183,19 @@ class SessionRules(Base):
         STATS["purges"] += 1
         self.touched = ""
 
+    @rule(roll=st.integers(0, 3))
+    @logged
+    def lose_database_connections(self, roll: int) -> None:
+        """The database ends every replica's connections between two calls (a failover,
+        a proxy restart, an idle timeout): no call after it fails or loses anything, and
+        no hot copy is dropped for it (the ledger's unwritten counts stay). One draw in
+        four; nothing to end on SQLite."""
+        if roll:
+            return
+        ended = self.harness.lose_connections()
+        STATS["database connections ended"] += ended
+        STATS["connection losses"] += 1
+
     @rule(roll=st.integers(0, 5))
     @logged
     def restart(self, roll: int) -> None:
