@@ -1,12 +1,13 @@
 """A batch whose connection is lost after its COMMIT was sent is settled, not guessed.
 
-On MySQL an append batch is one script that ends with COMMIT (store.batch_write).
-When its connection is lost, the writer opens another, ends the lost one's server
-thread and looks for the batch's first row: found, the callers are told it was
-stored; not found, the batch is written again; not known (no connection), they
-are told the outcome is unknown. A proxy between the writer and MariaDB cuts the
-connection at the chosen moment: before the script reaches the server, or after
-the server answered its COMMIT.
+On MySQL an append batch is one script that ends with COMMIT (store.batch_write); on
+PostgreSQL its statements are followed by a COMMIT of its own. When the connection is
+lost, the writer opens another, ends the lost one's server thread (PostgreSQL: backend)
+and looks for the batch's first row: found, the callers are told it was stored; not
+found, the batch is written again; not known (no connection), they are told the
+outcome is unknown. A proxy between the writer and the database cuts the connection at
+the chosen moment: before the script (the COMMIT) reaches the server, or after the
+server answered its COMMIT.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from tests.support.databases import fresh_database
 from tests.support.server import migrate_database
 
 MYSQL = [pytest.param("mysql", marks=pytest.mark.mysql)]
+BOTH = [*MYSQL, pytest.param("postgres", marks=pytest.mark.postgres)]
+PG_COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+"""PostgreSQL's simple Query message "COMMIT" (asyncpg sends COMMIT so)."""
+PG_READY = b"Z\x00\x00\x00\x05"
+"""PostgreSQL's ReadyForQuery: the last message of the answer to a query."""
 MORE_RESULTS = 0x0008
 """SERVER_MORE_RESULTS_EXISTS: an OK packet that is not a script's last answer."""
 
@@ -64,10 +70,10 @@ def _final_answer(packets: bytearray) -> bool:
 
 
 class CuttingProxy:
-    """Forwards TCP to MariaDB; cuts the first connection that sends a script ending
-    in COMMIT, either before forwarding it (``when="request"``) or once the server
-    answered all of it (``when="reply"``). ``refuse_after`` refuses every later
-    connection."""
+    """Forwards TCP to MariaDB (PostgreSQL: ``postgres``); cuts the first connection
+    that sends a script ending in COMMIT (PostgreSQL: a COMMIT), either before
+    forwarding it (``when="request"``) or once the server answered all of it
+    (``when="reply"``). ``refuse_after`` refuses every later connection."""
 
     def __init__(
         self,
@@ -75,9 +81,11 @@ class CuttingProxy:
         when: str,
         refuse_after: bool = False,
         on_cut: Callable[[], None] | None = None,
+        postgres: bool = False,
     ) -> None:
         self.target = target
         self.when = when
+        self.postgres = postgres
         self.refuse_after = refuse_after
         self.on_cut = on_cut
         """Run at the cut, before the connection is closed."""
@@ -116,8 +124,9 @@ class CuttingProxy:
         armed: asyncio.Event,
     ) -> None:
         tail = b""
+        marker = PG_COMMIT if self.postgres else b";COMMIT"
         while data := await reader.read(65536):
-            scripted = b";COMMIT" in tail + data
+            scripted = marker in tail + data
             tail = data[-16:]
             if scripted and not self.cut.is_set():
                 if self.when == "request":
@@ -140,7 +149,7 @@ class CuttingProxy:
         while data := await reader.read(65536):
             if armed.is_set():
                 held += data  # the script's answers are never delivered
-                if _final_answer(held):
+                if PG_READY in held if self.postgres else _final_answer(held):
                     self.cut.set()
                     return
                 continue
@@ -151,6 +160,8 @@ class CuttingProxy:
 @contextlib.asynccontextmanager
 async def _store_behind(proxy: CuttingProxy, url: str) -> AsyncIterator[Store]:
     proxied = make_url(url).set(host="127.0.0.1", port=proxy.port)
+    if proxy.postgres:  # in clear, for the proxy to read (asyncpg prefers TLS)
+        proxied = proxied.update_query_dict({"ssl": "disable"})
     store = Store(make_engine(proxied.render_as_string(hide_password=False)), append_writers=1)
     try:
         yield store
@@ -160,7 +171,8 @@ async def _store_behind(proxy: CuttingProxy, url: str) -> AsyncIterator[Store]:
 
 def _target(url: str) -> tuple[str, int]:
     parsed = make_url(url)
-    return parsed.host or "127.0.0.1", parsed.port or 3306
+    default = 5432 if parsed.get_backend_name() == "postgresql" else 3306
+    return parsed.host or "127.0.0.1", parsed.port or default
 
 
 async def _stored(url: str, sid: str) -> tuple[int, int]:
@@ -185,7 +197,7 @@ async def _append_first(store: Store, sid: str) -> None:
     )
 
 
-@pytest.mark.parametrize("backend", MYSQL)
+@pytest.mark.parametrize("backend", BOTH)
 @pytest.mark.parametrize(
     ("when", "verdict"),
     [
@@ -200,7 +212,7 @@ async def test_a_lost_batch_is_settled_and_stored_once(
     with fresh_database(backend, tmp_path, "ctxw_lost") as url:
         migrate_database(url)
         async with (
-            CuttingProxy(_target(url), when) as proxy,
+            CuttingProxy(_target(url), when, postgres=backend == "postgres") as proxy,
             _store_behind(proxy, url) as store,
         ):
             (sid,) = await _sessions(store, 1)
@@ -215,14 +227,16 @@ async def test_a_lost_batch_is_settled_and_stored_once(
     assert settled == [f"a lost append batch was {verdict}"]
 
 
-@pytest.mark.parametrize("backend", MYSQL)
+@pytest.mark.parametrize("backend", BOTH)
 async def test_an_outcome_that_cannot_be_settled_is_reported_unknown(
     backend: str, tmp_path: Path
 ) -> None:
     with fresh_database(backend, tmp_path, "ctxw_lost") as url:
         migrate_database(url)
         async with (
-            CuttingProxy(_target(url), "reply", refuse_after=True) as proxy,
+            CuttingProxy(
+                _target(url), "reply", refuse_after=True, postgres=backend == "postgres"
+            ) as proxy,
             _store_behind(proxy, url) as store,
         ):
             now = ids.now_us()

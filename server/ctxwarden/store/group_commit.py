@@ -239,7 +239,7 @@ class GroupCommitter:
         no answer, no message in the batch)."""
         probe = next((op for op in batch if op.rows), None)
         if lost is None or probe is None:
-            return None, None  # PostgreSQL and SQLite, or a batch of no message
+            return None, None  # SQLite, or a batch of no message
         row = probe.rows[0]
         w: Writer | None = None
         try:
@@ -251,9 +251,8 @@ class GroupCommitter:
                 # another replica stores the same message at the same seq, but planned at
                 # another time (create_time_us is the server's clock at planning).
                 found = await w.exists(
-                    f"SELECT 1 FROM {self._batch.sql.messages.name} WHERE session_id = %s "
-                    "AND seq = %s AND message_id = %s AND create_time_us = %s",
-                    (row["session_id"], row["seq"], row["message_id"], row["create_time_us"]),
+                    self._batch.sql.messages.name,
+                    [(c, row[c]) for c in ("session_id", "seq", "message_id", "create_time_us")],
                 )
         except self._connection_errors as exc:
             log.warning("could not settle a lost append batch: %s", exc)

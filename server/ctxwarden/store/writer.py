@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store import mysql_sql
 from ctxwarden.store.batch_sql import TableInsert
+from ctxwarden.store.errors import sqlstate
 
 UNKNOWN_THREAD = 1094
 """MySQL's error for KILL of a thread id that is not (or no longer) there."""
@@ -41,10 +42,20 @@ def pg_rowcount(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
+INSUFFICIENT_PRIVILEGE = "42501"
+PG_IDENTITY = (
+    "SELECT pg_backend_pid(), coalesce(host(inet_server_addr()), ''),"
+    " coalesce(inet_server_port(), current_setting('port')::int)"
+)
+"""PostgreSQL: the backend serving this connection, and the server's address and port
+as it sees them (a Unix socket has no address: '' and the configured port)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerThread:
-    """MySQL: the server (host name and port, as it reports them) and the thread
-    that serves a connection, from the server's side (``CONNECTION_ID()``)."""
+    """The server (host and port, as it reports them) and what serves a connection
+    on the server's side: MySQL's thread (``CONNECTION_ID()``), PostgreSQL's backend
+    process (``pg_backend_pid()``)."""
 
     host: str
     port: int
@@ -92,6 +103,9 @@ class Writer:
                     cluster = any(_multi_primary(n, v) for n, v in await cur.fetchall())
                 budget = max(64 * 1024, min(budget, int(packet) // 2))
                 thread = ServerThread(str(host), int(port), int(thread_id))
+            elif engine.dialect.name == "postgresql":
+                pid, host, port = await driver.fetchrow(PG_IDENTITY)
+                thread = ServerThread(str(host), int(port), int(pid))
         except BaseException:
             # Never hand a connection that just failed back to the pool (its reset
             # would fail too): drop it.
@@ -158,14 +172,17 @@ class Writer:
                 counts.append(int(cur.rowcount))
 
     async def end_thread(self, thread: ServerThread, poll: float) -> bool:
-        """MySQL: end the server thread of another connection of this server and wait
-        until it is gone (its transaction then committed or rolled back). False:
-        ``thread`` belongs to another server, so this connection cannot end it."""
+        """End the server thread (PostgreSQL: backend) of another connection of this
+        server and wait until it is gone (its transaction then committed or rolled
+        back). False: ``thread`` belongs to another server, so this connection cannot
+        end it, or (PostgreSQL) the server refused to."""
         if self.thread is None or (self.thread.host, self.thread.port) != (
             thread.host,
             thread.port,
         ):
             return False
+        if self.pg:
+            return await self._end_backend(thread.thread_id, poll)
         async with self.driver.cursor() as cur:
             try:
                 await cur.execute(f"KILL CONNECTION {int(thread.thread_id)}")
@@ -182,11 +199,38 @@ class Writer:
                     return True
                 await asyncio.sleep(poll)  # a killed thread finishes its statement first
 
-    async def exists(self, sql: str, params: Sequence[Any]) -> bool:
-        """MySQL: whether ``sql`` (values inlined as the batch's statements have them)
-        finds a row."""
+    async def _end_backend(self, pid: int, poll: float) -> bool:
+        """PostgreSQL: ``pg_terminate_backend`` (allowed on the backends of one's own
+        role; a backend already gone only draws a warning), then wait until
+        ``pg_stat_activity`` no longer lists it."""
+        try:
+            await self.driver.fetchval("SELECT pg_terminate_backend($1)", pid)
+        except Exception as exc:
+            if sqlstate(exc) != INSUFFICIENT_PRIVILEGE:
+                raise
+            return False  # not ours to end (another role's): the outcome stays unknown
+        while True:
+            left = await self.driver.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid
+            )
+            if not left:
+                return True
+            await asyncio.sleep(poll)  # it finishes what it was doing (a COMMIT) first
+
+    async def exists(self, table: str, where: Sequence[tuple[str, Any]]) -> bool:
+        """Whether ``table`` has a row whose columns equal the values of ``where``
+        (MySQL: values inlined as the batch's statements have them)."""
+        if self.pg:
+            cond = " AND ".join(f"{c} = ${i}" for i, (c, _) in enumerate(where, 1))
+            row = await self.driver.fetchrow(
+                f"SELECT 1 FROM {table} WHERE {cond}", *(v for _, v in where)
+            )
+            return row is not None
+        cond = " AND ".join(f"{c} = %s" for c, _ in where)
         async with self.driver.cursor() as cur:
-            await cur.execute(self.inline(sql, params))
+            await cur.execute(
+                self.inline(f"SELECT 1 FROM {table} WHERE {cond}", [v for _, v in where])
+            )
             return await cur.fetchone() is not None
 
     async def fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
