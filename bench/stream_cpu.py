@@ -3,7 +3,7 @@
 
     .venv/bin/python -m bench.stream_cpu [--backend mysql] [--blocks 6] [--block 1000]
                                          [--window 16] [--streams 1] [--json PATH]
-                                         [--profile PATH]
+                                         [--profile PATH] [--base CHECKOUT]
 
 Each request carries one message (the workload's ~830-byte turns, serialized
 once); the client writes the very same bytes to both servers through a raw
@@ -14,6 +14,10 @@ then bare, ctxwarden), so drift hits both alike. CPU is each server process's
 user + system time (/proc) over its blocks, divided by the messages; the issue's
 target is ctxwarden / bare <= 2.5x. ``--streams N`` runs N streams at once, each
 on its own session (the group commit then shares transactions between them).
+``--base CHECKOUT`` adds a third side in the same rotation: the server of another
+checkout (``git worktree add /tmp/ctxw-base <commit>``), on the same database with
+sessions of its own, so a change is judged against the code before it at the same
+time (the ratio this checkout / base).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from tests.support.server import ServerProcess
 from bench.common import CHANNEL_OPTIONS, backend_database, create_session, log
 from bench.host_load import HostLoad, cpu_seconds
 from bench.profile import recording, summary
+from bench.unary_ab import start_server
 from bench.unary_floor import pid_of
 from bench.workload import Conversation
 from ctxwarden.v1 import context_service_pb2 as pb
@@ -125,64 +130,60 @@ def run(
     streams: int,
     workdir: Path,
     profile: Path | None = None,
+    base: Path | None = None,
 ) -> dict[str, Any]:
-    cpu = {"ctxwarden": 0.0, "bare": 0.0}
-    wall = {"ctxwarden": 0.0, "bare": 0.0}
+    names = ["ctxwarden", "bare"] + (["base"] if base is not None else [])
+    cpu = dict.fromkeys(names, 0.0)
+    wall = dict.fromkeys(names, 0.0)
     db_pid = pid_of("mariadbd") if backend == "mysql" else None
     pids: list[int | None] = [db_pid]
     load = HostLoad(pids)
-    with backend_database(backend, workdir) as (url, _info):
-        server = ServerProcess(url, workdir)
-        server.start()
-        try:
-            assert server.proc is not None
-            ctxw_pid = server.proc.pid
-            pids.append(ctxw_pid)
-            with (
-                bare_stream_server() as (bare_target, bare_pid),
-                grpc.insecure_channel(server.target, options=CHANNEL_OPTIONS) as ctxw,
-                grpc.insecure_channel(bare_target, options=CHANNEL_OPTIONS) as bare,
-            ):
-                pids.append(bare_pid)
-                stub = pb_grpc.ContextServiceStub(ctxw)
-                messages = list(Conversation(21).alternating(block))
+    messages = list(Conversation(21).alternating(block))
 
-                def requests() -> list[list[bytes]]:
-                    out = []
-                    for _ in range(streams):
-                        sid = create_session(stub, "stream-cpu")
-                        out.append(
-                            [
-                                pb.AppendMessagesRequest(
-                                    session_id=sid, messages=[m]
-                                ).SerializeToString()
-                                for m in messages[: block // streams]
-                            ]
-                        )
-                    return out
-
-                warm = [r[:50] for r in requests()]
-                stream_all(ctxw, CTXWARDEN_METHOD, warm, window)
-                stream_all(bare, BARE_METHOD, warm, window)
-                sides = [
-                    ("ctxwarden", ctxw, CTXWARDEN_METHOD, ctxw_pid),
-                    ("bare", bare, BARE_METHOD, bare_pid),
+    def requests(stub: pb_grpc.ContextServiceStub) -> list[list[bytes]]:
+        """A block's requests, one list per stream, each on a new session of ``stub``'s."""
+        out = []
+        for _ in range(streams):
+            sid = create_session(stub, "stream-cpu")
+            out.append(
+                [
+                    pb.AppendMessagesRequest(session_id=sid, messages=[m]).SerializeToString()
+                    for m in messages[: block // streams]
                 ]
-                for b in range(blocks):
-                    log(f"{backend}: block {b + 1}/{blocks}")
-                    batch = requests()
-                    for name, channel, method, pid in sides if b % 2 == 0 else sides[::-1]:
-                        sampled = profile is not None and name == "ctxwarden"
-                        with (
-                            _sampled(pid, workdir / f"profile-{b}.txt" if sampled else None),
-                            load,
-                        ):
-                            before, t0 = cpu_seconds(pid), time.perf_counter()
-                            stream_all(channel, method, batch, window)
-                            wall[name] += time.perf_counter() - t0
-                            cpu[name] += cpu_seconds(pid) - before
-        finally:
-            server.stop()
+            )
+        return out
+
+    with backend_database(backend, workdir) as (url, _info), contextlib.ExitStack() as stack:
+        servers = {"ctxwarden": _server(stack, url, workdir, None)}
+        if base is not None:
+            servers["base"] = _server(stack, url, workdir, base / "server")
+        bare_target, bare_pid = stack.enter_context(bare_stream_server())
+        targets = {name: s.target for name, s in servers.items()} | {"bare": bare_target}
+        channels = {
+            name: stack.enter_context(grpc.insecure_channel(t, options=CHANNEL_OPTIONS))
+            for name, t in targets.items()
+        }
+        stubs = {name: pb_grpc.ContextServiceStub(channels[name]) for name in servers}
+        pid = {name: s.proc.pid for name, s in servers.items() if s.proc} | {"bare": bare_pid}
+        pids.extend(pid.values())
+        method = dict.fromkeys(servers, CTXWARDEN_METHOD) | {"bare": BARE_METHOD}
+        for name in names:
+            warm = requests(stubs.get(name, stubs["ctxwarden"]))
+            stream_all(channels[name], method[name], [r[:50] for r in warm], window)
+        for b in range(blocks):
+            log(f"{backend}: block {b + 1}/{blocks}")
+            batches = {name: requests(stubs[name]) for name in servers}
+            batches["bare"] = batches["ctxwarden"]  # the same bytes; the bare server reads none
+            for name in names if b % 2 == 0 else names[::-1]:
+                sampled = profile is not None and name == "ctxwarden"
+                with (
+                    _sampled(pid[name], workdir / f"profile-{b}.txt" if sampled else None),
+                    load,
+                ):
+                    before, t0 = cpu_seconds(pid[name]), time.perf_counter()
+                    stream_all(channels[name], method[name], batches[name], window)
+                    wall[name] += time.perf_counter() - t0
+                    cpu[name] += cpu_seconds(pid[name]) - before
     if profile is not None:
         profile.write_text("".join(p.read_text() for p in sorted(workdir.glob("profile-*.txt"))))
     n = blocks * (block // streams) * streams
@@ -191,14 +192,36 @@ def run(
         "backend": backend,
         "messages_each": n,
         "streams": streams,
-        "request_bytes": len(batch[0][0]),
+        "request_bytes": len(batches["bare"][0][0]),
         "server_cpu_ms_per_message": per,
         "messages_per_s": {k: n / v for k, v in wall.items()},
-        "ratio": per["ctxwarden"] / per["bare"],
+        "ratio": _ratio(per["ctxwarden"], per["bare"]),
+        "ratio_to_base": _ratio(per["ctxwarden"], per["base"]) if base is not None else None,
+        "base": str(base) if base is not None else None,
         "database_pid": db_pid,
         "other_load_cores": load.cores,
         "other_load": load.describe(),
     }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    """a / b; None when b is 0 (a short run can see no clock tick of a process's CPU)."""
+    return a / b if b else None
+
+
+def _shown(ratio: float | None, digits: int = 2) -> str:
+    return "n/a" if ratio is None else f"{ratio:.{digits}f}"
+
+
+def _server(
+    stack: contextlib.ExitStack, url: str, workdir: Path, server_path: Path | None
+) -> ServerProcess:
+    """A ctxwarden server on ``url`` (from another checkout's ``server_path``), stopped
+    when ``stack`` closes."""
+    server = start_server(url, workdir, server_path)
+    stack.callback(server.stop)
+    assert server.proc is not None
+    return server
 
 
 def _sampled(pid: int, path: Path | None) -> contextlib.AbstractContextManager[None]:
@@ -227,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         help="sample ctxwarden's blocks with py-spy into this raw file and print where "
         "the server's loop thread spends its CPU, by part (the profile extra)",
     )
+    parser.add_argument("--base", type=Path, help="a checkout of the code to compare with")
     args = parser.parse_args(argv)
+    if args.base and not (args.base / "server" / "ctxwarden").is_dir():
+        parser.error(f"--base {args.base}: not a ctxwarden checkout (no server/ctxwarden)")
     with tempfile.TemporaryDirectory(prefix="ctxw-stream-cpu-") as tmp:
         result = run(
             args.backend,
@@ -237,15 +263,21 @@ def main(argv: list[str] | None = None) -> int:
             args.streams,
             Path(tmp),
             args.profile,
+            args.base.resolve() if args.base else None,
         )
     per, rate = result["server_cpu_ms_per_message"], result["messages_per_s"]
     print(
         f"{args.backend}: server CPU per streamed message: ctxwarden {per['ctxwarden']:.3f} ms, "
-        f"bare grpc.aio {per['bare']:.3f} ms: ratio {result['ratio']:.2f}x (target <= 2.5x); "
+        f"bare grpc.aio {per['bare']:.3f} ms: ratio {_shown(result['ratio'])}x (target <= 2.5x); "
         f"throughput {rate['ctxwarden']:.0f} vs {rate['bare']:.0f} msg/s "
         f"({result['messages_each']} messages each over {result['streams']} streams, "
         f"{result['request_bytes']} B requests); {result['other_load']}"
     )
+    if args.base:
+        print(
+            f"{args.backend}: this checkout against {args.base}: base {per['base']:.3f} ms "
+            f"per message, ratio {_shown(result['ratio_to_base'], 3)} (this / base)"
+        )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     if args.profile:

@@ -40,7 +40,7 @@ from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
 WARM_CALLS = 100
 
 
-def _start(url: str, workdir: Path, server_path: Path | None) -> ServerProcess:
+def start_server(url: str, workdir: Path, server_path: Path | None) -> ServerProcess:
     """A server on ``url``; from ``server_path`` (a checkout's ``server``) when given."""
     before = os.environ.get("PYTHONPATH")
     if server_path is not None:
@@ -68,7 +68,10 @@ def run(base: Path, backend: str, blocks: int, block: int, workdir: Path) -> dic
     lat: dict[str, list[int]] = {"A": [], "B": []}
     cpu = {"A": 0.0, "B": 0.0}
     with backend_database(backend, workdir) as (url, _info):
-        servers = {"A": _start(url, workdir, base / "server"), "B": _start(url, workdir, None)}
+        servers = {
+            "A": start_server(url, workdir, base / "server"),
+            "B": start_server(url, workdir, None),
+        }
         try:
             calls = {}
             for name, server in servers.items():
