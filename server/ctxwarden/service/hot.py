@@ -71,9 +71,11 @@ class SessionLocks:
             try:
                 yield
             finally:
-                if self.releasing is not None:
-                    self.releasing(session_id)
-                entry.lock.release()
+                try:
+                    if self.releasing is not None:
+                        self.releasing(session_id)
+                finally:
+                    entry.lock.release()  # whatever ``releasing`` did
         finally:
             entry.users -= 1
             if entry.users == 0:
