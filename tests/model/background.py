@@ -1,11 +1,13 @@
-"""Background compactions in the whole-API model (one replica only).
+"""Background compactions in the whole-API model, on one replica or two.
 
 A session created with a background policy is compacted by the server on its own, after
-the call that grew it returned. The model cannot say when, so after every live build and
-every acknowledged append of such a session it waits until the server has no background
-compaction to come (``Harness.settle``: the metrics' pending gauge) and asks which
-background checkpoints are new (``ListCompactions``). A new one is a write of the
-replica's, recorded in the cache ledger's model before the next build, and the build
+the call that grew it returned (an append or a live build: the replica that served it
+compacts). The model cannot say when, so after every live build and every acknowledged
+append of such a session it waits until no replica has a background compaction to come
+(``Harness.settle``: the metrics' pending gauge) and asks which background checkpoints
+are new (``ListCompactions``). A new one is a write of the replica that served that call
+(its metrics' count of committed background compactions must have moved, and no other
+replica's), recorded in the cache ledger's model before the next build, and the build
 that came before it is taken again, so what the model notes as the session's input
 (its replays, a fork's start) is the input after it."""
 

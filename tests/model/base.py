@@ -68,7 +68,10 @@ class Base(RuleBasedStateMachine):
         """This example's label (the database outlives an example)."""
         self.cache = CacheModel()
         self.watch = BackgroundWatch()
-        """Sessions the server may compact on its own (one replica only: background.py)."""
+        """Sessions the servers may compact on their own (background.py)."""
+        self.compactions = self.harness.settle()
+        """Background compactions each replica committed, as last seen (the replicas
+        serve every example of a run)."""
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -138,14 +141,27 @@ class Base(RuleBasedStateMachine):
         return mi
 
     def compacted_meanwhile(self, sid: str) -> bool:
-        """Wait until the server has no background compaction to come; whether one of
-        ``sid`` committed (recorded as a write of the replica's)."""
+        """Wait until no replica has a background compaction to come; whether one of
+        ``sid`` committed (recorded as a write of the replica that compacted).
+
+        Only appends and live builds queue one, on the replica that served them, and
+        the model settles after each such call of a watched session before any other
+        call that may grow a session: so a new checkpoint is the work of the replica
+        that served the last call, which its metrics confirm (``Harness.settle``)."""
         if not self.watch.watches(sid):
             return False
-        self.harness.settle()
+        grower = self.replica
+        done = self.harness.settle()
+        rose = [
+            i
+            for i, (now, before) in enumerate(zip(done, self.compactions, strict=True))
+            if now > before
+        ]
+        self.compactions = done
         fresh = self.watch.new(self.stub, sid)
+        assert rose == ([grower] if fresh else []), (sid, grower, rose, fresh)
         if fresh:
-            self.cache.wrote(self.replica, sid, "compaction")
+            self.cache.wrote(grower, sid, "compaction")
             STATS["background compactions"] += len(fresh)
         return bool(fresh)
 

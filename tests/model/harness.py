@@ -29,6 +29,7 @@ SERVER_ARGS = ["--summarizer", "extractive", "--max-stored-bytes-per-tenant", "5
 """A server summariser (Compact, auto_compact, background compactions) and a tenant quota
 the test can reach."""
 PENDING = "ctxwarden_background_compactions_pending"
+SUCCEEDED = "ctxwarden_background_compactions_succeeded_total"
 SETTLE_SECONDS = 30.0
 
 
@@ -60,9 +61,16 @@ class Replica(ServerProcess):
 
     def pending_background(self) -> float:
         """The background compactions queued, running or waiting to retry (its metrics)."""
+        return self._metric(PENDING)
+
+    def background_succeeded(self) -> float:
+        """The background compactions it committed since it started (its metrics)."""
+        return self._metric(SUCCEEDED)
+
+    def _metric(self, name: str) -> float:
         page = httpx.get(f"http://{self.metrics}/metrics", timeout=10).text
         for line in page.splitlines():
-            if line.startswith(PENDING + " "):
+            if line.startswith(name + " "):
                 return float(line.split()[-1])
         return 0.0
 
@@ -110,13 +118,15 @@ class Harness:
         self.last = self.rng.randrange(len(self.stubs))
         return self.stubs[self.last]
 
-    def settle(self) -> None:
+    def settle(self) -> list[float]:
         """Until no replica has a background compaction queued, running or waiting to
-        retry (the scheduler queues a session within the call that grew it)."""
+        retry (the scheduler queues a session within the call that grew it): then
+        how many each replica has committed since it started."""
         deadline = time.monotonic() + SETTLE_SECONDS
         for server in self.servers:
             while server.pending_background() > 0:
                 assert time.monotonic() < deadline, "background compactions did not settle"
+        return [server.background_succeeded() for server in self.servers]
 
     def search(self, **params: str) -> dict[str, bool]:
         """The console's session search on a random replica, every page: the IDs

@@ -4,7 +4,7 @@ servers, interleaved, and checks the reference model (``reference.Ref``) after e
 Rules (``rules_*.py``): plain, streamed and idempotently retried appends,
 ``AppendModelOutput`` in all four formats, tool calls answered in any order, failed turns,
 rollbacks (plain and ``to_seq``), agent-side, server and background compactions (eager and
-cache-aware sessions, one replica: ``background.py``) with layered clearing, forks of forks,
+cache-aware sessions, on either replica: ``background.py``) with layered clearing, forks of forks,
 ``state_delta``, history-only messages, memory writes and refreshes, archive/unarchive,
 label updates and the console's label search, export -> import, delete and purge, restarts
 of every replica, the database ending every replica's connections; every BuildModelInput
