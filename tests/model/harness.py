@@ -59,20 +59,16 @@ class Replica(ServerProcess):
         assert console.startswith("ctxwarden console on "), console
         self.metrics, self.console = metrics.split()[-1], console.split()[-1]
 
-    def pending_background(self) -> float:
-        """The background compactions queued, running or waiting to retry (its metrics)."""
-        return self._metric(PENDING)
-
-    def background_succeeded(self) -> float:
-        """The background compactions it committed since it started (its metrics)."""
-        return self._metric(SUCCEEDED)
-
-    def _metric(self, name: str) -> float:
+    def background(self) -> tuple[float, float]:
+        """From one scrape of its metrics: the background compactions queued, running or
+        waiting to retry, and those it committed since it started."""
         page = httpx.get(f"http://{self.metrics}/metrics", timeout=10).text
+        found = {PENDING: 0.0, SUCCEEDED: 0.0}
         for line in page.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-        return 0.0
+            name, _, value = line.partition(" ")
+            if name in found:
+                found[name] = float(value)
+        return found[PENDING], found[SUCCEEDED]
 
 
 ROW = re.compile(
@@ -123,10 +119,12 @@ class Harness:
         retry (the scheduler queues a session within the call that grew it): then
         how many each replica has committed since it started."""
         deadline = time.monotonic() + SETTLE_SECONDS
+        committed = []
         for server in self.servers:
-            while server.pending_background() > 0:
+            while (state := server.background())[0] > 0:
                 assert time.monotonic() < deadline, "background compactions did not settle"
-        return [server.background_succeeded() for server in self.servers]
+            committed.append(state[1])
+        return committed
 
     def search(self, **params: str) -> dict[str, bool]:
         """The console's session search on a random replica, every page: the IDs

@@ -152,11 +152,9 @@ class HotSessions:
         ctx = self.get(session_id)
         if ctx is None:
             return
-        usage = ctx.session.usage.after_build(prefix)
-        ctx.session = replace(ctx.session, usage=usage)
+        builds = _count(ctx, prefix)
         if self.locks.held(session_id):
-            noted = self._builds_in_writes.setdefault(session_id, [])
-            noted.append((ctx, usage.cache.builds, prefix))
+            self._builds_in_writes.setdefault(session_id, []).append((ctx, builds, prefix))
 
     def _keep_builds(self, session_id: str) -> None:
         """A lock holder lets go: the builds counted meanwhile that the copy's session
@@ -168,8 +166,7 @@ class HotSessions:
         ctx = self._items.get(session_id)
         for copy, builds, prefix in noted:
             if copy is ctx and ctx.session.usage.cache.builds < builds:
-                usage = ctx.session.usage.after_build(prefix)
-                ctx.session = replace(ctx.session, usage=usage)
+                _count(ctx, prefix)
 
     def put(self, session_id: str, ctx: SessionContext) -> None:
         old = self._items.get(session_id)
@@ -220,3 +217,10 @@ class HotSessions:
                 self._remove(sid, EvictionCause.IDLE)
                 evicted += 1
         return evicted
+
+
+def _count(ctx: SessionContext, prefix: CachePrefix) -> int:
+    """Count one build in the copy's cache ledger; the builds counted after it."""
+    usage = ctx.session.usage.after_build(prefix)
+    ctx.session = replace(ctx.session, usage=usage)
+    return usage.cache.builds

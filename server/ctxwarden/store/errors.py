@@ -75,6 +75,8 @@ PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
 """PostgreSQL SQLSTATEs: serialization failure, deadlock, lock not available."""
 
 PG_UNIQUE = "23505"
+PG_INSUFFICIENT_PRIVILEGE = "42501"
+"""E.g. ``pg_terminate_backend`` on another role's backend (store.writer)."""
 PG_REJECTED = ("22", "23", "54")
 """SQLSTATE classes: data exception (bad value, NUL in text, out of range), integrity
 constraint violation other than a unique key, program limit exceeded (a row or index

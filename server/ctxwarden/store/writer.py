@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxwarden.store import mysql_sql
 from ctxwarden.store.batch_sql import TableInsert
-from ctxwarden.store.errors import sqlstate
+from ctxwarden.store.errors import PG_INSUFFICIENT_PRIVILEGE, sqlstate
 
 UNKNOWN_THREAD = 1094
 """MySQL's error for KILL of a thread id that is not (or no longer) there."""
@@ -42,7 +42,6 @@ def pg_rowcount(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
-INSUFFICIENT_PRIVILEGE = "42501"
 PG_IDENTITY = (
     "SELECT pg_backend_pid(), coalesce(host(inet_server_addr()), ''),"
     " coalesce(inet_server_port(), current_setting('port')::int)"
@@ -206,7 +205,7 @@ class Writer:
         try:
             await self.driver.fetchval("SELECT pg_terminate_backend($1)", pid)
         except Exception as exc:
-            if sqlstate(exc) != INSUFFICIENT_PRIVILEGE:
+            if sqlstate(exc) != PG_INSUFFICIENT_PRIVILEGE:
                 raise
             return False  # not ours to end (another role's): the outcome stays unknown
         while True:
