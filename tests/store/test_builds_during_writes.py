@@ -130,12 +130,32 @@ async def test_builds_during_a_compaction_are_kept(
     assert await _stored_builds(backend_url, sid) == 3
 
 
+@pytest.mark.parametrize("tokenizer", ["heuristic", "tiktoken:o200k_base"])
+async def test_builds_during_a_settings_change_are_kept(
+    manager: SessionManager, backend_url: str, tokenizer: str
+) -> None:
+    """UpdateSession keeps the copy (same tokenizer) or puts a rebuilt one in its
+    place, every kept message recounted (a new tokenizer): either way the builds
+    counted while it waited stay."""
+    sid = await _session(manager)
+    await _build(manager, sid)
+    current = (await manager.runtime.context(sid)).session
+    updated = replace(current, policy=replace(current.policy, tokenizer=tokenizer))
+    held = Held(manager.store.sessions, "update")
+    change = manager.update_session(updated, ["policy"], "")
+    await _during(manager, held, change, sid)
+    assert _builds(manager, sid) == 3
+    await manager.append(sid, [_text(Role.USER, "next")], None, None)
+    assert await _stored_builds(backend_url, sid) == 3
+
+
 async def test_each_build_is_counted_once_whatever_the_write_did(
     manager: SessionManager,
 ) -> None:
     """The rule the release applies, on the hot copy itself: a holder that put nothing
     in memory, one that put a version planned before the builds, one planned between
-    them, and a copy replaced meanwhile (it lost them, as a dropped copy does)."""
+    them, a copy replaced meanwhile (it lost them, as a dropped copy does) and one
+    rebuilt in its place by the holder (it keeps them)."""
     sid = await _session(manager)
     hot = manager.hot
     ctx = hot.get(sid)
@@ -163,6 +183,12 @@ async def test_each_build_is_counted_once_whatever_the_write_did(
         restored = SessionContext(planned, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
         hot.put(sid, restored)
     assert _builds(manager, sid) == 5 and ctx.session.usage.cache.builds == 6
+    async with hot.lock(sid):  # rebuilt in place by the holder: it continues the copy
+        planned = restored.session
+        count()
+        rebuilt = SessionContext(planned, ctx.checkpoint, ctx.active_messages, ctx.tokenizer)
+        hot.put_rebuilt(sid, rebuilt)
+    assert hot.get(sid) is rebuilt and _builds(manager, sid) == 6
 
 
 PREFIX = CachePrefix(

@@ -168,6 +168,15 @@ class HotSessions:
             if copy is ctx and ctx.session.usage.cache.builds < builds:
                 _count(ctx, prefix)
 
+    def put_rebuilt(self, session_id: str, rebuilt: SessionContext) -> None:
+        """Put a copy the lock holder rebuilt from the current one (UpdateSession's new
+        tokenizer or model) in its place. Unlike a restored copy, it continues the
+        current one: the builds noted on that are counted on it at release."""
+        current = self._items.get(session_id)
+        noted = self._builds_in_writes.get(session_id, [])
+        noted[:] = [(rebuilt if c is current else c, n, p) for c, n, p in noted]
+        self.put(session_id, rebuilt)
+
     def put(self, session_id: str, ctx: SessionContext) -> None:
         old = self._items.get(session_id)
         if old is not None and old is not ctx:

@@ -192,7 +192,7 @@ class Sessions:
             if not written:
                 raise self.rt.concurrent(sid)
             if rebuilt is not None:
-                self.rt.hot.put(sid, rebuilt)
+                self.rt.hot.put_rebuilt(sid, rebuilt)
             else:
                 ctx.replace_session(new)
                 ctx.session = replace(ctx.session, context_tokens=ctx.context_tokens)
