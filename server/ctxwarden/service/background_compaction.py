@@ -116,8 +116,9 @@ class BackgroundCompactions:
 
     def offer(self, ctx: SessionContext) -> bool:
         """Queue the session if its context passed the soft threshold, or let it
-        wait for an idle gap (cheap when neither; call with the session's lock
-        held). Every call marks the session active. True: queued now."""
+        wait for an idle gap (cheap when neither). Every call marks the session
+        active. True: queued now. It needs no lock: it does not await, so it reads
+        the copy as one version (a build calls it without the lock, a write with)."""
         percent = ctx.policy.background_compaction_percent
         sid = ctx.session.session_id
         if percent <= 0 or not self.enabled:
