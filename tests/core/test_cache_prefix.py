@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from ctxwarden.core.cache_prefix import (
     common_kept,
     compare,
     message_bytes,
+    same_to_provider,
 )
 from ctxwarden.core.content import ContentBlock
 from ctxwarden.core.messages import Message, Role
@@ -69,11 +71,11 @@ def lcp(a: Sequence[Message], b: Sequence[Message]) -> int:
 
 
 indices = st.lists(st.integers(0, 39), max_size=25)
-counted = st.builds(
-    lambda m, n: Message(m.role, m.content, seq=m.seq, token_count=n),
-    st.sampled_from(POOL),
-    st.integers(1, 50),
+COUNTS = {m.seq: 1 + m.seq * 7 % 50 for m in POOL}
+counted = st.sampled_from(POOL).map(
+    lambda m: Message(m.role, m.content, seq=m.seq, token_count=COUNTS[m.seq])
 )
+"""Messages with counts, one count per message (as one tokenizer gives)."""
 
 
 @given(st.lists(counted, max_size=20), st.lists(counted, max_size=10), st.integers(0, 20))
@@ -121,6 +123,24 @@ def test_each_part_breaks_the_prefix_with_its_reason() -> None:
     assert first.reason is CacheBreak.FIRST_INPUT and first.shared_tokens == 0
     same, _ = compare(prev, shape(kept, summary="s1", checkpoint="c1"))
     assert same.reason is CacheBreak.NONE and same.shared_tokens == same.input_tokens
+
+
+@given(st.lists(counted, max_size=20), st.lists(counted, max_size=10), st.integers(0, 20))
+def test_messages_counted_anew_are_the_same_to_a_provider(
+    base: list[Message], extra: list[Message], cut: int
+) -> None:
+    """A new tokenizer or model recounts every kept message (UpdateSession seals the
+    chain anew): the shared prefix is the same as before the recount, in the new counts."""
+    prev, cur = base, base[:cut] + extra
+    recounted = [replace(m, token_count=m.token_count * 2 + 1, counted_with="new") for m in cur]
+    _, before = compare(None, shape(prev))
+    report, _ = compare(before, shape(recounted, digests=False))
+    k = lcp(prev, cur)
+    assert common_kept(before, shape(recounted, digests=False)) == k
+    assert report.shared_tokens == 10 + sum(m.token_count for m in recounted[:k])
+    assert (report.reason is CacheBreak.NONE) == (k == len(prev))
+    other = Message(Role.USER, (ContentBlock.of_text("other"),), seq=1, token_count=3)
+    assert not same_to_provider(other, replace(POOL[0], token_count=3))
 
 
 def test_break_reasons_are_the_api_numbers() -> None:

@@ -117,6 +117,34 @@ def test_each_break_names_its_reason(stub: Stub) -> None:
     assert cache.builds == 6
 
 
+def test_a_new_counting_of_the_same_messages_is_no_first_input(stub: Stub) -> None:
+    """A new tokenizer, or a model counted another way, makes UpdateSession recount every
+    kept message. A provider gets the same bytes: after a new tokenizer everything is
+    shared (in the new counts), after a new model the break is MODEL, never FIRST_INPUT
+    (the session's comparison state is kept through the recount)."""
+    sid = create(stub)
+    stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[user("go " * 30)]))
+    turn(stub, sid, 0)
+    build(stub, sid)
+    build(stub, sid, format=ANTHROPIC)
+    before = build(stub, sid, format=ANTHROPIC)  # what an unchanged input shares
+    policy = ses.ContextPolicy(keep_recent_tokens=40, tokenizer="tiktoken:o200k_base")
+    update(stub, sid, "policy", policy=policy)
+    native = build(stub, sid).cache_prefix
+    assert native.break_reason == R.CACHE_BREAK_REASON_UNSPECIFIED
+    assert native.shared_tokens == native.input_tokens != native.previous_input_tokens
+    rendered = build(stub, sid, format=ANTHROPIC)
+    assert rendered.rendered_json == before.rendered_json
+    assert rendered.cache_prefix.break_reason == R.CACHE_BREAK_REASON_UNSPECIFIED
+    assert rendered.cache_prefix.shared_bytes == before.cache_prefix.shared_bytes > 0
+    update(stub, sid, "model", model="claude-sonnet-4-5")  # counted with other framing
+    switched = build(stub, sid).cache_prefix
+    assert switched.break_reason == R.CACHE_BREAK_REASON_MODEL
+    assert switched.shared_tokens == 0 and switched.previous_input_tokens == native.input_tokens
+    reasons = {b.reason for b in stub.GetUsage(pb.GetUsageRequest(session_id=sid)).cache.breaks}
+    assert reasons == {R.CACHE_BREAK_REASON_FIRST_INPUT, R.CACHE_BREAK_REASON_MODEL}
+
+
 def test_ledger_sums_predictions_and_pairs_them_with_reported_cache_reads(stub: Stub) -> None:
     sid = create(stub)
     stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[user("hello " * 10)]))

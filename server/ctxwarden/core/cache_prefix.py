@@ -11,7 +11,8 @@ whole blocks). Kept messages are compared by the view's fingerprint chain
 prefix of this one, O(log n) by bisection otherwise, plus the messages past
 the chain; across a new checkpoint or a settings update (the chain is sealed
 anew) message by message, O(kept messages) once per compaction, clearing,
-rewind or UpdateSession. Bytes: of the rendered JSON (by its marks) for a
+rewind or UpdateSession (ignoring how each was counted: a new tokenizer or model
+counts the same messages anew). Bytes: of the rendered JSON (by its marks) for a
 provider format, of the texts the tokenizer counts for the native one.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ctxwarden.core.content import ContentKind
@@ -147,9 +148,19 @@ def common_kept(prev: InputShape, cur: InputShape) -> int:
         k = _bisect(prev.digests, cur.digests, chained)
         if k < chained:
             return k
-    while k < n and (prev.kept[k] is cur.kept[k] or prev.kept[k] == cur.kept[k]):
+    while k < n and same_to_provider(prev.kept[k], cur.kept[k]):
         k += 1
     return k
+
+
+def same_to_provider(a: Message, b: Message) -> bool:
+    """Whether a provider gets the same message: equal but for how it was counted (a
+    new tokenizer or model recounts every kept message, UpdateSession)."""
+    if a is b or a == b:
+        return True
+    if a.token_count == b.token_count and a.counted_with == b.counted_with:
+        return False
+    return replace(a, token_count=0, counted_with="") == replace(b, token_count=0, counted_with="")
 
 
 def _rendered_bytes(prev: Marks | None, cur: Marks | None) -> int | None:

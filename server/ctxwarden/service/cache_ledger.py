@@ -54,7 +54,9 @@ class CachePrefixes:
         self.rt = rt
         self.capacity = max(1, capacity)
         self._previous: OrderedDict[tuple[str, int], InputShape] = OrderedDict()
-        rt.hot.on_evict(self.forget)
+        # A copy rebuilt with a new tokenizer or model keeps them: the messages are the
+        # same to a provider, only counted anew (core.cache_prefix compares them so).
+        rt.hot.on_evict(self.forget, on_rebuild=False)
 
     def observe(self, view: ModelInputView, fmt: int) -> CachePrefix:
         """Compare a live input with the previous one and count it in the ledger."""

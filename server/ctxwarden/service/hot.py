@@ -108,7 +108,7 @@ class HotSessions:
         self._items: OrderedDict[str, SessionContext] = OrderedDict()
         self._touched: dict[str, float] = {}
         self.locks = SessionLocks(lock_timeout)
-        self._listeners: list[Callable[[str], None]] = []
+        self._listeners: list[tuple[Callable[[str], None], bool]] = []
         self.clock = clock
         self.evictions: Counter[str] = Counter()
         """Copies that left memory, by EvictionCause (read by the metrics at scrape)."""
@@ -122,14 +122,17 @@ class HotSessions:
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._items
 
-    def on_evict(self, listener: Callable[[str], None]) -> None:
+    def on_evict(self, listener: Callable[[str], None], *, on_rebuild: bool = True) -> None:
         """Call ``listener(session_id)`` whenever a session's copy leaves memory
-        (evicted, or replaced by another copy), e.g. to drop what was derived from it."""
-        self._listeners.append(listener)
+        (evicted, or replaced by another copy), e.g. to drop what was derived from it.
+        ``on_rebuild`` False: not when the copy is rebuilt in place (``put_rebuilt``),
+        for what does not depend on how its messages were counted."""
+        self._listeners.append((listener, on_rebuild))
 
-    def _left(self, session_id: str) -> None:
-        for listener in self._listeners:
-            listener(session_id)
+    def _left(self, session_id: str, *, rebuilt: bool = False) -> None:
+        for listener, on_rebuild in self._listeners:
+            if on_rebuild or not rebuilt:
+                listener(session_id)
 
     def lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """``async with hot.lock(sid):`` runs the session's critical section."""
@@ -170,12 +173,21 @@ class HotSessions:
 
     def put_rebuilt(self, session_id: str, rebuilt: SessionContext) -> None:
         """Put a copy the lock holder rebuilt from the current one (UpdateSession's new
-        tokenizer or model) in its place. Unlike a restored copy, it continues the
-        current one: the builds noted on that are counted on it at release."""
+        tokenizer or model: the same messages, counted anew) in its place. Unlike a
+        restored copy, it continues the current one: the builds noted on that are
+        counted on it at release, and only the listeners that depend on the counts
+        hear that the current one left."""
         current = self._items.get(session_id)
+        if current is None:
+            self.put(session_id, rebuilt)
+            return
         noted = self._builds_in_writes.get(session_id, [])
         noted[:] = [(rebuilt if c is current else c, n, p) for c, n, p in noted]
-        self.put(session_id, rebuilt)
+        self._items[session_id] = rebuilt
+        self._items.move_to_end(session_id)
+        self._touched[session_id] = self.clock()
+        if current is not rebuilt:
+            self._left(session_id, rebuilt=True)
 
     def put(self, session_id: str, ctx: SessionContext) -> None:
         old = self._items.get(session_id)
