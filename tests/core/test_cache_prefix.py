@@ -130,7 +130,8 @@ def test_messages_counted_anew_are_the_same_to_a_provider(
     base: list[Message], extra: list[Message], cut: int
 ) -> None:
     """A new tokenizer or model recounts every kept message (UpdateSession seals the
-    chain anew): the shared prefix is the same as before the recount, in the new counts."""
+    chain anew): the shared prefix is the same as before the recount, in the new counts,
+    and so is the shared part of the previous input."""
     prev, cur = base, base[:cut] + extra
     recounted = [replace(m, token_count=m.token_count * 2 + 1, counted_with="new") for m in cur]
     _, before = compare(None, shape(prev))
@@ -138,6 +139,8 @@ def test_messages_counted_anew_are_the_same_to_a_provider(
     k = lcp(prev, cur)
     assert common_kept(before, shape(recounted, digests=False)) == k
     assert report.shared_tokens == 10 + sum(m.token_count for m in recounted[:k])
+    restated = report.shared_tokens + sum(m.token_count for m in prev[k:])
+    assert report.previous_tokens == restated  # its shared part in the new counts
     assert (report.reason is CacheBreak.NONE) == (k == len(prev))
     other = Message(Role.USER, (ContentBlock.of_text("other"),), seq=1, token_count=3)
     assert not same_to_provider(other, replace(POOL[0], token_count=3))

@@ -120,19 +120,24 @@ def test_each_break_names_its_reason(stub: Stub) -> None:
 def test_a_new_counting_of_the_same_messages_is_no_first_input(stub: Stub) -> None:
     """A new tokenizer, or a model counted another way, makes UpdateSession recount every
     kept message. A provider gets the same bytes: after a new tokenizer everything is
-    shared (in the new counts), after a new model the break is MODEL, never FIRST_INPUT
-    (the session's comparison state is kept through the recount)."""
+    shared (the shared part of the previous input in the new counts too), after a new
+    model the break is MODEL, never FIRST_INPUT (the session's comparison state is kept
+    through the recount)."""
     sid = create(stub)
     stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[user("go " * 30)]))
     turn(stub, sid, 0)
-    build(stub, sid)
+    counted = build(stub, sid).tokens
     build(stub, sid, format=ANTHROPIC)
     before = build(stub, sid, format=ANTHROPIC)  # what an unchanged input shares
     policy = ses.ContextPolicy(keep_recent_tokens=40, tokenizer="tiktoken:o200k_base")
     update(stub, sid, "policy", policy=policy)
     native = build(stub, sid).cache_prefix
     assert native.break_reason == R.CACHE_BREAK_REASON_UNSPECIFIED
-    assert native.shared_tokens == native.input_tokens != native.previous_input_tokens
+    # All shared; the previous input in the new counts too (what it shares of it).
+    assert native.shared_tokens == native.input_tokens == native.previous_input_tokens
+    assert native.input_tokens != sum(
+        getattr(counted, f"{part}_tokens") for part in ("system", "tools", "message")
+    )
     rendered = build(stub, sid, format=ANTHROPIC)
     assert rendered.rendered_json == before.rendered_json
     assert rendered.cache_prefix.break_reason == R.CACHE_BREAK_REASON_UNSPECIFIED

@@ -108,20 +108,47 @@ class Expected:
     reason: Reason
     gone: m.Message | None
     """The first kept message of the previous input not shared, if any."""
+    previous_tokens: int
+    """The previous input's tokens, its shared parts counted as this input counts them."""
 
 
-def expected(prev: pb.ModelInput, cur: pb.ModelInput, native: bool) -> Expected:
-    """Shared whole: the head (system prompt, tools), then the leading messages (memory
-    block, summary), then kept messages one by one; the reason by the docs' table."""
-    same_head = (prev.system_prompt, list(prev.tools)) == (cur.system_prompt, list(cur.tools))
+def same_to_provider(a: m.Message, b: m.Message) -> bool:
+    """Equal but for their token counts (a new tokenizer or model counts anew)."""
+    if a == b:
+        return True
+    a2, b2 = m.Message(), m.Message()
+    a2.CopyFrom(a)
+    b2.CopyFrom(b)
+    a2.token_count = b2.token_count = 0
+    return a2 == b2
+
+
+def expected(
+    prev: pb.ModelInput, cur: pb.ModelInput, native: bool, same_model: bool = True
+) -> Expected:
+    """Shared whole: the head (model, system prompt, tools), then the leading messages
+    (memory block, summary), then kept messages one by one, as a provider gets them
+    (whatever they were counted with); the reason by the docs' table."""
+    same_head = same_model and (prev.system_prompt, list(prev.tools)) == (
+        cur.system_prompt,
+        list(cur.tools),
+    )
     same_lead = same_head and (prev.summary, prev.memory_block) == (cur.summary, cur.memory_block)
     pk, ck = list(prev.messages[_lead(prev) :]), list(cur.messages[_lead(cur) :])
     k = 0
     if same_lead:
-        while k < min(len(pk), len(ck)) and pk[k] == ck[k]:
+        while k < min(len(pk), len(ck)) and same_to_provider(pk[k], ck[k]):
             k += 1
-    t = cur.tokens
+    t, p = cur.tokens, prev.tokens
     tokens = t.system_tokens + t.tools_tokens if same_head else 0
+    # The previous input with its shared parts in this one's counts (a new tokenizer or
+    # model counts them anew; else they are the same).
+    previous = input_tokens(prev)
+    if same_head:
+        previous += tokens - p.system_tokens - p.tools_tokens
+    if same_lead:
+        previous += t.memory_tokens + t.summary_tokens - p.memory_tokens - p.summary_tokens
+        previous += sum(x.token_count for x in ck[:k]) - sum(x.token_count for x in pk[:k])
     head = len(cur.system_prompt.encode())
     head += sum(len((x.name + x.description + x.parameters_json).encode()) for x in cur.tools)
     size = head if same_head else 0
@@ -129,15 +156,22 @@ def expected(prev: pb.ModelInput, cur: pb.ModelInput, native: bool) -> Expected:
         tokens += t.memory_tokens + t.summary_tokens + sum(x.token_count for x in ck[:k])
         size += sum(message_bytes(x) for x in cur.messages[: _lead(cur) + k])
     gone = pk[k] if k < len(pk) else None
-    reason = _reason(prev, cur, same_lead, gone, k < len(pk))
-    return Expected(tokens, size if native else None, reason, gone)
+    reason = _reason(prev, cur, same_lead, gone, k < len(pk), same_model)
+    return Expected(tokens, size if native else None, reason, gone, previous)
 
 
 def _reason(
-    prev: pb.ModelInput, cur: pb.ModelInput, same_lead: bool, gone: m.Message | None, lost: bool
+    prev: pb.ModelInput,
+    cur: pb.ModelInput,
+    same_lead: bool,
+    gone: m.Message | None,
+    lost: bool,
+    same_model: bool,
 ) -> Reason:
     if same_lead and not lost:
         return R.CACHE_BREAK_REASON_UNSPECIFIED
+    if not same_model:
+        return R.CACHE_BREAK_REASON_MODEL
     if prev.system_prompt != cur.system_prompt:
         return R.CACHE_BREAK_REASON_SYSTEM_PROMPT
     if list(prev.tools) != list(cur.tools):

@@ -18,11 +18,14 @@ EXPLAINED_BY: dict[Reason, str] = {
     R.CACHE_BREAK_REASON_CLEARING: "compaction",
     R.CACHE_BREAK_REASON_ROLLBACK: "rollback",
     R.CACHE_BREAK_REASON_MEMORY_REFRESH: "memory",
+    R.CACHE_BREAK_REASON_MODEL: "model",
 }
 """A shrunk prefix's reason, and the step of the model that must have come before it."""
-KEEPS_PREFIX = {"append", "labels", "archive", "handover"}
+KEEPS_PREFIX = {"append", "labels", "archive", "handover", "tokenizer"}
 """Events after which the previous input must be a prefix of the next (the stable-prefix
-promise); an append may only answer a call the view had answered with a synthetic result."""
+promise); an append may only answer a call the view had answered with a synthetic result.
+A new tokenizer counts the same bytes anew: all of them are shared (in the new counts)."""
+DEFAULT_MODEL = "gpt-4o"
 
 
 @dataclass
@@ -36,6 +39,8 @@ class Prev:
     mi: pb.ModelInput
     events: int
     """How many of the session's events had happened when it was built."""
+    model: str
+    """The session's model then (a ModelInput does not name it)."""
 
 
 @dataclass
@@ -46,6 +51,7 @@ class CacheModel:
     """Per session, what changed it, in order: append, rollback, compaction, memory,
     labels, archive, handover."""
     archived: set[str] = field(default_factory=set)
+    models: dict[str, str] = field(default_factory=dict)
     copies: dict[tuple[int, str], Copy] = field(default_factory=dict)
     prev: dict[tuple[int, str, int], Prev] = field(default_factory=dict)
     latest: dict[str, pb.ModelInput] = field(default_factory=dict)
@@ -54,9 +60,16 @@ class CacheModel:
 
     # -- what the test did ------------------------------------------------------------
 
-    def created(self, sid: str, replica: int | None, ledger: Ledger | None = None) -> None:
+    def created(
+        self,
+        sid: str,
+        replica: int | None,
+        ledger: Ledger | None = None,
+        model: str = DEFAULT_MODEL,
+    ) -> None:
         """A new session (held by ``replica`` when it created it; an import is not)."""
         self.stored[sid] = ledger.copy() if ledger is not None else Ledger()
+        self.models[sid] = model
         self.version[sid] = 0
         self.events[sid] = []
         if replica is not None:
@@ -129,7 +142,8 @@ class CacheModel:
         c = self.access(replica, sid)
         key = (replica, sid, fmt)
         before = self.prev.get(key)
-        self.prev[key] = Prev(mi, len(self.events[sid]))
+        model = self.models[sid]
+        self.prev[key] = Prev(mi, len(self.events[sid]), model)
         self.latest[sid] = mi
         if before is None:
             want = pb.CachePrefix(
@@ -137,12 +151,12 @@ class CacheModel:
             )
             problems: list[str] = []
         else:
-            e = expected(before.mi, mi, fmt == NATIVE)
+            e = expected(before.mi, mi, fmt == NATIVE, before.model == model)
             want = pb.CachePrefix(
                 shared_tokens=e.shared_tokens,
                 shared_bytes=e.shared_bytes or 0,
                 input_tokens=input_tokens(mi),
-                previous_input_tokens=input_tokens(before.mi),
+                previous_input_tokens=e.previous_tokens,
                 break_reason=e.reason,
             )
             problems = self._explained(sid, before, e, want)

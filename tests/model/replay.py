@@ -29,23 +29,28 @@ def steps_of(text: str) -> list[str]:
     return [f"{m.group(1)}({m.group(2)})" for line in text.splitlines() if (m := STEP.match(line))]
 
 
+def run_steps(steps: list[str], harness: Harness, tmp: Path) -> None:
+    """The steps, in order, on a new machine over ``harness``'s running servers."""
+
+    class Machine(WholeApi):
+        pass
+
+    Machine.harness = harness
+    Machine.tmp = tmp
+    state = Machine()
+    for step in steps:
+        print(f"state.{step}", flush=True)
+        # The printed call, as hypothesis made it (its invariant checks are printed
+        # as steps of their own).
+        eval(f"state.{step}", {"state": state})
+
+
 def replay(steps: list[str], url: str, tmp: Path) -> None:
     migrate_database(url)
     harness = Harness(url, tmp / "logs")
     harness.start()
     try:
-
-        class Machine(WholeApi):
-            pass
-
-        Machine.harness = harness
-        Machine.tmp = tmp
-        state = Machine()
-        for step in steps:
-            print(f"state.{step}", flush=True)
-            # The printed call, as hypothesis made it (its invariant checks are printed
-            # as steps of their own).
-            eval(f"state.{step}", {"state": state})
+        run_steps(steps, harness, tmp)
     finally:
         harness.stop()
 

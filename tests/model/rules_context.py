@@ -96,7 +96,7 @@ class ContextRules(Base):
             return
         k = 1 + at % (source.last_seq + 1)
         forked = self.stub.ForkSession(pb.ForkSessionRequest(session_id=source.sid, at_seq=k))
-        self.cache.created(forked.session_id, self.replica)
+        self.cache.created(forked.session_id, self.replica, model=forked.model)
         child = source.fork(forked.session_id, k)
         assert forked.parent_seq == child.parent_seq, (forked.parent_seq, child.parent_seq)
         if self.watch.watches(source.sid):

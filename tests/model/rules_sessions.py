@@ -19,6 +19,11 @@ TEAMS = st.sampled_from(["red", "blü", "a=b"])
 """Label values: plain, not ASCII, holding the console's key=value separator."""
 TIERS = st.sampled_from(["", "gold", "free"])
 """'' leaves the label out."""
+UPDATES = st.sampled_from(["labels", "labels", "tokenizer", "model"])
+UPDATES_PATH = {"labels": "labels", "tokenizer": "policy", "model": "model"}
+OTHER_TOKENIZER = {"heuristic": "tiktoken:o200k_base", "tiktoken:o200k_base": "heuristic"}
+OTHER_MODEL = {"gpt-4o": "claude-sonnet-4-5", "claude-sonnet-4-5": "gpt-4o"}
+"""Each counts every message otherwise (its own framing): UpdateSession recounts them."""
 
 
 class SessionRules(Base):
@@ -70,15 +75,26 @@ class SessionRules(Base):
             STATS[f"background sessions: {background}"] += 1
 
     @precondition(lambda self: self.live())
-    @rule(n=PICK, team=TEAMS, tier=TIERS)
+    @rule(n=PICK, team=TEAMS, tier=TIERS, what=UPDATES)
     @logged
-    def update_labels(self, n: int, team: str, tier: str) -> None:
-        """UpdateSession replaces the labels (an archived session is read-only)."""
+    def update_session(self, n: int, team: str, tier: str, what: str) -> None:
+        """UpdateSession replaces the labels, the tokenizer or the model (an archived
+        session is read-only). A new tokenizer, or a model counted with other framing,
+        counts every kept message anew; the bytes a provider gets stay the same."""
         ref = self.pick(self.live(), n)
-        labels = self.labels(team, tier)
+        current = self.stub.GetSession(pb.GetSessionRequest(session_id=ref.sid))
+        session = ses.Session(session_id=ref.sid)
+        if what == "labels":
+            session.labels.update(self.labels(team, tier))
+        elif what == "tokenizer":
+            session.policy.CopyFrom(current.policy)
+            session.policy.tokenizer = OTHER_TOKENIZER[current.policy.tokenizer]
+        else:
+            session.model = OTHER_MODEL[current.model]
         req = pb.UpdateSessionRequest(
-            session=ses.Session(session_id=ref.sid, labels=labels),
-            update_mask=field_mask_pb2.FieldMask(paths=["labels"]),
+            session=session,
+            update_mask=field_mask_pb2.FieldMask(paths=[UPDATES_PATH[what]]),
+            etag=current.etag,
         )
         try:
             updated = self.stub.UpdateSession(req)
@@ -87,9 +103,15 @@ class SessionRules(Base):
             if not (ref.archived and refused):
                 raise
             return
-        assert not ref.archived and dict(updated.labels) == labels
-        self.cache.wrote(self.replica, ref.sid, "labels")
-        ref.labels = labels
+        assert not ref.archived
+        wanted = {"labels": dict(session.labels), "tokenizer": session.policy.tokenizer}
+        got = {"labels": dict(updated.labels), "tokenizer": updated.policy.tokenizer}
+        wanted["model"], got["model"] = session.model, updated.model
+        assert got[what] == wanted[what], (what, got, wanted)
+        self.cache.wrote(self.replica, ref.sid, what)
+        self.cache.models[ref.sid] = updated.model
+        ref.labels = dict(updated.labels)
+        STATS[f"updates: {what}"] += 1
 
     @precondition(lambda self: self.refs)
     @rule(
@@ -147,7 +169,7 @@ class SessionRules(Base):
         new_sid = f"i-{new_id()[:12]}"
         self.harness.export_import(ref.sid, new_sid, self.tmp / f"{new_sid}.json")
         twin = ref.copy_as(new_sid)
-        self.cache.created(new_sid, None, self.cache.stored[ref.sid])
+        self.cache.created(new_sid, None, self.cache.stored[ref.sid], self.cache.models[ref.sid])
         if self.watch.watches(ref.sid):
             self.watch.watch(self.stub, new_sid)
         imported = checks.normalized(self.build(new_sid, settle=False))

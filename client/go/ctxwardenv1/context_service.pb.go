@@ -2073,7 +2073,9 @@ type CachePrefix struct {
 	SharedBytes int64 `protobuf:"varint,2,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
 	// Tokens of this input (the sum of TokenBreakdown's parts, uncalibrated).
 	InputTokens int64 `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	// Tokens of the previous input (0 for a first input).
+	// Tokens of the previous input (0 for a first input), the parts it shares
+	// with this input counted as this input counts them: the same numbers
+	// unless UpdateSession changed the tokenizer or model in between.
 	PreviousInputTokens int64 `protobuf:"varint,4,opt,name=previous_input_tokens,json=previousInputTokens,proto3" json:"previous_input_tokens,omitempty"`
 	// Why the prefix is shorter than the previous input; UNSPECIFIED when not.
 	BreakReason   CacheBreakReason `protobuf:"varint,5,opt,name=break_reason,json=breakReason,proto3,enum=ctxwarden.v1.CacheBreakReason" json:"break_reason,omitempty"`

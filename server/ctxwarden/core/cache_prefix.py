@@ -216,18 +216,24 @@ def compare(prev: InputShape | None, cur: InputShape) -> tuple[CachePrefix, Inpu
     shared_kept_bytes = prev.kept_bytes - sum(message_bytes(m) for m in prev_tail)
     cur = _with_bytes(cur, shared_kept_bytes + sum(message_bytes(m) for m in cur_tail))
     tokens = bytes_ = 0
+    # The previous input with its shared parts in this one's counts: prev.tokens unless
+    # a new tokenizer or model counted the same parts anew (UpdateSession).
+    previous = prev.tokens
     if same_head:
         tokens, bytes_ = cur.head_tokens, cur.head_bytes
+        previous += cur.head_tokens - prev.head_tokens
     if same_lead:
-        tail_tokens = sum(m.token_count for m in cur_tail)
-        tokens += cur.lead_tokens + max(0, cur.kept_tokens - tail_tokens)
+        shared_kept = max(0, cur.kept_tokens - sum(m.token_count for m in cur_tail))
+        tokens += cur.lead_tokens + shared_kept
         bytes_ += cur.lead_bytes + shared_kept_bytes
+        was_shared = max(0, prev.kept_tokens - sum(m.token_count for m in prev_tail))
+        previous += cur.lead_tokens - prev.lead_tokens + shared_kept - was_shared
     rendered = _rendered_bytes(prev.marks, cur.marks)
     if rendered is not None:
         bytes_ = rendered
     shrank = not same_lead or k < len(prev.kept)
     reason = _why(prev, cur, k) if shrank else CacheBreak.NONE
-    return CachePrefix(tokens, bytes_, cur.tokens, prev.tokens, reason), cur
+    return CachePrefix(tokens, bytes_, cur.tokens, previous, reason), cur
 
 
 def _with_bytes(shape: InputShape, kept_bytes: int) -> InputShape:

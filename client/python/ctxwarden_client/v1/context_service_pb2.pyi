@@ -1150,7 +1150,10 @@ class CachePrefix(_message.Message):
     input_tokens: _builtins.int
     """Tokens of this input (the sum of TokenBreakdown's parts, uncalibrated)."""
     previous_input_tokens: _builtins.int
-    """Tokens of the previous input (0 for a first input)."""
+    """Tokens of the previous input (0 for a first input), the parts it shares
+    with this input counted as this input counts them: the same numbers
+    unless UpdateSession changed the tokenizer or model in between.
+    """
     break_reason: Global___CacheBreakReason.ValueType
     """Why the prefix is shorter than the previous input; UNSPECIFIED when not."""
     def __init__(

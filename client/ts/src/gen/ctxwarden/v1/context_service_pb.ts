@@ -963,7 +963,9 @@ export type CachePrefix = Message<"ctxwarden.v1.CachePrefix"> & {
   inputTokens: bigint;
 
   /**
-   * Tokens of the previous input (0 for a first input).
+   * Tokens of the previous input (0 for a first input), the parts it shares
+   * with this input counted as this input counts them: the same numbers
+   * unless UpdateSession changed the tokenizer or model in between.
    *
    * @generated from field: int64 previous_input_tokens = 4;
    */
