@@ -61,6 +61,8 @@ class Base(RuleBasedStateMachine):
         super().__init__()
         self.refs: dict[str, Ref] = {}
         self.deleted: set[str] = set()
+        self.aged: set[str] = set()
+        """Archived sessions past the purge rule, kept while forks read from them."""
         self.touched: str = ""
         self.users = [f"u-{new_id()[:8]}" for _ in range(2)]
         """Two users of this example's own (memories outlive an example in the database)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grpc
 import httpx
-from sqlalchemy import create_engine, text
+from sqlalchemy import bindparam, create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from ctxwarden.store.urls import sync_url
@@ -171,6 +171,30 @@ class Harness:
                     text(f"UPDATE sessions SET {column} = :t WHERE session_id = :s"),
                     {"t": ids.now_us() - days * DAY_US, "s": sid},
                 )
+        finally:
+            engine.dispose()
+
+    def stored(self, sids: list[str]) -> tuple[set[str], list[str]]:
+        """Which of ``sids`` have a row in the database (deleted ones included until
+        purged), and every fork whose source's row is gone (a purge must never do that)."""
+        engine = create_engine(sync_url(self.url))
+        try:
+            with engine.connect() as conn:
+                present: set[str] = set()
+                if sids:
+                    query = text("SELECT session_id FROM sessions WHERE session_id IN :ids")
+                    rows = conn.execute(
+                        query.bindparams(bindparam("ids", expanding=True)), {"ids": sids}
+                    )
+                    present = {str(r.session_id) for r in rows}
+                orphans = conn.execute(
+                    text(
+                        "SELECT c.session_id FROM sessions c LEFT JOIN sessions p"
+                        " ON p.session_id = c.parent_key"
+                        " WHERE c.parent_key <> '' AND p.session_id IS NULL"
+                    )
+                )
+                return present, [str(r.session_id) for r in orphans]
         finally:
             engine.dispose()
 

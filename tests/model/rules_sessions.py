@@ -157,6 +157,7 @@ class SessionRules(Base):
             self.stub.ArchiveSession(pb.ArchiveSessionRequest(session_id=ref.sid))
         ref.archived = not ref.archived
         self.cache.set_archived(self.replica, ref.sid, ref.archived)
+        self.aged.discard(ref.sid)  # unarchived, or archived anew: its rule starts again
 
     @precondition(lambda self: self.live())
     @rule(n=PICK, roll=st.integers(0, 2))
@@ -192,16 +193,36 @@ class SessionRules(Base):
             if not ref.archived:
                 self.stub.ArchiveSession(pb.ArchiveSessionRequest(session_id=ref.sid))
                 self.cache.set_archived(self.replica, ref.sid, True)
+                ref.archived = True
             self.harness.age(ref.sid, "archive_time_us", 2)
+            self.aged.add(ref.sid)
         else:
             self.stub.DeleteSession(pb.DeleteSessionRequest(session_id=ref.sid))
             self.cache.dropped(self.replica, ref.sid)
             self.watch.forget(ref.sid)
             self.harness.age(ref.sid, "delete_time_us", 2)
-        self.deleted.add(ref.sid)
-        self.harness.purge()
+            self.deleted.add(ref.sid)
+        self.purged()
         STATS["purges"] += 1
         self.touched = ""
+
+    def purged(self) -> None:
+        """Run the retention rules. An archived session past its rule goes unless a
+        fork still reads from it (it stays archived and visible until its forks are
+        gone, docs/concepts/forks.md); no purge leaves a fork without its source."""
+        forks, _ = self.harness.stored(sorted(r.sid for r in self.refs.values() if r.parent))
+        read = {self.refs[sid].parent for sid in forks}
+        aged = sorted(self.aged)
+        self.harness.purge()
+        present, orphans = self.harness.stored(aged)
+        assert not orphans, f"forks whose source was purged: {orphans}"
+        for sid in aged:
+            if sid in present:
+                assert sid in read, f"archived {sid} outlived its rule with no fork reading it"
+                STATS["archived sessions kept for their forks"] += 1
+                continue
+            self.aged.discard(sid)
+            self.deleted.add(sid)
 
     @rule(roll=st.integers(0, 5))
     @logged
