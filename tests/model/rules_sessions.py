@@ -19,8 +19,6 @@ TEAMS = st.sampled_from(["red", "blü", "a=b"])
 """Label values: plain, not ASCII, holding the console's key=value separator."""
 TIERS = st.sampled_from(["", "gold", "free"])
 """'' leaves the label out."""
-UPDATES = st.sampled_from(["labels", "labels", "tokenizer", "model"])
-UPDATES_PATH = {"labels": "labels", "tokenizer": "policy", "model": "model"}
 OTHER_TOKENIZER = {"heuristic": "tiktoken:o200k_base", "tiktoken:o200k_base": "heuristic"}
 OTHER_MODEL = {"gpt-4o": "claude-sonnet-4-5", "claude-sonnet-4-5": "gpt-4o"}
 """Each counts every message otherwise (its own framing): UpdateSession recounts them."""
@@ -75,26 +73,38 @@ class SessionRules(Base):
             STATS[f"background sessions: {background}"] += 1
 
     @precondition(lambda self: self.live())
-    @rule(n=PICK, team=TEAMS, tier=TIERS, what=UPDATES)
+    @rule(n=PICK, team=TEAMS, tier=TIERS)
     @logged
-    def update_session(self, n: int, team: str, tier: str, what: str) -> None:
-        """UpdateSession replaces the labels, the tokenizer or the model (an archived
-        session is read-only). A new tokenizer, or a model counted with other framing,
-        counts every kept message anew; the bytes a provider gets stay the same."""
+    def update_labels(self, n: int, team: str, tier: str) -> None:
+        """UpdateSession replaces the labels (an archived session is read-only)."""
+        ref = self.pick(self.live(), n)
+        session = ses.Session(session_id=ref.sid, labels=self.labels(team, tier))
+        self.update(ref, session, "labels")
+
+    @precondition(lambda self: self.live())
+    @rule(n=PICK, what=st.sampled_from(["tokenizer", "model"]))
+    @logged
+    def change_counting(self, n: int, what: str) -> None:
+        """UpdateSession of the tokenizer, or of the model (counted with other framing):
+        every kept message is counted anew, the bytes a provider gets stay the same.
+        (A rule of its own: the fixed examples stay as they were, and never draw it;
+        ``test_scenarios.py`` drives it every run.)"""
         ref = self.pick(self.live(), n)
         current = self.stub.GetSession(pb.GetSessionRequest(session_id=ref.sid))
         session = ses.Session(session_id=ref.sid)
-        if what == "labels":
-            session.labels.update(self.labels(team, tier))
-        elif what == "tokenizer":
+        if what == "tokenizer":
             session.policy.CopyFrom(current.policy)
             session.policy.tokenizer = OTHER_TOKENIZER[current.policy.tokenizer]
         else:
             session.model = OTHER_MODEL[current.model]
+        self.update(ref, session, what)
+
+    def update(self, ref: Ref, session: ses.Session, what: str) -> None:
+        """UpdateSession of ``what`` (labels, tokenizer or model) as ``session`` has it;
+        an archived session refuses it."""
+        paths = [{"labels": "labels", "tokenizer": "policy", "model": "model"}[what]]
         req = pb.UpdateSessionRequest(
-            session=session,
-            update_mask=field_mask_pb2.FieldMask(paths=[UPDATES_PATH[what]]),
-            etag=current.etag,
+            session=session, update_mask=field_mask_pb2.FieldMask(paths=paths)
         )
         try:
             updated = self.stub.UpdateSession(req)
