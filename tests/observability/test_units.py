@@ -239,12 +239,19 @@ async def test_interceptor_handles_all_four_kinds(
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 _ = [r async for r in bidi(iter([b"a", b"stop", b"c"]))]
             assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
-        await asyncio.sleep(0.3)  # let the cancelled Sleepy handler finish
+
+        def rpcs(method: str, code: str) -> float:
+            return value(fresh, "ctxwarden_rpcs_total", method=f"t.Svc/{method}", code=code)
+
+        # The cancelled Sleepy handler is observed when it has finished on the server's
+        # side, which a loaded machine may take a while to get to: wait for that (a fixed
+        # 0.3 s failed under a full suite run), not for a guessed time.
+        deadline = asyncio.get_running_loop().time() + 30
+        while not rpcs("Sleepy", "DEADLINE_EXCEEDED"):
+            assert asyncio.get_running_loop().time() < deadline, "Sleepy was never observed"
+            await asyncio.sleep(0.01)
     finally:
         await server.stop(0)
-
-    def rpcs(method: str, code: str) -> float:
-        return value(fresh, "ctxwarden_rpcs_total", method=f"t.Svc/{method}", code=code)
 
     assert rpcs("Unary", "OK") == 1
     assert rpcs("Unary", "NOT_FOUND") == 1
