@@ -11,6 +11,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -242,3 +243,14 @@ class Harness:
             "--purge-deleted-after-days",
             "1",
         ).stdout
+
+
+@contextlib.contextmanager
+def running(url: str, tmp: Path, replicas: int = 1) -> Iterator[Harness]:
+    """A started harness of ``replicas`` servers on ``url``, stopped afterwards."""
+    harness = Harness(url, tmp / "logs", replicas=replicas)
+    harness.start()
+    try:
+        yield harness
+    finally:
+        harness.stop()

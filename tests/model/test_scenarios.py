@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.model.harness import Harness
+from tests.model.harness import Harness, running
 from tests.model.replay import run_steps
 
 
@@ -69,12 +69,8 @@ SCENARIOS = {"settings": SETTINGS_RECOUNTED, "archived source": ARCHIVED_SOURCE_
 
 @pytest.fixture
 def one_server(backend_url: str, tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(backend_url, tmp_path / "logs")
-    harness.start()
-    try:
+    with running(backend_url, tmp_path) as harness:
         yield harness
-    finally:
-        harness.stop()
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -85,9 +81,5 @@ def test_scenario(one_server: Harness, tmp_path: Path, scenario: str) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("backend_url", ["mysql", "postgres"], indirect=True)
 def test_scenario_on_two_replicas(backend_url: str, tmp_path: Path, scenario: str) -> None:
-    harness = Harness(backend_url, tmp_path / "logs", replicas=2)
-    harness.start()
-    try:
+    with running(backend_url, tmp_path, replicas=2) as harness:
         run_steps(SCENARIOS[scenario], harness, tmp_path)
-    finally:
-        harness.stop()

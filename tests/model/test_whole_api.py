@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.model.harness import Harness
+from tests.model.harness import Harness, running
 from tests.model.machine import STATS, WholeApi
 
 EXAMPLES = int(os.environ.get("CTXWARDEN_MODEL_EXAMPLES", "4"))
@@ -51,12 +51,8 @@ def _run(harness: Harness, tmp_path: Path) -> None:
 
 @pytest.fixture
 def one_server(backend_url: str, tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(backend_url, tmp_path / "logs")
-    harness.start()
-    try:
+    with running(backend_url, tmp_path) as harness:
         yield harness
-    finally:
-        harness.stop()
 
 
 def test_whole_api(one_server: Harness, tmp_path: Path) -> None:
@@ -65,9 +61,5 @@ def test_whole_api(one_server: Harness, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend_url", ["mysql", "postgres"], indirect=True)
 def test_whole_api_on_two_replicas(backend_url: str, tmp_path: Path) -> None:
-    harness = Harness(backend_url, tmp_path / "logs", replicas=2)
-    harness.start()
-    try:
+    with running(backend_url, tmp_path, replicas=2) as harness:
         _run(harness, tmp_path)
-    finally:
-        harness.stop()
