@@ -60,6 +60,24 @@ def test_env_vars_configure_serve(backend_url: str, tmp_path: Path) -> None:
         assert proc.wait(timeout=30) == 0
 
 
+def _wait_shutdown_began(channel: grpc.Channel) -> None:
+    """Until the server says NOT_SERVING (its first step on SIGTERM) or refuses a new
+    call (UNAVAILABLE, or CANCELLED when it arrived as the server stopped taking calls)."""
+    check = health_pb2_grpc.HealthStub(channel).Check
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            status = check(health_pb2.HealthCheckRequest(), timeout=5).status
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                return
+            raise
+        if status == health_pb2.HealthCheckResponse.NOT_SERVING:
+            return
+        assert time.monotonic() < deadline, "the server did not begin to shut down"
+        time.sleep(0.01)
+
+
 def test_sigterm_finishes_in_flight_calls(backend_url: str, tmp_path: Path) -> None:
     """After SIGTERM an open stream keeps being served until the client ends it."""
     server = ServerProcess(backend_url, log_dir=tmp_path)
@@ -80,7 +98,7 @@ def test_sigterm_finishes_in_flight_calls(backend_url: str, tmp_path: Path) -> N
         if i == 10:
             assert server.proc is not None
             server.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)  # shutdown has begun
+            _wait_shutdown_began(ch)
         outbox.put(pb.AppendMessagesRequest(session_id=sid, messages=[user(f"m{i}")]))
         seqs.append(next(call).last_seq)
     outbox.put(None)

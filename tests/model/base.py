@@ -107,19 +107,30 @@ class Base(RuleBasedStateMachine):
         STATS["cache ledgers compared"] += 1
         return problems
 
-    def build(self, sid: str, *, settle: bool = True, **kw: Any) -> pb.ModelInput:
+    def build(
+        self,
+        sid: str,
+        *,
+        settle: bool = True,
+        replica: int | None = None,
+        report: bool | None = None,
+        **kw: Any,
+    ) -> pb.ModelInput:
         """BuildModelInput, with report_cache_prefix three times in four; a live input's
         cache report (or, without one, what the ledger counts) is checked against the
         previous input of its replica and format. A live build of a watched session
         then waits for the background compaction it may have queued and, if one
         committed, is taken again (``settle``=False: the caller settles later, with
-        ``after_growth``)."""
+        ``after_growth``). ``replica`` and ``report``: on that replica, with or
+        without the report (else drawn)."""
         live = "as_of_seq" not in kw
-        report = self.harness.rng.random() < 0.75
+        if report is None:
+            report = self.harness.rng.random() < 0.75
         req = pb.BuildModelInputRequest(
             session_id=sid, view=pb.MODEL_INPUT_VIEW_FULL, report_cache_prefix=report, **kw
         )
-        mi = self.stub.BuildModelInput(req)
+        stub = self.stub if replica is None else self.harness.stub_of(replica)
+        mi = stub.BuildModelInput(req)
         if not live:
             assert not mi.HasField("cache_prefix"), "a replay carries a cache report"
             return mi
@@ -189,6 +200,7 @@ class Base(RuleBasedStateMachine):
             if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
             STATS["quota refusals"] += 1
+            ref.nothing_appended()
             return pb.AppendMessagesResponse()  # the quota held: nothing is stored
         self.record(ref, resp)
         ref.last_request = req

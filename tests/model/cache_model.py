@@ -54,6 +54,8 @@ class CacheModel:
     models: dict[str, str] = field(default_factory=dict)
     copies: dict[tuple[int, str], Copy] = field(default_factory=dict)
     prev: dict[tuple[int, str, int], Prev] = field(default_factory=dict)
+    uncertain: set[tuple[int, str, int]] = field(default_factory=set)
+    """Previous inputs a replica may have dropped (``maybe_dropped``)."""
     latest: dict[str, pb.ModelInput] = field(default_factory=dict)
     """The session's last live input, from any replica (every build reads the current
     version: the servers run with no read staleness)."""
@@ -91,6 +93,27 @@ class CacheModel:
         self.copies.pop((replica, sid), None)
         for key in [k for k in self.prev if k[:2] == (replica, sid)]:
             del self.prev[key]
+            self.uncertain.discard(key)
+
+    def maybe_dropped(self, replica: int, sid: str) -> list[int]:
+        """A call cancelled on ``replica`` while its write was in flight: the replica
+        dropped its copy (it could not know the outcome) or had answered first and kept
+        it. The formats whose previous input is now uncertain are returned: the next
+        build of one of them, with a report, tells which (``built``)."""
+        keys = {k for k in self.prev if k[:2] == (replica, sid)}
+        self.uncertain |= keys
+        return sorted(k[2] for k in keys)
+
+    def _resolve(self, replica: int, sid: str, fmt: int, mi: pb.ModelInput, report: bool) -> None:
+        """The first build of an uncertain format: FIRST_INPUT where a previous input
+        was, so the replica dropped its copy (and every previous input with it)."""
+        assert report, "an uncertain previous input is resolved by a build with a report"
+        keys = {k for k in self.uncertain if k[:2] == (replica, sid)}
+        self.uncertain -= keys
+        if mi.cache_prefix.break_reason == R.CACHE_BREAK_REASON_FIRST_INPUT:
+            self.copies.pop((replica, sid), None)
+            for key in keys:
+                self.prev.pop(key, None)
 
     def wrote(
         self,
@@ -126,6 +149,7 @@ class CacheModel:
     def restarted(self) -> None:
         self.copies.clear()
         self.prev.clear()
+        self.uncertain.clear()
 
     def reported(self, replica: int, sid: str) -> Ledger:
         """What GetUsage on ``replica`` shows: its current copy, else the stored row."""
@@ -139,8 +163,10 @@ class CacheModel:
     def built(self, replica: int, sid: str, fmt: int, mi: pb.ModelInput, report: bool) -> list[str]:
         """Check a live build against the previous one on its replica, then count it."""
         fmt = fmt or NATIVE
-        c = self.access(replica, sid)
         key = (replica, sid, fmt)
+        if key in self.uncertain:
+            self._resolve(replica, sid, fmt, mi, report)
+        c = self.access(replica, sid)
         before = self.prev.get(key)
         model = self.models[sid]
         self.prev[key] = Prev(mi, len(self.events[sid]), model)

@@ -31,6 +31,8 @@ SERVER_ARGS = ["--summarizer", "extractive", "--max-stored-bytes-per-tenant", "5
 the test can reach."""
 PENDING = "ctxwarden_background_compactions_pending"
 SUCCEEDED = "ctxwarden_background_compactions_succeeded_total"
+IN_FLIGHT = "ctxwarden_rpcs_in_flight"
+SERVICE = "ctxwarden.v1.ContextService"
 SETTLE_SECONDS = 30.0
 
 
@@ -70,6 +72,15 @@ class Replica(ServerProcess):
             if name in found:
                 found[name] = float(value)
         return found[PENDING], found[SUCCEEDED]
+
+    def in_flight(self, method: str) -> float:
+        """From one scrape of its metrics: its calls of ``method`` being handled now."""
+        page = httpx.get(f"http://{self.metrics}/metrics", timeout=10).text
+        name = f'{IN_FLIGHT}{{method="{SERVICE}/{method}"}}'
+        for line in page.splitlines():
+            if line.startswith(name + " "):
+                return float(line.rpartition(" ")[2])
+        return 0.0
 
 
 ROW = re.compile(
@@ -114,6 +125,18 @@ class Harness:
     def stub(self) -> Stub:
         self.last = self.rng.randrange(len(self.stubs))
         return self.stubs[self.last]
+
+    def stub_of(self, replica: int) -> Stub:
+        """The stub of one replica (the call's replica, as ``stub()`` notes it)."""
+        self.last = replica
+        return self.stubs[replica]
+
+    def finished(self, replica: int, method: str) -> None:
+        """Until ``replica`` handles no ``method`` call (it noticed a cancelled one)."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while self.servers[replica].in_flight(method) > 0:
+            assert time.monotonic() < deadline, f"a {method} call did not finish"
+            time.sleep(0.01)
 
     def settle(self) -> list[float]:
         """Until no replica has a background compaction queued, running or waiting to

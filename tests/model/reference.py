@@ -56,6 +56,13 @@ class Ref:
         self.visible_at[k] = list(self.visible)
         self.labels_at[k] = dict(self.labels)
 
+    def nothing_appended(self) -> None:
+        """Undo ``before_append``: the append stored nothing (a replay at that seq
+        would show whatever comes before the next message actually appended)."""
+        k = self.last_seq + 1
+        for noted in (self.replays, self.visible_at, self.labels_at):
+            noted.pop(k, None)
+
     @property
     def open_calls(self) -> list[str]:
         """The calls of the last assistant turn still waiting for a result: once another

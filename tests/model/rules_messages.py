@@ -66,7 +66,11 @@ class MessageRules(Base):
     def stream(self, n: int, count: int) -> None:
         """Requests one per stream, or (odd ``n``: no draw of its own, which would
         change every fixed example) all sent at once on one stream, which the
-        server writes as one run; then a run may carry one request twice."""
+        server writes as one run; then a run may carry one request twice. One odd
+        ``n`` in three: the client goes away after half the answers (``abandon_stream``)."""
+        if n % 6 == 5:  # odd, no resend: a client that goes away after half the answers
+            self.abandon_stream(n, count, count // 2)
+            return
         ref = self.pick(self.writable(), n)
         together = n % 2 == 1
         reqs = []
@@ -112,6 +116,63 @@ class MessageRules(Base):
         for k in later:
             ref.replays[k] = checks.normalized(self.build(ref.sid, as_of_seq=k))
         STATS["streamed runs"] += 1
+
+    @logged
+    def abandon_stream(self, n: int, count: int, read: int) -> None:
+        """A client that goes away in the middle of a stream: it sends ``count``
+        requests at once, reads ``read`` answers and cancels. Every answered request
+        is stored, any other the server went on to store is stored whole and in order,
+        and what the server says next is what it stored (a write it left in flight is
+        waited for, not raced). Drawn as a kind of ``stream`` (a rule of its own
+        would change every fixed example); the written scenarios call it directly."""
+        ref = self.pick(self.writable(), n)
+        reqs = []
+        for i in range(count):
+            msg = user(f"abandoned {i}") if i % 2 == 0 else assistant(f"abandoned {i}")
+            msg.message_id = new_id()
+            reqs.append(
+                pb.AppendMessagesRequest(
+                    session_id=ref.sid,
+                    messages=[msg],
+                    view=pb.MESSAGE_VIEW_FULL,
+                    request_id=new_id(),
+                )
+            )
+        self.before_append(ref)
+        call = self.stub.StreamMessages(iter(reqs))
+        r = self.replica
+        answers = [next(call) for _ in range(min(read, count))]
+        call.cancel()
+        self.harness.finished(r, "StreamMessages")
+        stub = self.harness.stub_of(r)
+        stub.GetSession(pb.GetSessionRequest(session_id=ref.sid))  # after the write settled
+        listed = stub.ListMessages(
+            pb.ListMessagesRequest(session_id=ref.sid, after_seq=ref.last_seq, page_size=100)
+        ).messages
+        sent = [req.messages[0].message_id for req in reqs]
+        assert [msg.message_id for msg in listed] == sent[: len(listed)], "not the first sent"
+        assert len(listed) >= len(answers), "an answered request is missing"
+        assert [a.messages[0].seq for a in answers] == [msg.seq for msg in listed[: len(answers)]]
+        if not listed:
+            ref.nothing_appended()
+        later: list[int] = []
+        for i, msg in enumerate(listed):
+            if i > 0:
+                k = ref.last_seq + 1
+                later.append(k)
+                ref.visible_at[k], ref.labels_at[k] = list(ref.visible), dict(ref.labels)
+            self.record(ref, pb.AppendMessagesResponse(messages=[msg]), settle=False)
+        compacted = self.compacted_meanwhile(ref.sid)
+        uncertain = self.cache.maybe_dropped(r, ref.sid)
+        if uncertain:  # did the replica keep its copy? This build's report tells.
+            self.build(ref.sid, settle=False, replica=r, report=True, format=uncertain[0])
+            self.after_growth(ref.sid)  # a live build may queue a background compaction
+        elif compacted:
+            self.build(ref.sid)
+        for k in later:
+            ref.replays[k] = checks.normalized(self.build(ref.sid, as_of_seq=k))
+        STATS["abandoned streams"] += 1
+        STATS["abandoned requests stored"] += len(listed)
 
     @precondition(lambda self: any(r.last_request for r in self.writable()))
     @rule(n=PICK)

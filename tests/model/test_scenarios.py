@@ -64,7 +64,32 @@ ARCHIVED_SOURCE_PURGED = written(
 search) while a fork reads from it, even in the purge that removes the fork, and goes
 with the next one (found by a random example: the model took it for purged)."""
 
-SCENARIOS = {"settings": SETTINGS_RECOUNTED, "archived source": ARCHIVED_SOURCE_PURGED}
+ABANDONED_STREAMS = written(
+    "create_session(background='off', clearing=False, memory=True, team='blue', tier='')",
+    "append_one(n=0, kind='user', text='look at the logs')",
+    "append_one(n=0, kind='assistant', text='looking')",
+    "abandon_stream(count=4, n=0, read=1)",
+    "abandon_stream(count=3, n=0, read=0)",
+    "fork(n=0, at=4)",
+    "abandon_stream(count=2, n=1, read=2)",
+    "compact(n=0, keep=20, server=True)",
+    "abandon_stream(count=4, n=0, read=2)",
+    "rollback(n=0, back=2, plain=True)",
+    "restart(roll=0)",
+    "abandon_stream(count=1, n=0, read=0)",
+    "export_import(n=0, roll=0)",
+    "stream(count=2, n=0)",
+)
+"""Clients that go away in the middle of a stream (after reading some answers or none),
+with forks from among the requests they left, a server compaction, a rollback, a restart
+and export -> import: every answered request stored, the others whole or not at all, and
+the next calls agree with what was stored (a write left in flight is waited for)."""
+
+SCENARIOS = {
+    "settings": SETTINGS_RECOUNTED,
+    "archived source": ARCHIVED_SOURCE_PURGED,
+    "abandoned streams": ABANDONED_STREAMS,
+}
 
 
 @pytest.fixture

@@ -11,8 +11,10 @@ goes). Then the test looks at the database directly and at what the server says:
   to store is stored whole: the stored requests are exactly the first N
   requests sent, never part of one;
 - the server stays alive and SERVING; its own view of the session
-  (GetSession, BuildModelInput) matches the database right away, and the
-  session takes the next append at once;
+  (GetSession, BuildModelInput) matches the database as soon as the server
+  has finished with the call (its in-flight gauge), and the session takes the
+  next append at once (a write the cancelled call left in flight is waited
+  for, not raced: tests/store/test_abandoned_writes.py);
 - a disconnect raises no exception in the server (when the call is cancelled
   while the server waits to send an answer, which the slow reader makes
   certain, the stream wrapper is closed later from another context) and is
@@ -47,7 +49,7 @@ from tests.reliability.stream_client import (
     stream_request,
 )
 from tests.support.agents import sync_database_url
-from tests.support.server import ServerProcess
+from tests.support.observed import ObservedServer, wait_for_sample
 
 REQUESTS = 300
 ROUNDS = ((4, False), (11, False), (25, False), (3, True))
@@ -145,7 +147,7 @@ def _kill_after(target: str, session_id: str, acks: int, slow: bool) -> list[int
 
 
 def _round(
-    how: str, server: ServerProcess, stub: pb_grpc.ContextServiceStub, acks: int, slow: bool
+    how: str, server: ObservedServer, stub: pb_grpc.ContextServiceStub, acks: int, slow: bool
 ) -> Round:
     sid = f"disc-{how}-{uuid.uuid4().hex[:8]}"
     stub.CreateSession(pb.CreateSessionRequest(session_id=sid), timeout=30)
@@ -153,7 +155,11 @@ def _round(
         acked = asyncio.run(_cancel_after(server.target, sid, acks, slow))
     else:
         acked = _kill_after(server.target, sid, acks, slow)
-    time.sleep(0.5)  # let the server finish with the call
+    # The server has finished with the call (it noticed the disconnect, or it
+    # answered the last request it read): what it says next must match the database.
+    wait_for_sample(
+        server.metrics, "ctxwarden_rpcs_in_flight", 0, method=f"{SERVICE}/StreamMessages"
+    )
     r = Round(sid, slow, acked)
     r.view_last_seq = stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=30).last_seq
     mi = stub.BuildModelInput(pb.BuildModelInputRequest(session_id=sid), timeout=30)
@@ -186,7 +192,7 @@ def disconnects(
     request: pytest.FixtureRequest, backend_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Disconnects:
     how: str = request.param
-    server = ServerProcess(backend_url, log_dir=tmp_path_factory.mktemp(f"disconnect-{how}"))
+    server = ObservedServer(backend_url, log_dir=tmp_path_factory.mktemp(f"disconnect-{how}"))
     server.start()
     try:
         with grpc.insecure_channel(server.target) as channel:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +31,7 @@ from ctxwarden.service.manager import SessionManager
 from ctxwarden.store.engine import make_engine
 from ctxwarden.store.repository import Store
 from ctxwarden.util import ids
+from tests.support.held import Held
 
 
 @pytest.fixture
@@ -40,27 +41,6 @@ async def manager(backend_url: str) -> AsyncIterator[SessionManager]:
         yield m
     finally:
         await m.close()
-
-
-class Held:
-    """Wraps ``owner.name`` (an async method) so that its next call waits for
-    ``release()`` after telling ``entered``."""
-
-    def __init__(self, owner: Any, name: str) -> None:
-        self.entered = asyncio.Event()
-        self._go = asyncio.Event()
-        real: Callable[..., Awaitable[Any]] = getattr(owner, name)
-
-        async def held(*args: Any, **kwargs: Any) -> Any:
-            self.entered.set()
-            await self._go.wait()
-            setattr(owner, name, real)
-            return await real(*args, **kwargs)
-
-        setattr(owner, name, held)
-
-    def release(self) -> None:
-        self._go.set()
 
 
 def _text(role: Role, text: str, usage: Usage | None = None) -> Message:

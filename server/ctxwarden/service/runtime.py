@@ -199,6 +199,7 @@ class SessionRuntime:
         if s.archived:
             return False
         sid = s.session_id
+        await self.settled(sid)
         tail = await self.db(
             lambda: self.store.load_tail(sid, s.version, s.last_seq, CATCH_UP_LIMIT)
         )
@@ -217,6 +218,7 @@ class SessionRuntime:
         messages from that checkpoint's first_kept_seq on (Store.load_snapshot):
         O(kept), whatever the length of the history. Caller holds the lock.
         An archived session is returned for reading but not kept in memory."""
+        await self.settled(session_id)
         snapshot = await self.db(lambda: self.store.load_snapshot(session_id))
         if snapshot is None or snapshot.session.deleted:
             raise self.not_found(session_id)
@@ -308,10 +310,20 @@ class SessionRuntime:
         ctx = self.hot.get(session_id)
         if ctx is not None and await self.current(ctx):
             return ctx.session
+        await self.settled(session_id)
         session = await self.db(lambda: self.store.sessions.get(session_id))
         if session is None or session.deleted:
             raise self.not_found(session_id)
         return session
+
+    async def settled(self, session_id: str) -> None:
+        """Before reading the session from the database: wait for the outcome of an
+        append of it whose caller went away (a cancelled stream goes on writing), so
+        that what is read is not older than what this process wrote. Otherwise the
+        copy restored would miss that append, and the next append would lose its
+        compare-and-set."""
+        if self.store.unsettled(session_id):
+            await self.db(lambda: self.store.settled(session_id))
 
     async def reload(self, session_id: str) -> SessionContext:
         """Bring the stale copy up to date, else restore the session (caller holds

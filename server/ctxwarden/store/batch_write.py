@@ -57,6 +57,11 @@ class AppendOp:
     tenant: str
     future: asyncio.Future[None] | None = field(default=None, repr=False)
     """Set by GroupCommitter.submit; resolved when the op's batch committed or failed."""
+    resolved: bool = field(default=False, repr=False)
+    """The batch committed or failed (whether or not the caller still waited)."""
+    settled: asyncio.Event | None = field(default=None, repr=False)
+    """Set by GroupCommitter.submit when the caller went away before the outcome;
+    set when the batch committed or failed all the same."""
 
 
 class BatchFailed(Exception):

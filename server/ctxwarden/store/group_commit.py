@@ -91,6 +91,8 @@ class GroupCommitter:
         self._queue: deque[AppendOp] = deque()
         self._ready: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._abandoned: dict[str, asyncio.Event] = {}
+        """Per session, the newest append whose caller went away: set once settled."""
         self._closed = False
         self.batches = 0
         """Committed batches (for tests and metrics)."""
@@ -114,7 +116,35 @@ class GroupCommitter:
         self._ready.set()
         # A cancelled caller cancels only this future: the op stays queued or in
         # its batch, so the write goes on whether or not somebody still waits.
-        await future
+        try:
+            await future
+        except asyncio.CancelledError:
+            # The cancel reached the future a step before this coroutine: the batch
+            # may have been resolved in between (``resolved``), or still be to come.
+            if not op.resolved:  # no outcome yet: reads of the session wait for it
+                self._abandon(op)
+            raise
+
+    def _abandon(self, op: AppendOp) -> None:
+        op.settled = asyncio.Event()
+        for sid in [sid for sid, done in self._abandoned.items() if done.is_set()]:
+            del self._abandoned[sid]
+        self._abandoned[op.session.session_id] = op.settled
+
+    def unsettled(self, session_id: str) -> bool:
+        """Whether an append of ``session_id`` whose caller went away may still commit."""
+        settled = self._abandoned.get(session_id)
+        return settled is not None and not settled.is_set()
+
+    async def settled(self, session_id: str) -> None:
+        """Wait until the append of ``session_id`` whose caller went away (if any)
+        committed or failed, so that a read of the session is not older than what
+        this process wrote."""
+        settled = self._abandoned.get(session_id)
+        if settled is not None:
+            await settled.wait()
+            if self._abandoned.get(session_id) is settled:
+                del self._abandoned[session_id]
 
     async def close(self) -> None:
         self._closed = True
@@ -294,6 +324,9 @@ def _no_observer(operation: str, seconds: float, ok: bool) -> None:
 
 
 def _resolve(op: AppendOp, exc: BaseException | None) -> None:
+    op.resolved = True
+    if op.settled is not None:
+        op.settled.set()
     future = op.future
     if future is None or future.done():
         return

@@ -85,6 +85,14 @@ class Store:
             await self.committer.engine.dispose()
         await self.engine.dispose()
 
+    def unsettled(self, session_id: str) -> bool:
+        """Whether an append of the session whose caller went away may still commit."""
+        return self.committer.unsettled(session_id)
+
+    async def settled(self, session_id: str) -> None:
+        """Wait for the outcome of such an append (store/group_commit.py)."""
+        await self.committer.settled(session_id)
+
     @boundary
     async def ping(self) -> None:
         """The database answers, and (a Galera node) is Synced: store/cluster.py."""
