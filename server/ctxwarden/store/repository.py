@@ -89,6 +89,7 @@ class Store:
         """Whether an append of the session whose caller went away may still commit."""
         return self.committer.unsettled(session_id)
 
+    @boundary
     async def settled(self, session_id: str) -> None:
         """Wait for the outcome of such an append (store/group_commit.py)."""
         await self.committer.settled(session_id)
