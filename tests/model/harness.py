@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from ctxwarden.store.urls import sync_url
 from ctxwarden.util import ids
 from ctxwarden.v1 import context_service_pb2_grpc as pb_grpc
+from tests.support.observed import wait_for_sample
 from tests.support.server import CLI, ServerProcess
 
 Stub = pb_grpc.ContextServiceStub
@@ -72,15 +73,6 @@ class Replica(ServerProcess):
             if name in found:
                 found[name] = float(value)
         return found[PENDING], found[SUCCEEDED]
-
-    def in_flight(self, method: str) -> float:
-        """From one scrape of its metrics: its calls of ``method`` being handled now."""
-        page = httpx.get(f"http://{self.metrics}/metrics", timeout=10).text
-        name = f'{IN_FLIGHT}{{method="{SERVICE}/{method}"}}'
-        for line in page.splitlines():
-            if line.startswith(name + " "):
-                return float(line.rpartition(" ")[2])
-        return 0.0
 
 
 ROW = re.compile(
@@ -133,10 +125,8 @@ class Harness:
 
     def finished(self, replica: int, method: str) -> None:
         """Until ``replica`` handles no ``method`` call (it noticed a cancelled one)."""
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while self.servers[replica].in_flight(method) > 0:
-            assert time.monotonic() < deadline, f"a {method} call did not finish"
-            time.sleep(0.01)
+        metrics = self.servers[replica].metrics
+        wait_for_sample(metrics, IN_FLIGHT, 0, SETTLE_SECONDS, method=f"{SERVICE}/{method}")
 
     def settle(self) -> list[float]:
         """Until no replica has a background compaction queued, running or waiting to

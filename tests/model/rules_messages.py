@@ -73,18 +73,7 @@ class MessageRules(Base):
             return
         ref = self.pick(self.writable(), n)
         together = n % 2 == 1
-        reqs = []
-        for i in range(count):
-            msg = user(f"streamed {i}") if i % 2 == 0 else assistant(f"streamed {i}")
-            msg.message_id = new_id()
-            reqs.append(
-                pb.AppendMessagesRequest(
-                    session_id=ref.sid,
-                    messages=[msg],
-                    view=pb.MESSAGE_VIEW_FULL,
-                    request_id=new_id() if together else "",
-                )
-            )
+        reqs = _requests(ref.sid, "streamed", count, keyed=together)
         if not together:
             for req in reqs:
                 self.before_append(ref)
@@ -126,18 +115,7 @@ class MessageRules(Base):
         waited for, not raced). Drawn as a kind of ``stream`` (a rule of its own
         would change every fixed example); the written scenarios call it directly."""
         ref = self.pick(self.writable(), n)
-        reqs = []
-        for i in range(count):
-            msg = user(f"abandoned {i}") if i % 2 == 0 else assistant(f"abandoned {i}")
-            msg.message_id = new_id()
-            reqs.append(
-                pb.AppendMessagesRequest(
-                    session_id=ref.sid,
-                    messages=[msg],
-                    view=pb.MESSAGE_VIEW_FULL,
-                    request_id=new_id(),
-                )
-            )
+        reqs = _requests(ref.sid, "abandoned", count, keyed=True)
         self.before_append(ref)
         call = self.stub.StreamMessages(iter(reqs))
         r = self.replica
@@ -249,3 +227,21 @@ def provider_body(fmt: str, call_id: str, text: str) -> str:
             sdk.gemini_part({"functionCall": {"id": call_id, "name": "read", "args": call}})
         )
     return json.dumps(sdk.dump_gemini(sdk.gemini_response(parts)))
+
+
+def _requests(sid: str, text: str, count: int, *, keyed: bool) -> list[pb.AppendMessagesRequest]:
+    """``count`` one-message requests, user and assistant in turn (with a request_id
+    each when ``keyed``)."""
+    reqs = []
+    for i in range(count):
+        msg = user(f"{text} {i}") if i % 2 == 0 else assistant(f"{text} {i}")
+        msg.message_id = new_id()
+        reqs.append(
+            pb.AppendMessagesRequest(
+                session_id=sid,
+                messages=[msg],
+                view=pb.MESSAGE_VIEW_FULL,
+                request_id=new_id() if keyed else "",
+            )
+        )
+    return reqs
