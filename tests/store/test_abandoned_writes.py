@@ -12,7 +12,10 @@ messages stored. A read of such a session now waits for the write's outcome.
 Each test holds the abandoned append's batch at its database write, cancels the
 caller, starts the next call, lets the loop run the ready tasks (a call that
 does not wait goes to the database in its first step: no I/O comes before), checks
-that it has not read the database yet, then lets the write go.
+that it has not read the database yet, then lets the write go. Both modes of the
+committer: with group commit off (``--append-writers 0``) the write ran on the
+caller's task and its cancel interrupted the write itself, whose COMMIT may
+already have been sent.
 """
 
 from __future__ import annotations
@@ -35,9 +38,14 @@ from ctxwarden.util import ids
 from tests.support.held import Held, Watched
 
 
-@pytest.fixture
-async def manager(backend_url: str) -> AsyncIterator[SessionManager]:
-    m = SessionManager(Store(make_engine(backend_url)), Settings())
+@pytest.fixture(params=[None, 0], ids=["group-commit", "no-batching"])
+async def manager(
+    backend_url: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SessionManager]:
+    """A manager whose appends are group-committed (the default) or each written on a
+    pooled connection of its own (``--append-writers 0``)."""
+    store = Store(make_engine(backend_url), append_writers=request.param)
+    m = SessionManager(store, Settings())
     try:
         yield m
     finally:

@@ -91,6 +91,8 @@ class GroupCommitter:
         self._queue: deque[AppendOp] = deque()
         self._ready: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._alone: set[asyncio.Task[Writer | None]] = set()
+        """No batching: the appends being written, each by a task of its own."""
         self._abandoned: dict[str, asyncio.Event] = {}
         """Per session, the newest append whose caller went away: set once settled."""
         self._closed = False
@@ -103,17 +105,9 @@ class GroupCommitter:
             raise RuntimeError("the group committer is closed")
         future = op.future = asyncio.get_running_loop().create_future()
         if self._writers == 0:
-            await self._run(None, [op], keep=False)
-            await future
-            return
-        if self._ready is None:
-            self._ready = asyncio.Event()
-            self._tasks = [
-                asyncio.create_task(self._writer(), name=f"ctxwarden-append-writer-{i}")
-                for i in range(self._writers)
-            ]
-        self._queue.append(op)
-        self._ready.set()
+            self._write_alone(op)
+        else:
+            self._enqueue(op)
         # A cancelled caller cancels only this future: the op stays queued or in
         # its batch, so the write goes on whether or not somebody still waits.
         try:
@@ -124,6 +118,24 @@ class GroupCommitter:
             if not op.resolved:  # no outcome yet: reads of the session wait for it
                 self._abandon(op)
             raise
+
+    def _write_alone(self, op: AppendOp) -> None:
+        """No batching: the append's own task writes it on a pooled connection; not
+        the caller's, whose cancel would interrupt the write after its COMMIT was
+        perhaps sent."""
+        task = asyncio.create_task(self._run(None, [op], keep=False))
+        self._alone.add(task)
+        task.add_done_callback(self._alone.discard)
+
+    def _enqueue(self, op: AppendOp) -> None:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._tasks = [
+                asyncio.create_task(self._writer(), name=f"ctxwarden-append-writer-{i}")
+                for i in range(self._writers)
+            ]
+        self._queue.append(op)
+        self._ready.set()
 
     def _abandon(self, op: AppendOp) -> None:
         op.settled = asyncio.Event()
@@ -148,6 +160,10 @@ class GroupCommitter:
 
     async def close(self) -> None:
         self._closed = True
+        if self._alone:  # writes under way finish (their callers may be gone) ...
+            await asyncio.wait(set(self._alone), timeout=self._timeout or SETTLE_TIMEOUT)
+        for task in list(self._alone):  # ... unless the database does not answer
+            task.cancel()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
