@@ -13,7 +13,12 @@ work that grows with the session, one call after the other:
   small ones, then built again from the database;
 - replays near the end, native and rendered;
 - the console's session page, plain, rendered (pretty-printed JSON cut at
-  512 KiB) and replayed.
+  512 KiB) and replayed;
+- compaction plans of the whole history (PrepareCompaction, chunked for the
+  summariser's window and in one prompt: every message serialised, counted and
+  searched for anchors), a fork at the end, and a Compact of that fork by the
+  server's extractive summariser (chunk after chunk, then the checkpoint's loss
+  report over the whole history).
 
 Responses are taken as raw bytes (no parsing), so the client never competes
 with the pinger for its own CPU. The pings' latencies while the work ran are
@@ -29,9 +34,11 @@ import re
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -52,6 +59,7 @@ FORMATS = (
     ("gemini", pb.MODEL_INPUT_FORMAT_GEMINI),
 )
 FILLERS = 3
+SUMMARIZER_WINDOW = 32_768
 CHANNEL = [
     ("grpc.max_receive_message_length", 1 << 30),
     ("grpc.max_send_message_length", 1 << 30),
@@ -63,7 +71,16 @@ class StallServer(ServerProcess):
     """``ctxwarden serve`` with the console on a free port (``console``: its base URL)."""
 
     def __init__(self, url: str, log_dir: Path, env: dict[str, str] | None = None) -> None:
-        args = ["--console-listen", "127.0.0.1:0", "--max-hot-sessions", str(FILLERS)]
+        args = [
+            "--console-listen",
+            "127.0.0.1:0",
+            "--max-hot-sessions",
+            str(FILLERS),
+            "--summarizer",
+            "extractive",
+            "--summarizer-context-window",
+            str(SUMMARIZER_WINDOW),
+        ]
         super().__init__(url, log_dir, args)
         self.console = ""
         self.env = env or {}
@@ -261,7 +278,41 @@ def _work(server: StallServer, messages: int) -> list[tuple[str, Callable[[], ob
     ops.append(("console page", page("/sessions/big")))
     ops.append(("console page anthropic", page("/sessions/big?format=anthropic")))
     ops.append(("console replay gemini", page(f"/sessions/big?as_of={as_of}&format=gemini")))
-    return ops
+    return ops + _compaction_work(ch)
+
+
+def _compaction_work(ch: grpc.Channel) -> list[tuple[str, Callable[[], object]]]:
+    """Plans of the whole history, a fork at the end and a Compact of the fork (the
+    big session itself keeps no checkpoint: a later round works on it again)."""
+
+    def rpc(method: str, req: Any) -> Callable[[], object]:
+        call: grpc.UnaryUnaryMultiCallable[Any, bytes] = ch.unary_unary(
+            f"/ctxwarden.v1.ContextService/{method}",
+            request_serializer=type(req).SerializeToString,
+        )
+        return lambda: call(req, timeout=HEAVY_TIMEOUT)
+
+    fork = f"big-fork-{uuid.uuid4().hex[:8]}"
+    return [
+        (
+            "prepare compaction, chunked",
+            rpc(
+                "PrepareCompaction",
+                pb.PrepareCompactionRequest(
+                    session_id="big", summarizer_context_window=SUMMARIZER_WINDOW
+                ),
+            ),
+        ),
+        (
+            "prepare compaction, one prompt",
+            rpc("PrepareCompaction", pb.PrepareCompactionRequest(session_id="big")),
+        ),
+        (
+            "fork at the end",
+            rpc("ForkSession", pb.ForkSessionRequest(session_id="big", new_session_id=fork)),
+        ),
+        ("compact the fork", rpc("Compact", pb.CompactRequest(session_id=fork))),
+    ]
 
 
 def run(

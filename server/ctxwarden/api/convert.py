@@ -16,7 +16,6 @@ from ctxwarden.api.encoding import DEFAULT_LIMIT_BYTES, EncodingCache
 from ctxwarden.api.message_wire import message_body
 from ctxwarden.api.tenancy import outer_id
 from ctxwarden.core import messages as msg
-from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.types import SummaryPrompt
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.fast_replace import replacer
@@ -279,8 +278,25 @@ def checkpoint_to_pb(c: Checkpoint) -> svc_pb.Compaction:
 
 
 def handle_to_pb(handle: PlanHandle) -> svc_pb.CompactionPlan:
-    return plan_to_pb(
-        handle.plan_id, handle.plan, handle.expire_time_us, handle.step, handle.step_count
+    plan = handle.plan
+    anchors, omitted = plan_anchors(handle.anchors)
+    return svc_pb.CompactionPlan(
+        plan_id=handle.plan_id,
+        session_id=outer_id(plan.session_id),
+        first_kept_seq=plan.first_kept_seq,
+        tokens_before=plan.tokens_before,
+        split_turn=plan.split_turn,
+        previous_summary=plan.previous_summary,
+        history_prompt=_prompt_to_pb(plan.history_prompt),
+        turn_prefix_prompt=_prompt_to_pb(plan.turn_prefix_prompt),
+        expire_time=timestamp(handle.expire_time_us),
+        summarized_from_seq=plan.summarized_from_seq,
+        summarized_to_seq=plan.summarized_to_seq,
+        step=handle.step,
+        step_count=handle.step_count,
+        summarizer_context_window=plan.context_window,
+        anchors=anchors,
+        anchors_omitted=omitted,
     )
 
 
@@ -296,30 +312,6 @@ def _prompt_to_pb(p: SummaryPrompt | None) -> svc_pb.SummaryPrompt | None:
     if p is None:
         return None
     return svc_pb.SummaryPrompt(system=p.system, user=p.user, max_tokens=p.max_tokens)
-
-
-def plan_to_pb(
-    plan_id: str, plan: Plan, expire_us: int, step: int = 1, step_count: int = 1
-) -> svc_pb.CompactionPlan:
-    anchors, omitted = plan_anchors(plan)
-    return svc_pb.CompactionPlan(
-        plan_id=plan_id,
-        session_id=outer_id(plan.session_id),
-        first_kept_seq=plan.first_kept_seq,
-        tokens_before=plan.tokens_before,
-        split_turn=plan.split_turn,
-        previous_summary=plan.previous_summary,
-        history_prompt=_prompt_to_pb(plan.history_prompt),
-        turn_prefix_prompt=_prompt_to_pb(plan.turn_prefix_prompt),
-        expire_time=timestamp(expire_us),
-        summarized_from_seq=plan.summarized_from_seq,
-        summarized_to_seq=plan.summarized_to_seq,
-        step=step,
-        step_count=step_count,
-        summarizer_context_window=plan.context_window,
-        anchors=anchors,
-        anchors_omitted=omitted,
-    )
 
 
 def provider_error_from_pb(p: svc_pb.ProviderError) -> ProviderError:

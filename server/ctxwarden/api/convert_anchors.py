@@ -7,9 +7,8 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ctxwarden.core.anchor_report import AnchorLocation, LossReport
-from ctxwarden.core.anchors import CATEGORIES, Anchor, AnchorCategory, span_anchors
+from ctxwarden.core.anchors import CATEGORIES, Anchor, AnchorCategory
 from ctxwarden.core.compaction.loss import category_mask, preserved_categories
-from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import ContextPolicy
@@ -48,9 +47,9 @@ def report_to_pb(r: LossReport) -> svc_pb.CompactionLossReport:
     )
 
 
-def plan_anchors(plan: Plan) -> tuple[list[svc_pb.Anchor], int]:
-    """CompactionPlan.anchors and anchors_omitted: the anchors of what the plan summarises."""
-    found = span_anchors((*plan.history, *plan.turn_prefix))
+def plan_anchors(found: Sequence[Anchor]) -> tuple[list[svc_pb.Anchor], int]:
+    """CompactionPlan.anchors and anchors_omitted, of the anchors of what the plan
+    summarises (found by the service)."""
     shown = found[:MAX_PLAN_ANCHORS]
     return [anchor_to_pb(a) for a in shown], len(found) - len(shown)
 

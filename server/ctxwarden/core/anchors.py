@@ -45,7 +45,11 @@ from ctxwarden.core.anchor_sentences import (
     sentence_key,
 )
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+from ctxwarden.core.stepwise import Steps, finish
 
+ANCHOR_EVERY = 16
+"""Messages read between two steps of ``span_anchor_steps`` (each costs a few
+regular-expression scans of its text)."""
 SENTENCE_COVERAGE = 0.8
 """Share of a constraint's or open task's words one target sentence must hold."""
 
@@ -361,6 +365,11 @@ def span_anchors(messages: Iterable[Message]) -> tuple[Anchor, ...]:
     """Every anchor of ``messages`` (in seq order) once, in order of first
     appearance; a user question no assistant text answers later in the span
     is an open task."""
+    return finish(span_anchor_steps(messages))
+
+
+def span_anchor_steps(messages: Iterable[Message]) -> Steps[tuple[Anchor, ...]]:
+    """``span_anchors`` in steps (core.stepwise)."""
     seen: set[tuple[AnchorCategory, str]] = set()
     out: list[Anchor] = []
     pending: list[Anchor] = []
@@ -370,7 +379,9 @@ def span_anchors(messages: Iterable[Message]) -> tuple[Anchor, ...]:
             seen.add((a.category, a.key))
             out.append(a)
 
-    for m in messages:
+    for i, m in enumerate(messages):
+        if i % ANCHOR_EVERY == ANCHOR_EVERY - 1:
+            yield
         for a in message_anchors(m):
             add(a)
         if m.history_only or m.failed:

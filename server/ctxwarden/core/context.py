@@ -297,6 +297,16 @@ class SessionContext:
         c = (self.cleared_through,) if self.cleared_through else ()  # as before clearing
         return base_digest(s.session_id, s.create_time_us, self._prefix_hash, s.revision, *c)
 
+    def view_behind(self) -> int:
+        """Messages the next model input has to add to its view (all of them for a
+        session only appended to so far): what ``view_steps`` would do."""
+        return self._views.behind(self._entries)
+
+    def view_steps(self, step: int = 256) -> Iterator[None]:
+        """The view brought up to date ahead, ``step`` messages per iteration: the
+        caller may let other work run between two (the service's event loop)."""
+        return self._views.catch_up_steps(self._entries, self._base, step)
+
     def forked(self, session: Session, checkpoint: Checkpoint | None) -> SessionContext:
         """The context of a fork made at this session's end: ``session`` with these
         settings, ``checkpoint`` its copy of this one's. It starts from this one's

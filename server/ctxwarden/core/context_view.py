@@ -52,6 +52,29 @@ class ViewCache:
                 builder.feed(entry)
             yield
 
+    def behind(self, entries: list[Entry]) -> int:
+        """Entries the next view of ``entries`` has to feed before it is up to date."""
+        if not self.incremental:
+            return 0  # built whole every time: nothing to build ahead
+        if self._builder is None or self._source is not entries:
+            return len(entries)
+        return len(entries) - self._builder.fed
+
+    def catch_up_steps(
+        self, entries: list[Entry], base: Callable[[], int], step: int
+    ) -> Iterator[None]:
+        """The view of ``entries`` brought up to date ahead, ``step`` entries per
+        iteration (what ``view`` would feed at once)."""
+        if not self.incremental:
+            return
+        builder = self._builder
+        if builder is None or self._source is not entries:
+            builder = self._start(entries, base())
+        while builder.fed < len(entries):
+            for entry in entries[builder.fed : builder.fed + step]:
+                builder.feed(entry)
+            yield
+
     def resume(self, other: ViewCache, entries: list[Entry], base: int) -> None:
         """Go on from ``other``'s view, built up to date, for ``entries`` (a copy
         of its entries) under another base digest: a fork's."""

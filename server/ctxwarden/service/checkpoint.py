@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Concatenate, ParamSpec
 
-from ctxwarden.core.anchors import span_anchors
+from ctxwarden.core.anchors import Anchor, span_anchor_steps, span_anchors
 from ctxwarden.core.compaction.loss import assess, reassess, summarized_span
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.context import SessionContext
@@ -15,12 +13,12 @@ from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger, Session
 from ctxwarden.util import ids
+from ctxwarden.util.loop_slices import finished
 
 NO_EARLIER_HISTORY = "(no earlier history)"
 BIG_CONTEXT = 2000
-"""Kept messages past which a checkpoint is built in a worker thread (its loss
-report reads every message of the span)."""
-P = ParamSpec("P")
+"""Kept messages past which a checkpoint is built off the loop in one go (its loss
+report reads every message of the span): see ``checkpoint_built``."""
 
 
 def build_checkpoint(
@@ -31,9 +29,11 @@ def build_checkpoint(
     summarizer: str,
     trigger: CompactionTrigger,
     session: Session | None = None,
+    anchors: tuple[Anchor, ...] | None = None,
 ) -> Checkpoint:
     """Build the checkpoint; trim the summary so it never pushes the rebuilt
-    context over the threshold (nor past its own budget)."""
+    context over the threshold (nor past its own budget). ``anchors``: those of
+    the summarised span, when the caller found them already."""
     summary, turn_prefix_summary = _summaries(ctx, terms, summary, turn_prefix_summary)
     checkpoint = Checkpoint(
         compaction_id=ids.new_id(),
@@ -55,7 +55,8 @@ def build_checkpoint(
     # back, before the trim below: their tokens count against the threshold too.
     after_session = session or ctx.session
     span = summarized_span(ctx, terms.first_kept_seq)
-    anchors = span_anchors(span)
+    if anchors is None:
+        anchors = span_anchors(span)
     checkpoint = assess(ctx, checkpoint, after_session, span, anchors=anchors)
     after = ctx.tokens_with(checkpoint, session)  # session: with its new memory block
     threshold = ctx.threshold()
@@ -70,23 +71,25 @@ def build_checkpoint(
     return replace(checkpoint, tokens_after=after)
 
 
-def _off_loop_when_big(
-    build: Callable[Concatenate[SessionContext, P], Checkpoint],
-) -> Callable[Concatenate[SessionContext, P], Awaitable[Checkpoint]]:
-    """``build``, off the event loop for a big context (the caller holds the
-    session's lock, so nothing changes ``ctx`` meanwhile)."""
-
-    async def built(ctx: SessionContext, /, *args: P.args, **kwargs: P.kwargs) -> Checkpoint:
-        if len(ctx.entries) > BIG_CONTEXT:
-            return await asyncio.to_thread(build, ctx, *args, **kwargs)
-        return build(ctx, *args, **kwargs)
-
-    return built
-
-
-checkpoint_built = _off_loop_when_big(build_checkpoint)
-"""``build_checkpoint`` for a caller on the event loop (a big context is built
-in a worker thread)."""
+async def checkpoint_built(
+    ctx: SessionContext,
+    terms: PlanTerms,
+    summary: str,
+    turn_prefix_summary: str,
+    summarizer: str,
+    trigger: CompactionTrigger,
+    session: Session | None = None,
+) -> Checkpoint:
+    """``build_checkpoint`` for a caller on the event loop (which holds the
+    session's lock, so nothing changes ``ctx`` meanwhile). For a big context the
+    anchors of the summarised span, most of the work, are found a slice at a
+    time on the loop, and the rest is built in a worker thread."""
+    args = (ctx, terms, summary, turn_prefix_summary, summarizer, trigger, session)
+    if len(ctx.entries) <= BIG_CONTEXT:
+        return build_checkpoint(*args)
+    span = summarized_span(ctx, terms.first_kept_seq)
+    anchors = await finished(span_anchor_steps(span))
+    return await asyncio.to_thread(build_checkpoint, *args, anchors)
 
 
 def _summaries(

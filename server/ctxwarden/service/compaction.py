@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ctxwarden.core.anchors import AnchorCategory
+from ctxwarden.core.anchors import Anchor, AnchorCategory, span_anchor_steps
 from ctxwarden.core.compaction.chunks import SummaryWindow
-from ctxwarden.core.compaction.planner import Plan, plan_compaction
+from ctxwarden.core.compaction.planner import Plan, plan_compaction_steps
 from ctxwarden.core.compaction.steps import after_step, step_plan
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.compaction.types import Summarizer
@@ -45,6 +45,7 @@ from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.plans import StoredPlan
 from ctxwarden.store.repository import RequestScope
 from ctxwarden.util import ids
+from ctxwarden.util.loop_slices import finished
 
 if TYPE_CHECKING:
     from ctxwarden.service.results import IdempotencyKey
@@ -58,6 +59,8 @@ class PlanHandle:
     expire_time_us: int
     step: int = 1
     step_count: int = 1
+    anchors: tuple[Anchor, ...] = ()
+    """The anchors of what this step summarises (``core.anchors.span_anchors``)."""
 
 
 class Compactor:
@@ -68,7 +71,7 @@ class Compactor:
 
     # -- planning -------------------------------------------------------------
 
-    def _plan(
+    async def _plan(
         self,
         ctx: SessionContext,
         keep_recent_tokens: int,
@@ -76,6 +79,8 @@ class Compactor:
         *,
         window: SummaryWindow | None = None,
     ) -> Plan:
+        """The plan, made a slice at a time (it reads the whole kept history: for a
+        long session that is seconds of work, which must not hold the loop)."""
         if keep_recent_tokens < 0:
             raise InvalidArgument(
                 "keep_recent_tokens must be >= 0",
@@ -83,7 +88,7 @@ class Compactor:
                 field="keep_recent_tokens",
             )
         limit = self.summarizer.max_output_tokens if self.summarizer else 0
-        return plan_compaction(
+        steps = plan_compaction_steps(
             session_id=ctx.session.session_id,
             active=ctx.active_messages,
             checkpoint=ctx.checkpoint,
@@ -98,6 +103,7 @@ class Compactor:
             durable_facts=ctx.session.policy.memory_write_mode is not MemoryWrite.OFF,
             window=window,
         )
+        return await finished(steps)
 
     async def prepare(
         self,
@@ -115,19 +121,22 @@ class Compactor:
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
             window = SummaryWindow(context_window, ctx.tokenizer.count) if context_window else None
-            plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
+            plan = await self._plan(ctx, keep_recent_tokens, instructions, window=window)
             terms = PlanTerms.of(plan, CompactionTrigger.MANUAL)
             if window is not None and plan.chunks is not None:
                 plan = step_plan(session_id, terms, ctx, window, ctx.session.pinned_state)
         return await self._save_plan(session_id, plan, terms)
 
     async def _save_plan(self, session_id: str, plan: Plan, terms: PlanTerms) -> PlanHandle:
+        # What the plan summarises may be the whole of a long session: its anchors
+        # are found a slice at a time, outside the session's lock.
+        anchors = await finished(span_anchor_steps((*plan.history, *plan.turn_prefix)))
         plan_id = ids.new_id()
         now = ids.now_us()
         expire = now + int(self.m.settings.plan_ttl_seconds * 1_000_000)
         stored = StoredPlan(plan_id, session_id, terms, expire, "")
         await self.m.db(lambda: self.m.store.plans.save(stored, now))
-        return PlanHandle(plan_id, plan, expire, terms.step, terms.step_count)
+        return PlanHandle(plan_id, plan, expire, terms.step, terms.step_count, anchors)
 
     async def _next_step(self, session_id: str, done: PlanTerms, summary: str) -> PlanHandle:
         """Record ``summary`` as the running summary of a chunked compaction's
@@ -232,7 +241,7 @@ class Compactor:
         window = await summarizer_window(summarizer, self.m.settings.summarizer_context_window)
         async with self.m.hot.lock(session_id):
             ctx = await self.m.context_locked(session_id, verify=True)
-            plan = self._plan(ctx, keep_recent_tokens, instructions, window=window)
+            plan = await self._plan(ctx, keep_recent_tokens, instructions, window=window)
             pinned = ctx.session.pinned_state
         with collecting() as calls:
             summary, prefix = await self.m.metrics.timed_summarize(

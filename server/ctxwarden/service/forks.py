@@ -29,6 +29,10 @@ from ctxwarden.service.tokenizer_access import tokenizer_for
 from ctxwarden.store.errors import ConcurrentWrite, DuplicateKey
 from ctxwarden.store.repository import RequestScope
 from ctxwarden.util import ids
+from ctxwarden.util.loop_slices import stepped
+
+VIEW_AHEAD_FROM = 2000
+"""A source's view missing more messages than this is built ahead in slices."""
 
 
 class Forks:
@@ -55,6 +59,12 @@ class Forks:
         if stored is not None:
             return await self.rt.get_session(str(stored.outcome["session_id"]))
         source = await self.rt.context(source_id, verify=True)
+        if source.view_behind() > VIEW_AHEAD_FROM:
+            # A fork at the end starts from the source's view: one never built (a
+            # session only appended to) is built first, a slice at a time; then the
+            # source is looked up again (it may have moved on meanwhile).
+            await stepped(source.view_steps())
+            source = await self.rt.context(source_id, verify=True)
         at = _fork_point(source, at_seq)
         kept: list[Message] | None = None
         if at == source.session.last_seq + 1:  # the source as it is (nothing awaited since)

@@ -9,6 +9,7 @@ from ctxwarden.core.compaction.planner import Plan
 from ctxwarden.core.compaction.prompts import history_prompt
 from ctxwarden.core.compaction.types import (
     FileLists,
+    SteppedSummarizer,
     Summarizer,
     SummarizerError,
     SummaryRequest,
@@ -17,6 +18,7 @@ from ctxwarden.core.errors import FailedPrecondition, Unavailable
 from ctxwarden.core.models import HEURISTIC, lookup_model
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.service.tokenizer_access import tokenizer_for
+from ctxwarden.util.loop_slices import finished
 
 
 async def summarizer_window(summarizer: Summarizer, configured: int) -> SummaryWindow | None:
@@ -34,6 +36,15 @@ async def summarizer_window(summarizer: Summarizer, configured: int) -> SummaryW
     return SummaryWindow(configured if configured > 0 else info.context_window, tokenizer.count)
 
 
+async def summary_of(summarizer: Summarizer, request: SummaryRequest) -> str:
+    """The summariser's answer to ``request``. One that computes without I/O (the
+    extractive one) never lets the loop run while it awaits: its steps are run a
+    slice at a time instead (a long history, or many chunks one after the other)."""
+    if isinstance(summarizer, SteppedSummarizer):
+        return await finished(summarizer.summary_steps(request))
+    return await summarizer.summarize(request)
+
+
 async def run_summarizer(
     summarizer: Summarizer, plan: Plan, pinned: str, instructions: str, window: SummaryWindow | None
 ) -> tuple[str, str]:
@@ -45,7 +56,8 @@ async def run_summarizer(
         jobs.append(_history(summarizer, plan, pinned, instructions, window))
     if plan.turn_prefix_prompt is not None:
         jobs.append(
-            summarizer.summarize(
+            summary_of(
+                summarizer,
                 SummaryRequest(
                     plan.turn_prefix_prompt,
                     plan.turn_prefix,
@@ -55,7 +67,7 @@ async def run_summarizer(
                     (),
                     instructions,
                     turn_prefix=True,
-                )
+                ),
             )
         )
     try:
@@ -85,7 +97,8 @@ async def _history(
     chunks = plan.chunks
     assert plan.history_prompt is not None
     if chunks is None or window is None:
-        return await summarizer.summarize(
+        return await summary_of(
+            summarizer,
             SummaryRequest(
                 plan.history_prompt,
                 plan.history,
@@ -94,7 +107,7 @@ async def _history(
                 files.read,
                 files.modified,
                 instructions,
-            )
+            ),
         )
     shown = plan.shown_files or files
     bounds = (*chunks.starts, len(plan.history))
@@ -108,7 +121,8 @@ async def _history(
             instructions=instructions,
             max_tokens=chunks.max_tokens,
         )
-        answer = await summarizer.summarize(
+        answer = await summary_of(
+            summarizer,
             SummaryRequest(
                 prompt,
                 plan.history[bounds[k] : bounds[k + 1]],
@@ -117,7 +131,7 @@ async def _history(
                 files.read,
                 files.modified,
                 instructions,
-            )
+            ),
         )
         running = fit_summary(answer.strip(), chunks.max_tokens, window.count)
     return running

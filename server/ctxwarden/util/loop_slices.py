@@ -41,7 +41,7 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from contextvars import ContextVar, Token
 from typing import TypeVar
 
@@ -189,6 +189,20 @@ async def stepped(steps: Iterable[None]) -> None:
         if slicer.due():
             await slicer.pause()
     slicer.done()
+
+
+async def finished(steps: Generator[None, None, T]) -> T:
+    """The result of ``steps`` (``core.stepwise``), run a slice at a time."""
+    slicer = Slicer()
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            slicer.done()
+            result: T = done.value
+            return result
+        if slicer.due():
+            await slicer.pause()
 
 
 async def mapped(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:

@@ -23,6 +23,7 @@ from ctxwarden.core.compaction.types import FileLists, SummaryPrompt
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
+from ctxwarden.core.stepwise import EVERY, Steps, finish
 
 SAFETY_SHARE = 0.02
 """Part of the window left unused: the provider's message framing and the
@@ -125,12 +126,19 @@ def take_chunk(history: Sequence[Message], room: int, count: Count) -> Chunk:
     tokens and ends before a cut point; the whole history when it all fits.
     When not even the first part fits, that part (up to the next cut point) is
     the chunk, truncated to ``room``."""
+    return finish(take_chunk_steps(history, room, count))
+
+
+def take_chunk_steps(history: Sequence[Message], room: int, count: Count) -> Steps[Chunk]:
+    """``take_chunk`` in steps (core.stepwise)."""
     parts: list[str] = []
     total = 0
     best = best_parts = 0
     over = -1
     produced = serialized_parts(history)
     for i, part in enumerate(produced):
+        if i % EVERY == EVERY - 1:
+            yield
         if i > 0 and is_cut_point(history[i]):
             best = i
             best_parts = len(parts)
@@ -202,10 +210,17 @@ def fits_whole(
 ) -> SummaryPrompt | None:
     """The one prompt for all of ``history`` (the same as without a window) when
     it fits the window, else None. Reads only as far as the window allows."""
+    return finish(fits_whole_steps(history, window, make_prompt, budget))
+
+
+def fits_whole_steps(
+    history: Sequence[Message], window: SummaryWindow, make_prompt: MakePrompt, budget: int
+) -> Steps[SummaryPrompt | None]:
+    """``fits_whole`` in steps (core.stepwise)."""
     room = window.usable - window.prompt_tokens(make_prompt("", budget))
     if room < MIN_ROOM:
         return None
-    whole = take_chunk(history, room, window.count)
+    whole = yield from take_chunk_steps(history, room, window.count)
     if whole.end < len(history) or whole.truncated:
         return None
     prompt = make_prompt(whole.conversation, budget)
@@ -222,6 +237,17 @@ def plan_chunks(
     """Cut ``history`` into chunks whose prompts fit the window: the first with
     ``previous_summary``, each later one with a running summary of up to the
     chunk budget."""
+    return finish(plan_chunks_steps(history, window, make_prompt, budget, previous_summary))
+
+
+def plan_chunks_steps(
+    history: Sequence[Message],
+    window: SummaryWindow,
+    make_prompt: MakeChunkPrompt,
+    budget: int,
+    previous_summary: str,
+) -> Steps[ChunkPlan]:
+    """``plan_chunks`` in steps (core.stepwise)."""
     small = chunk_budget(window, budget)
     starts: list[int] = []
     conversations: list[str] = []
@@ -236,7 +262,7 @@ def plan_chunks(
         rest = history[start:]
         target = room
         for _ in range(8):
-            chunk = take_chunk(rest, target, window.count)
+            chunk = yield from take_chunk_steps(rest, target, window.count)
             used = window.prompt_tokens(make_prompt(chunk.conversation, running, small))
             excess = used + allowance - window.usable
             if excess <= 0:
@@ -250,6 +276,7 @@ def plan_chunks(
         starts.append(start)
         conversations.append(chunk.conversation)
         start += chunk.end
+        yield
     return ChunkPlan(tuple(starts), tuple(conversations), small)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ctxwarden.core.compaction.types import SummaryRequest
 from ctxwarden.core.messages import Message, MessageState, Role, StopReason
+from ctxwarden.core.stepwise import EVERY, Steps, finish
 
 LABEL = "(extractive summary: built without an LLM)"
 NONE = "- (none recorded)"
@@ -75,6 +76,11 @@ class ExtractiveSummarizer:
     async def summarize(self, request: SummaryRequest) -> str:
         return build_extractive_summary(request)
 
+    def summary_steps(self, request: SummaryRequest) -> Steps[str]:
+        """``summarize`` in steps (core.stepwise): it reads every message of the
+        request, which may be the whole of a long session."""
+        return extractive_summary_steps(request)
+
 
 def build_extractive_summary(request: SummaryRequest) -> str:
     """The summary text; at most about ``request.prompt.max_tokens`` tokens
@@ -85,7 +91,12 @@ def build_extractive_summary(request: SummaryRequest) -> str:
     carries it). Otherwise a non-empty ``previous_summary`` is kept whole
     under "## Earlier", its headings moved one level down.
     """
-    facts = _gather(request.messages)
+    return finish(extractive_summary_steps(request))
+
+
+def extractive_summary_steps(request: SummaryRequest) -> Steps[str]:
+    """``build_extractive_summary`` in steps (core.stepwise)."""
+    facts = yield from _gather(request.messages)
     if request.turn_prefix:
         sections = _turn_prefix_sections(facts, request)
     else:
@@ -115,12 +126,14 @@ def _call_text(name: str, arguments_json: str) -> str:
     return f"{name or '(unnamed tool)'}({args})"
 
 
-def _usable(messages: Iterable[Message], facts: _Facts) -> list[Message]:
+def _usable(messages: Iterable[Message], facts: _Facts) -> Steps[list[Message]]:
     """Drops rolled-back and history-only messages, failed assistant messages
     and the results of their calls; records the failures' error messages."""
     kept: list[Message] = []
     failed_calls: set[str] = set()
-    for m in messages:
+    for n, m in enumerate(messages):
+        if n % EVERY == EVERY - 1:
+            yield
         if m.state is MessageState.ROLLED_BACK or m.history_only:
             continue
         if m.failed:
@@ -135,9 +148,9 @@ def _usable(messages: Iterable[Message], facts: _Facts) -> list[Message]:
     return kept
 
 
-def _gather(messages: Sequence[Message]) -> _Facts:
+def _gather(messages: Sequence[Message]) -> Steps[_Facts]:
     facts = _Facts()
-    usable = _usable(messages, facts)
+    usable = yield from _usable(messages, facts)
     last_answer = max(
         (
             i
@@ -147,6 +160,8 @@ def _gather(messages: Sequence[Message]) -> _Facts:
         default=-1,
     )
     for i, m in enumerate(usable):
+        if i % EVERY == EVERY - 1:
+            yield
         unfinished = i > last_answer
         text = m.text.strip()
         if m.role is Role.USER:

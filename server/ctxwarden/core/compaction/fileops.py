@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from ctxwarden.core.compaction.types import FileLists, FileToolNames
 from ctxwarden.core.messages import Message
+from ctxwarden.core.stepwise import EVERY, Steps, finish
 
 
 def _path(arguments_json: str, key: str) -> str | None:
@@ -23,11 +24,20 @@ def collect_file_ops(
 ) -> FileLists:
     """Cumulative lists: everything read or modified so far. A file that was
     modified is listed only as modified (read = read minus modified)."""
+    return finish(file_ops_steps(messages, previous, tools))
+
+
+def file_ops_steps(
+    messages: Iterable[Message], previous: FileLists, tools: FileToolNames
+) -> Steps[FileLists]:
+    """``collect_file_ops`` in steps (core.stepwise)."""
     read = set(previous.read)
     modified = set(previous.modified)
     writers = set(tools.write) | set(tools.edit)
     readers = set(tools.read)
-    for m in messages:
+    for i, m in enumerate(messages):
+        if i % EVERY == EVERY - 1:
+            yield
         if m.failed or m.history_only:
             continue
         for call in m.tool_calls:

@@ -11,18 +11,19 @@ from ctxwarden.core.compaction.chunks import (
     SummaryWindow,
     fit_file_lists,
     fit_turn_prefix,
-    fits_whole,
-    plan_chunks,
+    fits_whole_steps,
+    plan_chunks_steps,
 )
 from ctxwarden.core.compaction.cut import CutPoint, find_cut_point
-from ctxwarden.core.compaction.fileops import collect_file_ops
+from ctxwarden.core.compaction.fileops import file_ops_steps
 from ctxwarden.core.compaction.prompts import history_prompt, turn_prefix_prompt
-from ctxwarden.core.compaction.serialize import serialize_messages
+from ctxwarden.core.compaction.serialize import serialize_messages, serialize_steps
 from ctxwarden.core.compaction.types import FileLists, FileToolNames, SummaryPrompt
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import Message
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint
+from ctxwarden.core.stepwise import Steps, in_one_go
 
 SUMMARY_SHARE_OF_RESERVE = 0.8
 TURN_PREFIX_SHARE = 0.5
@@ -87,7 +88,7 @@ def summary_budget(reserve_tokens: int, summarizer_limit: int) -> int:
     return max(budget, MIN_SUMMARY_TOKENS)
 
 
-def plan_compaction(
+def plan_compaction_steps(
     *,
     session_id: str,
     active: Sequence[Message],
@@ -102,8 +103,9 @@ def plan_compaction(
     file_tools: FileToolNames,
     durable_facts: bool = False,
     window: SummaryWindow | None = None,
-) -> Plan:
-    """Choose the cut and build the prompts. ``active`` is the kept history
+) -> Steps[Plan]:
+    """Choose the cut and build the prompts, in steps (core.stepwise: the
+    history may be the whole of a long session). ``active`` is the kept history
     (from the current checkpoint's first_kept_seq), in seq order.
 
     With a ``window``, a history too long for one prompt is cut into chunks
@@ -116,11 +118,13 @@ def plan_compaction(
     previous = FileLists(
         checkpoint.read_files if checkpoint else (), checkpoint.modified_files if checkpoint else ()
     )
-    files = collect_file_ops((*history, *prefix), previous, file_tools)
+    files = yield from file_ops_steps((*history, *prefix), previous, file_tools)
     previous_summary = checkpoint.carried_summary if checkpoint else ""
     budget = summary_budget(reserve_tokens, summarizer_limit)
     make = _prompt_maker(previous_summary, pinned_state, instructions, durable_facts)
-    prompt, chunks, shown = _history_prompts(history, window, files, budget, previous_summary, make)
+    prompt, chunks, shown = yield from _history_prompts(
+        history, window, files, budget, previous_summary, make
+    )
     prefix_prompt = _prefix_prompt(prefix, window, budget) if cut.split_turn else None
     return Plan(
         session_id=session_id,
@@ -142,6 +146,10 @@ def plan_compaction(
         context_window=window.tokens if window is not None else 0,
         shown_files=shown,
     )
+
+
+plan_compaction = in_one_go(plan_compaction_steps)
+"""``plan_compaction_steps`` in one go."""
 
 
 def _cut(
@@ -193,18 +201,19 @@ def _history_prompts(
     budget: int,
     previous_summary: str,
     make: MakePrompt,
-) -> tuple[SummaryPrompt | None, ChunkPlan | None, FileLists | None]:
+) -> Steps[tuple[SummaryPrompt | None, ChunkPlan | None, FileLists | None]]:
     """The history prompt (None: no history), the chunks when it does not fit the
     window in one prompt, and the file lists shown then."""
     if not history:
         return None, None, None
     if window is None:
-        return make(serialize_messages(history), budget, files), None, None
-    prompt = fits_whole(history, window, lambda c, b: make(c, b, files), budget)
+        conversation = yield from serialize_steps(history)
+        return make(conversation, budget, files), None, None
+    prompt = yield from fits_whole_steps(history, window, lambda c, b: make(c, b, files), budget)
     if prompt is not None:
         return prompt, None, None
     lists = fit_file_lists(files, window)
-    chunks = plan_chunks(
+    chunks = yield from plan_chunks_steps(
         history, window, lambda c, summary, b: make(c, b, lists, summary), budget, previous_summary
     )
     return make(chunks.conversations[0], chunks.max_tokens, lists), chunks, lists

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable, Iterator
 
 from ctxwarden.core.messages import ContentBlock, ContentKind, Message, Role
+from ctxwarden.core.stepwise import EVERY, Steps
 
 TOOL_RESULT_CAP = 2000
 
@@ -49,6 +50,17 @@ def serialize_messages(messages: Iterable[Message]) -> str:
     images are dropped, tool results are capped at 2,000 characters, provider
     items ctxwarden does not model are one label each (``provider_label``)."""
     return "\n\n".join(part for part in serialized_parts(messages) if part)
+
+
+def serialize_steps(messages: Iterable[Message]) -> Steps[str]:
+    """``serialize_messages`` in steps (core.stepwise)."""
+    parts: list[str] = []
+    for i, part in enumerate(serialized_parts(messages)):
+        if part:
+            parts.append(part)
+        if i % EVERY == EVERY - 1:
+            yield
+    return "\n\n".join(parts)
 
 
 def serialized_parts(messages: Iterable[Message]) -> Iterator[str]:

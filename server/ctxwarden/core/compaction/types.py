@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ctxwarden.core.messages import Message
+from ctxwarden.core.stepwise import Steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,15 @@ class Summarizer(Protocol):
         ...
 
     async def summarize(self, request: SummaryRequest) -> str: ...
+
+
+@runtime_checkable
+class SteppedSummarizer(Summarizer, Protocol):
+    """A summariser that computes (no I/O) and can do so in steps (core.stepwise):
+    the service runs those a slice at a time instead of awaiting ``summarize``,
+    which would never let the event loop run."""
+
+    def summary_steps(self, request: SummaryRequest) -> Steps[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
