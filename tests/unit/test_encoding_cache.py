@@ -99,3 +99,36 @@ def test_the_budget_evicts_the_least_recently_built_sessions() -> None:
     off = new_encoding_cache(limit_bytes=0)
     model_input_bytes(views[0], cache=off)
     assert len(off) == 0
+
+
+def _entry_bytes(cache: EncodingCache) -> int:
+    from ctxwarden.api.encoding import ENTRY_OVERHEAD
+
+    return sum(
+        len(encoded) + ENTRY_OVERHEAD
+        for cached in cache._sessions.values()
+        for _, encoded in cached.entries.values()
+    )
+
+
+def test_two_inputs_encoded_in_steps_at_once_keep_the_budget_true() -> None:
+    """The first inputs of a long session are encoded a slice at a time: another
+    call for the same session may run between two steps. Both get every message's
+    bytes, each message is stored once, and the budget counts what is stored."""
+    cache = new_encoding_cache()
+    view = _context("s1", messages=500).model_input()
+    first, second = cache.encode_steps(view, 0), cache.encode_steps(view, 0)
+    outs: list[list[bytes]] = []
+    for steps in itertools.cycle((first, second)):  # one step of each in turn
+        try:
+            next(steps)
+        except StopIteration as done:
+            outs.append(done.value)
+            if len(outs) == 2:
+                break
+    expected = [encode_message(m) for m in view.messages]
+    assert outs == [expected, expected]
+    assert len(cache._sessions["s1"].entries) == 500
+    assert cache.total_bytes == cache._sessions["s1"].size == _entry_bytes(cache)
+    assert cache.encode(view, 0) == expected  # then all from the cache
+    assert cache.total_bytes == _entry_bytes(cache)

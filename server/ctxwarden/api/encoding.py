@@ -15,9 +15,9 @@ the hot session anyway; entries of messages that left the view (a compaction, a
 rollback) are dropped, so they cannot keep those alive.
 
 The first input of a long session (100,000 messages: seconds of CPU) is not
-encoded in one go: ``encode_cooperatively`` encodes what the cache lacks in
+encoded in one go: ``encode_cooperatively`` looks up and encodes its messages in
 slices of a few ms and lets the event loop run the other calls in between
-(ctxwarden.util.loop_slices).
+(ctxwarden.util.loop_slices); only storing what it made is done at once.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 
 from ctxwarden.core.messages import Message
 from ctxwarden.core.model_input import ModelInputView
-from ctxwarden.util.loop_slices import ENABLED, Slicer
+from ctxwarden.core.stepwise import EVERY, Steps, finish
+from ctxwarden.util.loop_slices import ENABLED, finished
 
 ENTRY_OVERHEAD = 176
 """Bytes per entry besides the encoding: the bytes object's header (33), the
@@ -37,9 +38,7 @@ STALE_SLACK = 64
 DEFAULT_LIMIT_BYTES = 32 * 1024 * 1024
 """The budget unless the server is given another (``--encoding-cache-mb``)."""
 COOPERATIVE_FROM = 256
-"""Fewer missing encodings than this are made in one go (well under a slice)."""
-
-Fresh = dict[int, tuple[Message, bytes]]
+"""Inputs of fewer messages than this are encoded in one go (well under a slice)."""
 
 
 class _Encodings:
@@ -76,45 +75,43 @@ class EncodingCache:
             self.total_bytes -= cached.size
 
     async def encode_cooperatively(self, v: ModelInputView, offset: int) -> list[bytes]:
-        """``encode``, with the encodings the cache lacks made in slices that
-        yield to the event loop: the time held at once does not grow with the session."""
+        """``encode``, a slice at a time, letting the event loop run the other calls
+        in between: the time held at once does not grow with the session."""
         if not ENABLED or len(v.messages) - offset < COOPERATIVE_FROM:
             return self.encode(v, offset)
-        todo = self._missing(v, offset)
-        if len(todo) < COOPERATIVE_FROM:
-            return self.encode(v, offset)
-        fresh: Fresh = {}
-        slicer = Slicer()
-        for i, m in enumerate(todo):
-            fresh[id(m)] = (m, self._encode(m))
-            if i & 63 == 63 and slicer.due():
-                await slicer.pause()
-        return self.encode(v, offset, fresh)
+        return await finished(self.encode_steps(v, offset))
 
-    def _missing(self, v: ModelInputView, offset: int) -> Sequence[Message]:
-        """The messages of ``v.messages[offset:]`` without a cached encoding."""
+    def encode(self, v: ModelInputView, offset: int) -> list[bytes]:
+        """The length-delimited encodings of ``v.messages[offset:]``, cached."""
+        return finish(self.encode_steps(v, offset))
+
+    def encode_steps(self, v: ModelInputView, offset: int) -> Steps[list[bytes]]:
+        """``encode`` in steps (core.stepwise). The steps only read the cache; what
+        they made is stored at the end, in one go (``_store``), so a call for the
+        same session that runs between two steps sees the cache as it was."""
         messages = v.messages[offset:]
-        cached = self._sessions.get(v.session.session_id)
-        if not v.live or self.limit_bytes <= 0 or cached is None:
-            return messages
-        if cached.revision != v.session.revision:
-            return messages
-        entries = cached.entries
-        out = []
-        for m in messages:
+        caching = v.live and self.limit_bytes > 0
+        cached = self._sessions.get(v.session.session_id) if caching else None
+        entries = cached.entries if cached and cached.revision == v.session.revision else {}
+        out: list[bytes] = []
+        made: list[tuple[Message, bytes]] = []
+        for i, m in enumerate(messages):
             hit = entries.get(id(m))
-            if hit is None or hit[0] is not m:
-                out.append(m)
+            if hit is not None and hit[0] is m:
+                out.append(hit[1])
+            else:
+                encoded = self._encode(m)
+                out.append(encoded)
+                if m.seq:  # stored messages only: the summary and synthetic results are remade
+                    made.append((m, encoded))
+            if i % EVERY == EVERY - 1:
+                yield
+        if caching:
+            self._store(v, made)
         return out
 
-    def encode(self, v: ModelInputView, offset: int, fresh: Fresh | None = None) -> list[bytes]:
-        """The length-delimited encodings of ``v.messages[offset:]``, cached.
-
-        ``fresh``: encodings made already (by ``encode_cooperatively``), by id.
-        """
-        made = fresh or {}
-        if not v.live or self.limit_bytes <= 0:
-            return [self._made(made, m) for m in v.messages[offset:]]
+    def _store(self, v: ModelInputView, made: Sequence[tuple[Message, bytes]]) -> None:
+        """Keep the encodings ``made`` for ``v``'s session, within the budget."""
         sid = v.session.session_id
         cached = self._sessions.pop(sid, None)
         if cached is None or cached.revision != v.session.revision:
@@ -125,29 +122,21 @@ class EncodingCache:
         prev = size = cached.size
         if len(entries) > len(v.messages) + STALE_SLACK:
             size = self._drop_stale(entries, v)
-        out = []
-        for m in v.messages[offset:]:
-            hit = entries.get(id(m))
-            if hit is not None and hit[0] is m:
-                out.append(hit[1])
-                continue
-            encoded = self._made(made, m)
-            out.append(encoded)
-            if m.seq:  # stored messages only: the summary and synthetic results are remade
-                entries[id(m)] = (m, encoded)
-                size += len(encoded) + ENTRY_OVERHEAD
+        for m, encoded in made:
+            old = entries.get(id(m))
+            if old is not None:
+                if old[0] is m:
+                    continue  # stored meanwhile by another call
+                size -= len(old[1]) + ENTRY_OVERHEAD  # a freed message's id, reused
+            entries[id(m)] = (m, encoded)
+            size += len(encoded) + ENTRY_OVERHEAD
         if size > self.limit_bytes:  # alone over budget: caching it would evict every other session
             self.total_bytes -= prev
-            return out
+            return
         cached.size = size
         self.total_bytes += size - prev
         self._sessions[sid] = cached
         self._trim()
-        return out
-
-    def _made(self, fresh: Fresh, m: Message) -> bytes:
-        hit = fresh.get(id(m))
-        return hit[1] if hit is not None and hit[0] is m else self._encode(m)
 
     def share(self, source_id: str, fork_id: str, revision: int) -> None:
         """A fork made at the end of ``source_id`` starts its encodings (of its

@@ -17,6 +17,7 @@ from ctxwarden.core.anchor_search import (
     TargetIndex,
     Targets,
     place,
+    place_steps,
 )
 from ctxwarden.core.anchor_sentences import sentence_key
 from ctxwarden.core.anchors import (
@@ -40,6 +41,7 @@ __all__ = [
     "build_report",
     "parse_preserved",
     "place",
+    "place_steps",
     "preserve",
     "preserved_line",
     "rekey",

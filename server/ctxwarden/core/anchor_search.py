@@ -24,6 +24,7 @@ from ctxwarden.core.anchors import (
     structured,
     word_set,
 )
+from ctxwarden.core.stepwise import EVERY, Steps, finish
 
 NEGATIONS = word_set("never not don no nie niemals nicht kein keine jamais ne pas nunca 不 别 没")
 """A constraint or open task survives only in a sentence of the same polarity:
@@ -185,9 +186,19 @@ Indexes = Mapping[AnchorLocation, TargetIndex]
 
 def place(anchors: Sequence[Anchor], targets: Targets | Indexes) -> list[AnchorLocation]:
     """The location of each anchor (LOST where none holds it)."""
+    return finish(place_steps(anchors, targets))
+
+
+def place_steps(
+    anchors: Sequence[Anchor], targets: Targets | Indexes
+) -> Steps[list[AnchorLocation]]:
+    """``place`` in steps (core.stepwise): a long session's span has tens of
+    thousands of anchors."""
     indexes = targets.indexes() if isinstance(targets, Targets) else targets
     out = []
-    for a in anchors:
+    for i, a in enumerate(anchors):
+        if i % EVERY == EVERY - 1:
+            yield
         where = AnchorLocation.LOST
         for loc in SEARCH_ORDER:
             index = indexes.get(loc)

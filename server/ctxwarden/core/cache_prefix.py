@@ -25,6 +25,10 @@ from typing import Protocol
 
 from ctxwarden.core.content import ContentKind
 from ctxwarden.core.messages import Message
+from ctxwarden.core.stepwise import EVERY, Steps, finish
+
+BYTES_EVERY = 512
+"""Messages measured between two steps of ``bytes_steps`` (each a few lengths)."""
 
 
 class Marks(Protocol):
@@ -134,6 +138,12 @@ def _bisect(a: Sequence[int], b: Sequence[int], hi: int) -> int:
 
 def common_kept(prev: InputShape, cur: InputShape) -> int:
     """How many leading kept messages the two inputs share."""
+    return finish(common_kept_steps(prev, cur))
+
+
+def common_kept_steps(prev: InputShape, cur: InputShape) -> Steps[int]:
+    """``common_kept`` in steps (core.stepwise): messages compared one by one (across a
+    checkpoint or a settings change) may be every message of a long session."""
     n = min(len(prev.kept), len(cur.kept))
     k = 0
     # Fingerprints are sealed per checkpoint and per revision of the session's settings
@@ -148,9 +158,22 @@ def common_kept(prev: InputShape, cur: InputShape) -> int:
         k = _bisect(prev.digests, cur.digests, chained)
         if k < chained:
             return k
+    start = k
     while k < n and same_to_provider(prev.kept[k], cur.kept[k]):
         k += 1
+        if (k - start) % EVERY == 0:
+            yield
     return k
+
+
+def bytes_steps(messages: Sequence[Message]) -> Steps[int]:
+    """The total ``message_bytes`` of ``messages``, in steps (core.stepwise)."""
+    total = 0
+    for i, m in enumerate(messages):
+        total += message_bytes(m)
+        if i % BYTES_EVERY == BYTES_EVERY - 1:
+            yield
+    return total
 
 
 def same_to_provider(a: Message, b: Message) -> bool:
@@ -199,8 +222,15 @@ def _why(prev: InputShape, cur: InputShape, k: int) -> CacheBreak:
 def compare(prev: InputShape | None, cur: InputShape) -> tuple[CachePrefix, InputShape]:
     """The report of ``cur`` after ``prev``, and ``cur`` with its byte totals
     carried forward (only the messages past the shared ones are measured)."""
+    return finish(compare_steps(prev, cur))
+
+
+def compare_steps(
+    prev: InputShape | None, cur: InputShape
+) -> Steps[tuple[CachePrefix, InputShape]]:
+    """``compare`` in steps (core.stepwise): a first input measures every kept message."""
     if prev is None:
-        kept_bytes = sum(message_bytes(m) for m in cur.kept)
+        kept_bytes = yield from bytes_steps(cur.kept)
         cur = _with_bytes(cur, kept_bytes)
         shared = CachePrefix(0, 0, cur.tokens, 0, CacheBreak.FIRST_INPUT)
         return shared, cur
@@ -210,11 +240,11 @@ def compare(prev: InputShape | None, cur: InputShape) -> tuple[CachePrefix, Inpu
         cur.tools,
     )
     same_lead = same_head and prev.lead_key == cur.lead_key
-    k = common_kept(prev, cur) if same_lead else 0
+    k = (yield from common_kept_steps(prev, cur)) if same_lead else 0
     prev_tail = prev.kept[k:]
     cur_tail = cur.kept[k:]
-    shared_kept_bytes = prev.kept_bytes - sum(message_bytes(m) for m in prev_tail)
-    cur = _with_bytes(cur, shared_kept_bytes + sum(message_bytes(m) for m in cur_tail))
+    shared_kept_bytes = prev.kept_bytes - (yield from bytes_steps(prev_tail))
+    cur = _with_bytes(cur, shared_kept_bytes + (yield from bytes_steps(cur_tail)))
     tokens = bytes_ = 0
     # The previous input with its shared parts in this one's counts: prev.tokens unless
     # a new tokenizer or model counted the same parts anew (UpdateSession).

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from ctxwarden.core.cache_prefix import CachePrefix, InputShape, compare, message_bytes
+from ctxwarden.core.cache_prefix import CachePrefix, InputShape, compare_steps, message_bytes
 from ctxwarden.core.model_input import ModelInputView, tools_text
 from ctxwarden.core.render import Format
+from ctxwarden.util.loop_slices import finished
 
 if TYPE_CHECKING:
     from ctxwarden.service.runtime import SessionRuntime
@@ -58,12 +59,14 @@ class CachePrefixes:
         # same to a provider, only counted anew (core.cache_prefix compares them so).
         rt.hot.on_evict(self.forget, on_rebuild=False)
 
-    def observe(self, view: ModelInputView, fmt: int) -> CachePrefix:
-        """Compare a live input with the previous one and count it in the ledger."""
+    async def observe(self, view: ModelInputView, fmt: int) -> CachePrefix:
+        """Compare a live input with the previous one and count it in the ledger. A
+        first input measures every kept message: that is done a slice at a time."""
         sid = view.session.session_id
         key = (sid, fmt if fmt else int(Format.NATIVE))
-        prev = self._previous.pop(key, None)
-        prefix, shape = compare(prev, shape_of(view, prev))
+        prev = self._previous.get(key)
+        prefix, shape = await finished(compare_steps(prev, shape_of(view, prev)))
+        self._previous.pop(key, None)  # the newest input of the key, most recently used
         self._previous[key] = shape
         if len(self._previous) > self.capacity:
             self._previous.popitem(last=False)

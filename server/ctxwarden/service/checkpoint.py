@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 
-from ctxwarden.core.anchors import Anchor, span_anchor_steps, span_anchors
-from ctxwarden.core.compaction.loss import assess, reassess, summarized_span
+from ctxwarden.core.anchors import span_anchor_steps
+from ctxwarden.core.compaction.loss import assess_steps, reassess_steps, summarized_span
 from ctxwarden.core.compaction.terms import PlanTerms
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import InvalidArgument
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger, Session
+from ctxwarden.core.stepwise import Steps, in_one_go
 from ctxwarden.util import ids
 from ctxwarden.util.loop_slices import finished
 
 NO_EARLIER_HISTORY = "(no earlier history)"
-BIG_CONTEXT = 2000
-"""Kept messages past which a checkpoint is built off the loop in one go (its loss
-report reads every message of the span): see ``checkpoint_built``."""
 
 
-def build_checkpoint(
+def build_checkpoint_steps(
     ctx: SessionContext,
     terms: PlanTerms,
     summary: str,
@@ -29,11 +26,10 @@ def build_checkpoint(
     summarizer: str,
     trigger: CompactionTrigger,
     session: Session | None = None,
-    anchors: tuple[Anchor, ...] | None = None,
-) -> Checkpoint:
+) -> Steps[Checkpoint]:
     """Build the checkpoint; trim the summary so it never pushes the rebuilt
-    context over the threshold (nor past its own budget). ``anchors``: those of
-    the summarised span, when the caller found them already."""
+    context over the threshold (nor past its own budget). In steps
+    (core.stepwise): its loss report reads every message of the summarised span."""
     summary, turn_prefix_summary = _summaries(ctx, terms, summary, turn_prefix_summary)
     checkpoint = Checkpoint(
         compaction_id=ids.new_id(),
@@ -55,9 +51,8 @@ def build_checkpoint(
     # back, before the trim below: their tokens count against the threshold too.
     after_session = session or ctx.session
     span = summarized_span(ctx, terms.first_kept_seq)
-    if anchors is None:
-        anchors = span_anchors(span)
-    checkpoint = assess(ctx, checkpoint, after_session, span, anchors=anchors)
+    anchors = yield from span_anchor_steps(span)
+    checkpoint = yield from assess_steps(ctx, checkpoint, after_session, span, anchors=anchors)
     after = ctx.tokens_with(checkpoint, session)  # session: with its new memory block
     threshold = ctx.threshold()
     if after > threshold:
@@ -66,9 +61,13 @@ def build_checkpoint(
         trimmed, changed = ctx.trim_summary(checkpoint.summary, room)
         if changed:
             checkpoint = replace(checkpoint, summary=trimmed)
-            checkpoint = reassess(ctx, checkpoint, after_session, span, anchors)
+            checkpoint = yield from reassess_steps(ctx, checkpoint, after_session, span, anchors)
             after = ctx.tokens_with(checkpoint, session)
     return replace(checkpoint, tokens_after=after)
+
+
+build_checkpoint = in_one_go(build_checkpoint_steps)
+"""``build_checkpoint_steps`` in one go."""
 
 
 async def checkpoint_built(
@@ -80,16 +79,13 @@ async def checkpoint_built(
     trigger: CompactionTrigger,
     session: Session | None = None,
 ) -> Checkpoint:
-    """``build_checkpoint`` for a caller on the event loop (which holds the
-    session's lock, so nothing changes ``ctx`` meanwhile). For a big context the
-    anchors of the summarised span, most of the work, are found a slice at a
-    time on the loop, and the rest is built in a worker thread."""
-    args = (ctx, terms, summary, turn_prefix_summary, summarizer, trigger, session)
-    if len(ctx.entries) <= BIG_CONTEXT:
-        return build_checkpoint(*args)
-    span = summarized_span(ctx, terms.first_kept_seq)
-    anchors = await finished(span_anchor_steps(span))
-    return await asyncio.to_thread(build_checkpoint, *args, anchors)
+    """``build_checkpoint`` for a caller on the event loop, a slice at a time (the
+    caller holds the session's lock: no write changes ``ctx`` meanwhile). Not in a
+    worker thread, which would hold the GIL 5 ms at a time at every turn of the loop."""
+    steps = build_checkpoint_steps(
+        ctx, terms, summary, turn_prefix_summary, summarizer, trigger, session
+    )
+    return await finished(steps)
 
 
 def _summaries(

@@ -64,7 +64,7 @@ class ModelInputs:
             await self.blocks.refresh(session_id)
         view = await self._build_model_input(session_id, max_output_tokens, auto_compact, as_of_seq)
         if fmt in (0, Format.NATIVE):
-            return self._cache_prefix(view, fmt, count_cache, report_cache)
+            return await self._cache_prefix(view, fmt, count_cache, report_cache)
         try:
             target = Format(fmt)
         except ValueError:
@@ -73,14 +73,14 @@ class ModelInputs:
             ) from None
         rendered = await self._render(target, view, max_output_tokens)
         view = replace(view, notices=view.notices + tuple(rendered.notices), rendered=rendered)
-        return self._cache_prefix(view, fmt, count_cache, report_cache)
+        return await self._cache_prefix(view, fmt, count_cache, report_cache)
 
-    def _cache_prefix(
+    async def _cache_prefix(
         self, view: ModelInputView, fmt: int, count: bool, report: bool
     ) -> ModelInputView:
         if not view.live or not (count or report):
             return view
-        prefix = self.prefixes.observe(view, fmt)
+        prefix = await self.prefixes.observe(view, fmt)
         return replace(view, cache=prefix) if report else view
 
     async def _render(

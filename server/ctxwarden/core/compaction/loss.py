@@ -22,17 +22,18 @@ from ctxwarden.core.anchor_report import (
     TargetIndex,
     Targets,
     build_report,
-    place,
+    place_steps,
     preserve,
     shortfalls,
 )
-from ctxwarden.core.anchors import CATEGORIES, Anchor, AnchorCategory, span_anchors
+from ctxwarden.core.anchors import CATEGORIES, Anchor, AnchorCategory, span_anchor_steps
 from ctxwarden.core.clearing import is_cleared
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.errors import FailedPrecondition
 from ctxwarden.core.messages import ContentKind, Message, Role
 from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, ContextPolicy, Session
+from ctxwarden.core.stepwise import Steps, in_one_go
 
 
 def preserved_categories(policy: ContextPolicy) -> tuple[AnchorCategory, ...]:
@@ -100,19 +101,20 @@ def _indexes(
     )
 
 
-def assess(
+def assess_steps(
     ctx: SessionContext,
     checkpoint: Checkpoint,
     session: Session,
     span: Sequence[Message],
     *,
     anchors: Sequence[Anchor] | None = None,
-) -> Checkpoint:
+) -> Steps[Checkpoint]:
     """``checkpoint`` with its preserved anchors (the policy's
     preserve_lost_anchors, and the previous checkpoint's that the new summary
     does not hold) and its loss report. ``session``: as it is after the
-    compaction (its new memory block)."""
-    found = span_anchors(span) if anchors is None else anchors
+    compaction (its new memory block). In steps (core.stepwise): the span may be
+    the whole of a long session."""
+    found = (yield from span_anchor_steps(span)) if anchors is None else anchors
     indexes = _indexes(ctx, replace(checkpoint, preserved_anchors=""), session)
     policy = session.policy
     previous = ctx.checkpoint.preserved_anchors if ctx.checkpoint else ""
@@ -121,7 +123,7 @@ def assess(
     # A first clearing has no summary message to show preserved anchors in.
     if checkpoint.summary and (categories or previous):
         budget = policy.preserve_lost_anchors_max_tokens or DEFAULT_PRESERVE_TOKENS
-        where = place(found, indexes)
+        where = yield from place_steps(found, indexes)
         lost = [a for a, loc in zip(found, where, strict=True) if loc is AnchorLocation.LOST]
         preserved = preserve(
             lost,
@@ -132,35 +134,44 @@ def assess(
             summary=indexes[AnchorLocation.SUMMARY],
         )
     checkpoint = replace(checkpoint, preserved_anchors=preserved)
-    return with_report(checkpoint, found, span, indexes)
+    return (yield from with_report_steps(checkpoint, found, span, indexes))
 
 
-def with_report(
+assess = in_one_go(assess_steps)
+
+
+def with_report_steps(
     checkpoint: Checkpoint,
     anchors: Sequence[Anchor],
     span: Sequence[Message],
     indexes: Indexes,
-) -> Checkpoint:
+) -> Steps[Checkpoint]:
     """``checkpoint`` with the loss report of ``anchors`` against ``indexes``,
     its summary and preserved anchors taken from ``checkpoint`` itself."""
     current = dict(indexes)
     current[AnchorLocation.SUMMARY] = TargetIndex.of(checkpoint.carried_summary)
     current[AnchorLocation.REINJECTED] = TargetIndex.of(checkpoint.preserved_anchors)
     seqs = (span[0].seq, span[-1].seq) if span else (0, 0)
-    report = build_report(anchors, place(anchors, current), seqs)
-    return replace(checkpoint, loss_report=report)
+    where = yield from place_steps(anchors, current)
+    return replace(checkpoint, loss_report=build_report(anchors, where, seqs))
 
 
-def reassess(
+with_report = in_one_go(with_report_steps)
+
+
+def reassess_steps(
     ctx: SessionContext,
     checkpoint: Checkpoint,
     session: Session,
     span: Sequence[Message],
     anchors: Sequence[Anchor],
-) -> Checkpoint:
+) -> Steps[Checkpoint]:
     """The report again after the summary changed (a trim), preserved anchors kept."""
     indexes = _indexes(ctx, checkpoint, session)
-    return with_report(checkpoint, anchors, span, indexes)
+    return (yield from with_report_steps(checkpoint, anchors, span, indexes))
+
+
+reassess = in_one_go(reassess_steps)
 
 
 MAX_MISSING_NAMED = 5
