@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxwarden.core.anchors import ANCHOR_EVERY, span_anchor_steps, span_anchors
+from ctxwarden.core.clearing import plan_clearing_steps
 from ctxwarden.core.compaction.chunks import SummaryWindow
 from ctxwarden.core.compaction.extractive import (
     build_extractive_summary,
@@ -201,3 +202,21 @@ def test_a_view_built_ahead_in_steps_is_the_view_built_at_once() -> None:
     assert ahead.model_input(100).digests == at_once.model_input(100).digests
     history(ahead, 8)  # then it grows again: only the new messages are behind
     assert ahead.view_behind() == 8
+
+
+def test_a_clearing_stubs_a_bounded_number_of_tool_results_per_step() -> None:
+    ctx = long_ctx()
+    stubbed = Counted()
+
+    def stub_tokens(m: Message) -> int:
+        stubbed.count("[cleared]")
+        return 1  # a stub far smaller than the result: the clearing is worth it
+
+    decided, per_step = run_counting(
+        plan_clearing_steps(
+            ctx.entries, cleared_through=0, keep=2, at_least=1, stub_tokens=stub_tokens
+        ),
+        lambda: stubbed.texts,
+    )
+    assert decided is not None and decided.results == MESSAGES // 4 - 2
+    assert stubbed.texts == decided.results and max(per_step) <= EVERY

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ctxwarden.core.messages import Message, Role
 from ctxwarden.core.session import EffectivePolicy
+from ctxwarden.core.stepwise import EVERY, Steps, finish
 from ctxwarden.core.tokens import CountingProfile, Tokenizer
 from ctxwarden.core.view import Entry, ViewEntry, make_entry, make_stub
 
@@ -67,6 +68,27 @@ def plan_clearing(
     None when clearing is off (``at_least`` 0) or would free too little: a
     clearing changes earlier messages, so it must be worth a cache miss.
     """
+    return finish(
+        plan_clearing_steps(
+            entries,
+            cleared_through=cleared_through,
+            keep=keep,
+            at_least=at_least,
+            stub_tokens=stub_tokens,
+        )
+    )
+
+
+def plan_clearing_steps(
+    entries: Sequence[Entry],
+    *,
+    cleared_through: int,
+    keep: int,
+    at_least: int,
+    stub_tokens: Callable[[Message], int],
+) -> Steps[Clearing | None]:
+    """``plan_clearing`` in steps (core.stepwise): every tool result of a long
+    session may be stubbed (each stub counted)."""
     if at_least <= 0:
         return None
     results = [
@@ -78,7 +100,11 @@ def plan_clearing(
     fresh = [e for e in eligible if not is_cleared(e.original, cleared_through)]
     if not fresh:
         return None
-    freed = sum(e.token_count - stub_tokens(e.original) for e in fresh)
+    freed = 0
+    for i, e in enumerate(fresh):
+        freed += e.token_count - stub_tokens(e.original)
+        if i % EVERY == EVERY - 1:
+            yield
     if freed < at_least:
         return None
     return Clearing(eligible[-1].original.seq, len(fresh), freed)

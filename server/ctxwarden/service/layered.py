@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from ctxwarden.core.clearing import plan_clearing
-from ctxwarden.core.compaction.loss import assess, cleared_span
+from ctxwarden.core.clearing import plan_clearing_steps
+from ctxwarden.core.compaction.loss import assess_steps, cleared_span
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.session import CLEARING_SUMMARIZER, Checkpoint, CompactionTrigger
+from ctxwarden.core.stepwise import Steps, in_one_go
 from ctxwarden.core.tenancy import tenant_of
 from ctxwarden.core.validation import check_key
 from ctxwarden.core.view import make_stub
@@ -27,17 +28,19 @@ from ctxwarden.service.results import IdempotencyKey
 from ctxwarden.store.errors import DuplicateKey
 from ctxwarden.store.repository import RequestScope
 from ctxwarden.util import ids
+from ctxwarden.util.loop_slices import finished
 
 log = logging.getLogger(__name__)
 
 
-def build_clearing(
+def build_clearing_steps(
     ctx: SessionContext, trigger: CompactionTrigger, compaction_id: str, now_us: int
-) -> Checkpoint | None:
+) -> Steps[Checkpoint | None]:
     """The clearing checkpoint for ``ctx``, or None when clearing is off, would
-    free too little, or would still leave the input over the threshold."""
+    free too little, or would still leave the input over the threshold. In steps
+    (core.stepwise): it stubs and reports on every tool result it clears."""
     policy = ctx.policy
-    decided = plan_clearing(
+    decided = yield from plan_clearing_steps(
         ctx.entries,
         cleared_through=ctx.cleared_through,
         keep=policy.clear_tool_results_keep,
@@ -68,11 +71,16 @@ def build_clearing(
         tool_results_cleared=decided.results,
         tool_result_tokens_cleared=decided.tokens_freed,
     )
-    checkpoint = assess(ctx, checkpoint, session, cleared_span(ctx, decided.through_seq))
+    span = cleared_span(ctx, decided.through_seq)
+    checkpoint = yield from assess_steps(ctx, checkpoint, session, span)
     after = ctx.tokens_with(checkpoint)
     if after > ctx.threshold():
         return None  # not enough: summarise instead
     return replace(checkpoint, tokens_after=after)
+
+
+build_clearing = in_one_go(build_clearing_steps)
+"""``build_clearing_steps`` in one go."""
 
 
 class LayeredCompactor(Compactor):
@@ -94,7 +102,8 @@ class LayeredCompactor(Compactor):
             ctx = await self.m.context_locked(session_id, verify=True)
             if ctx.policy.clear_tool_results_at_least <= 0:
                 return None
-            checkpoint = build_clearing(ctx, trigger, ids.new_id(), ids.now_us())
+            steps = build_clearing_steps(ctx, trigger, ids.new_id(), ids.now_us())
+            checkpoint = await finished(steps)
             if checkpoint is None:
                 return None
             record = self.m.record(scope, key, {"compaction_id": checkpoint.compaction_id})
