@@ -11,13 +11,15 @@ the whole history was a single step (every text of it counted at once)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar, overload
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxwarden.core.anchor_search import Targets, place, place_steps
 from ctxwarden.core.anchors import ANCHOR_EVERY, span_anchor_steps, span_anchors
+from ctxwarden.core.cache_prefix import BYTES_EVERY, CacheBreak, compare, compare_steps
 from ctxwarden.core.clearing import plan_clearing_steps
 from ctxwarden.core.compaction.chunks import SummaryWindow
 from ctxwarden.core.compaction.extractive import (
@@ -29,6 +31,7 @@ from ctxwarden.core.compaction.types import FileToolNames, SummaryPrompt, Summar
 from ctxwarden.core.context import SessionContext
 from ctxwarden.core.messages import Message
 from ctxwarden.core.stepwise import EVERY, Steps, finish
+from tests.core.test_cache_prefix import shape
 from tests.core.test_compaction_planner import TOK, answer, append, call, new_ctx, result, user
 
 T = TypeVar("T")
@@ -118,10 +121,11 @@ def test_a_chunked_plan_counts_a_bounded_number_of_texts_per_step() -> None:
     assert plan == finish(planning(ctx, SummaryWindow(4096, TOK.count)))
 
 
-class Reading(Sequence[Message]):
-    """Messages that count how many were read, by index or by iteration."""
+class Reading(Sequence[T]):
+    """Items (messages, anchors) that count how many were read, by index or by
+    iteration."""
 
-    def __init__(self, messages: Sequence[Message]) -> None:
+    def __init__(self, messages: Sequence[T]) -> None:
         self._messages = messages
         self.read = 0
 
@@ -129,16 +133,16 @@ class Reading(Sequence[Message]):
         return len(self._messages)
 
     @overload
-    def __getitem__(self, i: int) -> Message: ...
+    def __getitem__(self, i: int) -> T: ...
     @overload
-    def __getitem__(self, i: slice) -> Sequence[Message]: ...
-    def __getitem__(self, i: int | slice) -> Message | Sequence[Message]:
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
         if isinstance(i, slice):
             return self._messages[i]  # a copy: the planner reads it on its own
         self.read += 1
         return self._messages[i]
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[T]:
         for m in self._messages:
             self.read += 1
             yield m
@@ -220,3 +224,31 @@ def test_a_clearing_stubs_a_bounded_number_of_tool_results_per_step() -> None:
     )
     assert decided is not None and decided.results == MESSAGES // 4 - 2
     assert stubbed.texts == decided.results and max(per_step) <= EVERY
+
+
+def test_the_cache_ledger_measures_a_bounded_number_of_messages_per_step() -> None:
+    """A first input measures every kept message; so does one whose messages are
+    compared one by one (no fingerprints in common)."""
+    kept = long_ctx().active_messages
+    first = shape(kept)
+    messages = Reading(kept)
+    counted = replace(first, kept=messages)
+    (report, measured), per_step = run_counting(compare_steps(None, counted), lambda: messages.read)
+    assert messages.read == MESSAGES and max(per_step) <= BYTES_EVERY
+    at_once, whole = compare(None, first)
+    assert report == at_once and measured.kept_bytes == whole.kept_bytes > 0
+    compared = Reading(kept)
+    again = replace(shape(kept, digests=False), kept=compared)
+    (shared, _), per_step = run_counting(compare_steps(first, again), lambda: compared.read)
+    assert shared.reason is CacheBreak.NONE and shared.shared_tokens > 0
+    assert max(per_step) <= 2 * EVERY + 2  # two messages read per comparison
+
+
+def test_anchors_are_placed_a_bounded_number_at_a_time() -> None:
+    found = span_anchors(long_ctx().active_messages)
+    placed = Reading(found)
+    targets = Targets(summary="src/app_1.py was fixed", kept_messages="see #3")
+    where, per_step = run_counting(place_steps(placed, targets), lambda: placed.read)
+    assert len(where) == len(found) > 10 * EVERY
+    assert max(per_step) <= EVERY
+    assert where == place(found, targets)
