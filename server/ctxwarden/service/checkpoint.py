@@ -13,7 +13,7 @@ from ctxwarden.core.reasons import ErrorReason
 from ctxwarden.core.session import Checkpoint, CompactionTrigger, Session
 from ctxwarden.core.stepwise import Steps, in_one_go
 from ctxwarden.util import ids
-from ctxwarden.util.loop_slices import finished
+from ctxwarden.util.loop_slices import in_slices
 
 NO_EARLIER_HISTORY = "(no earlier history)"
 
@@ -70,22 +70,10 @@ build_checkpoint = in_one_go(build_checkpoint_steps)
 """``build_checkpoint_steps`` in one go."""
 
 
-async def checkpoint_built(
-    ctx: SessionContext,
-    terms: PlanTerms,
-    summary: str,
-    turn_prefix_summary: str,
-    summarizer: str,
-    trigger: CompactionTrigger,
-    session: Session | None = None,
-) -> Checkpoint:
-    """``build_checkpoint`` for a caller on the event loop, a slice at a time (the
-    caller holds the session's lock: no write changes ``ctx`` meanwhile). Not in a
-    worker thread, which would hold the GIL 5 ms at a time at every turn of the loop."""
-    steps = build_checkpoint_steps(
-        ctx, terms, summary, turn_prefix_summary, summarizer, trigger, session
-    )
-    return await finished(steps)
+checkpoint_built = in_slices(build_checkpoint_steps)
+"""``build_checkpoint_steps`` a slice at a time, for a caller on the event loop (it
+holds the session's lock: no write changes ``ctx`` meanwhile). Not in a worker
+thread, which would hold the GIL 5 ms at a time at every turn of the loop."""
 
 
 def _summaries(

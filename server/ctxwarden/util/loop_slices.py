@@ -43,9 +43,10 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from contextvars import ContextVar, Token
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 R = TypeVar("R")
 
 ENABLED = os.environ.get("CTXWARDEN_LOOP_SLICES", "1") != "0"
@@ -203,6 +204,18 @@ async def finished(steps: Generator[None, None, T]) -> T:
             return result
         if slicer.due():
             await slicer.pause()
+
+
+def in_slices(steps: Callable[P, Generator[None, None, T]]) -> Callable[P, Awaitable[T]]:
+    """The coroutine function that runs ``steps`` a slice at a time (``finished``):
+    the event loop's counterpart of ``core.stepwise.in_one_go``."""
+
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await finished(steps(*args, **kwargs))
+
+    run.__name__ = steps.__name__.removesuffix("_steps")
+    run.__doc__ = steps.__doc__
+    return run
 
 
 async def mapped(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
